@@ -1,0 +1,345 @@
+"""Finding specs: the built-in catalogs, user YAML files and Hugging Face config.json files.
+
+`load_model(ref)` accepts a catalog id or alias, a YAML path, a config.json path, or a folder
+holding one of those. `load_hardware(ref)` accepts a catalog id, a YAML path, or an overlay
+YAML (`base: h100-sxm` plus the fields to change, as `llmsim calibrate` writes).
+Every problem is raised as `SpecError` naming the file, the field and the value.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .specs import HardwareSpec, MLASpec, ModelSpec, MoESpec, SlidingWindowSpec, SpecError, _did_you_mean, build
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads `1e12` and `2.5e-6` as floats (YAML 1.1 needs a dot)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a YAML file; a syntax error becomes a SpecError naming file and line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"{path}: cannot read ({e.__class__.__name__}: {e})") from None
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError(f"{path}:{line}: invalid YAML: {problem}") from None
+
+
+def _catalog_dir(kind: str) -> Path:
+    """Folder of the built-in catalog (`hardware_specs` or `model_specs`), installed or not."""
+    try:
+        p = Path(str(resources.files(f"simulator.{kind}")))
+        if p.is_dir() and any(p.glob("*.yaml")):
+            return p
+    except (ModuleNotFoundError, TypeError):
+        pass
+    return Path(__file__).resolve().parent.parent / kind
+
+
+def _in_file(path: Path | str, e: SpecError) -> SpecError:
+    msg = str(e)
+    return SpecError(msg if msg.startswith(str(path)) else f"{path}: {msg}")
+
+
+# --------------------------------------------------------------------------- hardware
+
+
+def hardware_from_dict(data: Any, source: str = "") -> HardwareSpec:
+    try:
+        return build(HardwareSpec, data)
+    except SpecError as e:
+        raise _in_file(source, e) if source else e from None
+
+
+@functools.lru_cache(maxsize=None)
+def hardware_catalog() -> dict[str, HardwareSpec]:
+    """All built-in accelerators by id."""
+    out: dict[str, HardwareSpec] = {}
+    for path in sorted(_catalog_dir("hardware_specs").glob("*.yaml")):
+        spec = hardware_from_dict(read_yaml(path), str(path))
+        out[spec.id] = spec
+    return out
+
+
+def _apply_overlay(data: dict, path: Path) -> HardwareSpec:
+    base_id = data.pop("base")
+    base = load_hardware(str(base_id))
+    merged = _to_plain(base)
+    for key, value in data.items():
+        if key == "efficiency" and isinstance(value, dict):
+            merged["efficiency"].update(value)
+        else:
+            merged[key] = value
+    return hardware_from_dict(merged, str(path))
+
+
+def _to_plain(spec: Any) -> dict:
+    import dataclasses
+
+    out = {}
+    for f in dataclasses.fields(spec):
+        v = getattr(spec, f.name)
+        if dataclasses.is_dataclass(v):
+            v = _to_plain(v)
+        elif isinstance(v, tuple):
+            v = list(v)
+        elif isinstance(v, dict):
+            v = dict(v)
+        out[f.name] = v
+    return out
+
+
+def spec_to_dict(spec: Any) -> dict:
+    """A spec as plain data (for JSON/YAML output); optional parts left out when empty."""
+    return {k: v for k, v in _to_plain(spec).items() if v is not None}
+
+
+def load_hardware(ref: str | HardwareSpec) -> HardwareSpec:
+    """Resolve a hardware reference: catalog id, YAML file, or overlay YAML with `base:`."""
+    if isinstance(ref, HardwareSpec):
+        return ref
+    cat = hardware_catalog()
+    if ref in cat:
+        return cat[ref]
+    lower = {k.lower(): v for k, v in cat.items()}
+    if ref.lower() in lower:
+        return lower[ref.lower()]
+    path = Path(ref)
+    if path.is_file():
+        data = read_yaml(path)
+        if isinstance(data, dict) and "base" in data:
+            return _apply_overlay(dict(data), path)
+        return hardware_from_dict(data, str(path))
+    raise SpecError(
+        f"hardware: {ref!r} is not a catalog id or a file{_did_you_mean(ref, cat)}; "
+        f"known ids: {', '.join(cat)} (see `llmsim hardware`)"
+    )
+
+
+# --------------------------------------------------------------------------- models
+
+
+def model_from_dict(data: Any, source: str = "") -> ModelSpec:
+    try:
+        return build(ModelSpec, data)
+    except SpecError as e:
+        raise _in_file(source, e) if source else e from None
+
+
+@functools.lru_cache(maxsize=None)
+def model_catalog() -> dict[str, ModelSpec]:
+    """All built-in models by id."""
+    out: dict[str, ModelSpec] = {}
+    for path in sorted(_catalog_dir("model_specs").glob("*.yaml")):
+        spec = model_from_dict(read_yaml(path), str(path))
+        out[spec.id] = spec
+    return out
+
+
+def _model_aliases() -> dict[str, str]:
+    out = {}
+    for mid, spec in model_catalog().items():
+        out[mid.lower()] = mid
+        for a in (*spec.aliases, spec.hf_id):
+            if a:
+                out[a.lower()] = mid
+    return out
+
+
+def load_model(ref: str | ModelSpec) -> ModelSpec:
+    """Resolve a model reference: catalog id or alias, YAML file, HF config.json, or a folder."""
+    if isinstance(ref, ModelSpec):
+        return ref
+    aliases = _model_aliases()
+    if ref.lower() in aliases:
+        return model_catalog()[aliases[ref.lower()]]
+    path = Path(ref)
+    if path.is_dir():
+        for name in ("config.json", "model.yaml", "model.yml"):
+            if (path / name).is_file():
+                path = path / name
+                break
+        else:
+            raise SpecError(f"model: folder {ref!r} holds no config.json or model.yaml")
+    if path.is_file():
+        if path.suffix == ".json":
+            return import_hf_config(path)
+        return model_from_dict(read_yaml(path), str(path))
+    raise SpecError(
+        f"model: {ref!r} is not a catalog id, alias or file{_did_you_mean(ref, model_catalog())}; "
+        "see `llmsim models`"
+    )
+
+
+# --------------------------------------------------------------------------- HF import
+
+_SUPPORTED_ARCHS = {
+    "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "DeepseekV3ForCausalLM",
+    "DeepseekV2ForCausalLM", "GptOssForCausalLM", "FalconForCausalLM", "GPTJForCausalLM",
+    "InternLMForCausalLM", "InternLM2ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM",
+    "PhiForCausalLM", "Phi3ForCausalLM", "GraniteForCausalLM", "OlmoForCausalLM",
+}
+_GELU = {"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "relu"}
+
+
+def _first(cfg: dict, *names: str, default: Any = None) -> Any:
+    for n in names:
+        if cfg.get(n) is not None:
+            return cfg[n]
+    return default
+
+
+def import_hf_config(path: Path | str, model_id: str | None = None) -> ModelSpec:
+    """Build a ModelSpec from a Hugging Face config.json, reading its real field names.
+
+    Raises SpecError naming what is missing when the architecture cannot be represented
+    (encoder-decoder, state-space or vision models, configs without the core fields).
+    """
+    path = Path(path)
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError(f"{path}: cannot read ({e})") from None
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{path}: line {e.lineno}: invalid JSON: {e.msg}") from None
+    if not isinstance(cfg, dict):
+        raise SpecError(f"{path}: expected a JSON object, got {type(cfg).__name__}")
+    if "text_config" in cfg and isinstance(cfg["text_config"], dict):
+        cfg = {**cfg["text_config"], "architectures": cfg.get("architectures")}
+    default_name = path.parent.name if path.name == "config.json" else path.stem
+    name = model_id or cfg.get("_name_or_path") or default_name
+    try:
+        return model_from_hf_dict(cfg, str(name))
+    except SpecError as e:
+        raise _in_file(path, e) from None
+
+
+def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
+    """Map HF config fields onto a ModelSpec (see PERFORMANCE_MODEL.md's notation table)."""
+    archs = cfg.get("architectures") or []
+    arch = archs[0] if isinstance(archs, list) and archs else str(cfg.get("model_type", "?"))
+    if cfg.get("is_encoder_decoder"):
+        raise SpecError(f"architectures: {arch} is encoder-decoder; llmsim models decoder-only transformers")
+    required = {
+        "hidden_size": ("hidden_size", "n_embd", "d_model"),
+        "num_layers": ("num_hidden_layers", "n_layer", "num_layers"),
+        "num_heads": ("num_attention_heads", "n_head", "num_heads"),
+    }
+    fields: dict[str, Any] = {"id": model_id, "name": model_id, "hf_id": model_id}
+    for key, names in required.items():
+        v = _first(cfg, *names)
+        if v is None:
+            raise SpecError(
+                f"{names[0]}: missing; cannot represent architecture {arch!r} without it"
+            )
+        fields[key] = v
+    H = fields["hidden_size"]
+    mt = str(cfg.get("model_type", "")).lower()
+    fields["num_kv_heads"] = _first(cfg, "num_key_value_heads", "n_head_kv", "num_kv_heads",
+                                    default=1 if cfg.get("multi_query") else fields["num_heads"])
+    if cfg.get("new_decoder_architecture") and cfg.get("num_kv_heads"):
+        fields["num_kv_heads"] = cfg["num_kv_heads"]
+    vocab = cfg.get("vocab_size")
+    if vocab is None:
+        raise SpecError(f"vocab_size: missing; cannot represent architecture {arch!r} without it")
+    fields["vocab_size"] = vocab
+    if cfg.get("head_dim") is not None:
+        fields["head_dim"] = cfg["head_dim"]
+    act = str(_first(cfg, "hidden_act", "activation_function", "hidden_activation", default="silu"))
+    gated = act not in _GELU or mt in ("gemma", "gemma2")
+    fields["mlp"] = "gated" if gated else "plain"
+    inter = _first(cfg, "intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim")
+    if inter is None:
+        inter = 4 * H  # GPT-J, Falcon: n_inner null means 4*H
+    fields["intermediate_size"] = inter
+    fields["max_context"] = _first(cfg, "max_position_embeddings", "n_positions", "seq_length", default=4096)
+    fields["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
+    fields["attention_bias"] = bool(_first(cfg, "attention_bias", "bias", "qkv_bias", default=False))
+    fields["mlp_bias"] = bool(cfg.get("mlp_bias", False)) or mt == "gptj"
+    fields["parallel_attention"] = bool(cfg.get("parallel_attn", False)) or mt == "gptj"
+    if mt == "falcon" and cfg.get("new_decoder_architecture"):
+        fields["parallel_attention"] = True
+
+    experts = _first(cfg, "num_local_experts", "n_routed_experts", "num_experts")
+    if experts:
+        k = _first(cfg, "num_experts_per_tok", "experts_per_token", "moe_top_k")
+        if k is None:
+            raise SpecError("num_experts_per_tok: missing for an MoE model; cannot route tokens")
+        moe: dict[str, Any] = {
+            "num_experts": experts,
+            "experts_per_token": k,
+            "expert_intermediate_size": _first(cfg, "moe_intermediate_size", "intermediate_size"),
+            "num_shared_experts": int(cfg.get("n_shared_experts") or 0),
+            "first_dense_layers": int(cfg.get("first_k_dense_replace") or 0),
+        }
+        if cfg.get("shared_expert_intermediate_size"):
+            moe["num_shared_experts"] = max(1, moe["num_shared_experts"])
+            moe["shared_expert_intermediate_size"] = cfg["shared_expert_intermediate_size"]
+        if cfg.get("mlp_only_layers"):
+            raise SpecError("mlp_only_layers: non-empty lists of dense layers inside an MoE stack are not supported")
+        fields["moe"] = build(MoESpec, moe, "moe")
+    if cfg.get("kv_lora_rank"):
+        mla = {
+            "kv_lora_rank": cfg["kv_lora_rank"],
+            "qk_nope_head_dim": cfg.get("qk_nope_head_dim"),
+            "qk_rope_head_dim": cfg.get("qk_rope_head_dim"),
+            "v_head_dim": cfg.get("v_head_dim"),
+            "q_lora_rank": cfg.get("q_lora_rank"),
+        }
+        for k2, v in mla.items():
+            if v is None and k2 != "q_lora_rank":
+                raise SpecError(f"{k2}: missing; MLA attention (kv_lora_rank set) needs it")
+        fields["mla"] = build(MLASpec, mla, "mla")
+    window = cfg.get("sliding_window")
+    use_sw = cfg.get("use_sliding_window", True)
+    if window and use_sw:
+        types_ = cfg.get("layer_types")
+        if isinstance(types_, list):
+            n_sw = sum(1 for t in types_ if t == "sliding_attention")
+        else:
+            n_sw = fields["num_layers"]
+        if n_sw:
+            fields["sliding_window"] = build(SlidingWindowSpec, {"window": window, "num_layers": n_sw}, "sliding_window")
+    q = cfg.get("quantization_config") or {}
+    method = str(q.get("quant_method", "")).lower() if isinstance(q, dict) else ""
+    if method == "fp8":
+        fields["default_weight_dtype"] = "fp8"
+    elif method == "mxfp4":
+        fields["notes"] = "experts are MXFP4 in the published checkpoint; attention and embeddings bf16"
+    if arch not in _SUPPORTED_ARCHS:
+        fields["notes"] = f"imported from an unrecognised architecture {arch!r}: check the figures"
+    return build(ModelSpec, fields)
+
+
+def iter_catalog_files(kind: str) -> Iterator[Path]:
+    yield from sorted(_catalog_dir(kind).glob("*.yaml"))

@@ -1,0 +1,645 @@
+"""The price of one engine step: a roofline cost model per operator.
+
+Physics from `PERFORMANCE_MODEL.md` (roofline: Williams, Waterman & Patterson, CACM 2009;
+per-op FLOP/byte accounting as in LLM-Viewer, Yuan et al., arXiv:2402.16363):
+
+    time(op)   = max( F / (peak[dtype] * eta_c(T)),  B / (hbm_bw * eta_m) )
+    time(step) = sum_layers sum_ops time(op) + all-reduce + per-step overhead
+
+A step is described by sufficient statistics that do not grow with the batch:
+
+    T   new tokens in the step              S   sequences that emit a token (LM head rows)
+    Ad  decode query-key pairs  sum_j (p_j + 1/2) over decode sequences (p_j cached tokens)
+    Ap  prefill query-key pairs sum_i q_i (p_i + q_i/2) over prefill chunks (causal)
+    R   KV tokens read          sum_j (p_j + q_j) over all sequences
+    Aw, Rw  the same two sums with each sequence's context capped at the sliding window
+
+With those, every op's FLOPs and bytes are linear in the feature vector
+x = [1, T, S, [S>0], Ad, Ap, R, Aw, Rw, U], where U = E (1 - (1 - k/E)^T) is the expected
+number of distinct experts a step touches (uniform routing). The GEMM efficiency ramp
+eta_c(T) = eta_c T / (T + T0) keeps compute time linear too: F/(P eta_c(T)) = f (T + T0)/(P eta_c).
+So the model compiles to two small matrices and the step time is
+sum_ops max(C_op . x, M_op . x) + P . x, costing the same for 1 or 1000 sequences.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .catalog import load_hardware, load_model
+from .specs import DTYPE_BYTES, DTYPES, HardwareSpec, ModelSpec, SpecError
+
+FEATURES = ("one", "T", "S", "emit", "Ad", "Ap", "R", "Aw", "Rw", "U")
+_NF = len(FEATURES)
+_I = {name: i for i, name in enumerate(FEATURES)}
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """Tensor- and pipeline-parallel degrees of one replica (GPUs per replica = tp * pp)."""
+
+    tp: int = 1
+    pp: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise SpecError(f"{name}: {v!r} must be an integer >= 1")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp
+
+
+@dataclass(frozen=True)
+class DTypes:
+    """Numeric formats of weights, activations and the KV cache."""
+
+    weight: str = "bf16"
+    activation: str = "bf16"
+    kv: str = "bf16"
+
+    def __post_init__(self) -> None:
+        for name in ("weight", "activation", "kv"):
+            v = getattr(self, name)
+            if v not in DTYPE_BYTES:
+                raise SpecError(f"{name}_dtype: {v!r} is not one of {', '.join(DTYPES)}")
+
+    @property
+    def gemm(self) -> str:
+        """The GEMM format: the wider of weight and activation (W4A16 runs bf16 tensor cores)."""
+        if DTYPE_BYTES[self.weight] >= DTYPE_BYTES[self.activation]:
+            return self.weight
+        return self.activation
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator's cost as linear forms over FEATURES (already x layer count, per GPU)."""
+
+    name: str
+    kind: str  # "gemm", "attention", "vector", "gather", "comm"
+    flops: np.ndarray
+    weight_bytes: np.ndarray
+    act_bytes: np.ndarray
+    kv_read_bytes: np.ndarray
+    kv_write_bytes: np.ndarray
+    compute_s: np.ndarray  # linear form of compute time
+    memory_s: np.ndarray  # linear form of memory time
+    extra_s: np.ndarray  # added outside the max (launch overhead, communication)
+
+
+def _vec(**coeffs: float) -> np.ndarray:
+    v = np.zeros(_NF)
+    for k, c in coeffs.items():
+        v[_I[k]] = c
+    return v
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """Sufficient statistics of one step's batch (see module docstring)."""
+
+    T: float
+    S: float
+    Ad: float = 0.0
+    Ap: float = 0.0
+    R: float = 0.0
+    Aw: float | None = None
+    Rw: float | None = None
+
+    @classmethod
+    def from_sequences(cls, seqs: list[tuple[int, int]], window: int | None = None) -> StepBatch:
+        """Build from (new tokens q, cached tokens p) per sequence; q=1 is a decode.
+
+        A prefill chunk emits a token only when it finishes its prompt; here every
+        sequence is taken to emit (use the constructor for finer control).
+        """
+        T = S = Ad = Ap = R = Aw = Rw = 0.0
+        for q, p in seqs:
+            T += q
+            S += 1
+            pairs = q * (p + q / 2)
+            if q == 1:
+                Ad += pairs
+            else:
+                Ap += pairs
+            R += p + q
+            if window is not None:
+                Aw += q * min(p + q / 2, window)
+                Rw += min(p + q, window)
+        if window is None:
+            Aw, Rw = Ad + Ap, R
+        return cls(T, S, Ad, Ap, R, Aw, Rw)
+
+
+class CostModel:
+    """Step-time model of one replica: model x hardware x parallelism x dtypes x efficiency.
+
+    `step_time(T, S, Ad, Ap, R, Aw, Rw)` is the fast scalar path (seconds);
+    `step_times(...)` the same over numpy arrays; `breakdown(batch)` the per-op detail.
+    """
+
+    def __init__(
+        self,
+        model: ModelSpec | str,
+        hardware: HardwareSpec | str,
+        parallelism: Parallelism | None = None,
+        dtypes: DTypes | None = None,
+        *,
+        ideal: bool = False,
+        efficiency: dict[str, float] | None = None,
+    ) -> None:
+        self.model = load_model(model) if isinstance(model, str) else model
+        hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
+        if efficiency:
+            try:
+                hw = hw.with_efficiency(**efficiency)
+            except TypeError as e:
+                raise SpecError(f"efficiency: {e}") from None
+        if ideal:
+            hw = hw.ideal()
+        self.hardware = hw
+        self.par = parallelism or Parallelism()
+        self.dtypes = dtypes or DTypes(weight=self.model.default_weight_dtype)
+        m, par = self.model, self.par
+        if m.num_layers % par.pp:
+            raise SpecError(f"pp: {par.pp} does not divide num_layers ({m.num_layers})")
+        if m.mla is None and m.num_heads % par.tp:
+            raise SpecError(f"tp: {par.tp} does not divide num_heads ({m.num_heads}) of {m.id}")
+        if m.mla is not None and m.num_heads % par.tp:
+            raise SpecError(f"tp: {par.tp} does not divide num_heads ({m.num_heads}) of {m.id}")
+        self.gemm_dtype = hw.gemm_dtype(self.dtypes.gemm)
+        self.attention_dtype = hw.gemm_dtype(self.dtypes.activation)
+        self.notes: list[str] = []
+        if self.gemm_dtype != self.dtypes.gemm:
+            self.notes.append(
+                f"{hw.id} has no {self.dtypes.gemm} tensor rate: GEMMs priced at its {self.gemm_dtype} rate"
+            )
+        if self.attention_dtype != self.dtypes.activation:
+            self.notes.append(
+                f"{hw.id} has no {self.dtypes.activation} rate: attention priced at {self.attention_dtype}"
+            )
+        self.ops = self._build_ops()
+        self._C = np.array([op.compute_s for op in self.ops])
+        self._M = np.array([op.memory_s for op in self.ops])
+        self._P = np.sum([op.extra_s for op in self.ops], axis=0)
+        self._P[_I["one"]] += hw.efficiency.step_overhead_s
+        self.step_time = self._compile_scalar()
+
+    # ------------------------------------------------------------------ building the ops
+    def _build_ops(self) -> list[Op]:
+        m, hw, par, dt = self.model, self.hardware, self.par, self.dtypes
+        eff = hw.efficiency
+        t = par.tp
+        bw, ba, bkv = DTYPE_BYTES[dt.weight], DTYPE_BYTES[dt.activation], DTYPE_BYTES[dt.kv]
+        P_gemm = hw.flops(self.gemm_dtype) * eff.compute_efficiency
+        P_attn = hw.flops(self.attention_dtype) * eff.attention_efficiency
+        P_vec = hw.flops(self.attention_dtype) * eff.compute_efficiency
+        mem = hw.hbm_bandwidth_bytes_per_s * eff.memory_efficiency
+        T0 = eff.gemm_ramp_tokens
+        H, nh, nkv, d = m.hidden_size, m.num_heads, m.num_kv_heads, m.d_head
+        t_kv = m.kv_shards(t)
+        kv_elem = m.kv_elements_per_token_per_layer
+        n_full = m.num_layers - m.num_sliding_layers
+        n_slide = m.num_sliding_layers
+        ops: list[Op] = []
+
+        def add(name: str, kind: str, count: float, flops: np.ndarray, *, w: np.ndarray | None = None,
+                a: np.ndarray | None = None, kr: np.ndarray | None = None, kw: np.ndarray | None = None,
+                comp: np.ndarray | None = None, extra: np.ndarray | None = None, launches: np.ndarray | None = None) -> None:
+            if count <= 0:
+                return
+            z = np.zeros(_NF)
+            w, a, kr, kw = (z if v is None else v for v in (w, a, kr, kw))
+            if comp is None:
+                rate = {"gemm": P_gemm, "attention": P_attn, "vector": P_vec}.get(kind)
+                comp = flops / rate if rate else z
+            memory = (w + a + kr + kw) / mem
+            ex = z.copy() if extra is None else extra.copy()
+            ex += (_vec(one=1.0) if launches is None else launches) * eff.kernel_overhead_s
+            ops.append(Op(name, kind, count * flops, count * w, count * a, count * kr, count * kw,
+                          count * comp, count * memory, count * ex))
+
+        def gemm(name: str, count: float, n_in: float, n_out: float, tokens: str = "T") -> None:
+            """A GEMM over `tokens` rows: [rows, n_in] x [n_in, n_out] (per-GPU dims)."""
+            f = 2.0 * n_in * n_out
+            flops = _vec(**{tokens: f})
+            # eta_c(T) = eta_c T/(T+T0): compute time f (T + T0) / (P eta_c)
+            if tokens == "S":  # LM head: rows = S; it only runs when some sequence emits
+                comp = _vec(S=f / P_gemm, emit=f * T0 / P_gemm)
+                w = _vec(emit=n_in * n_out * bw)
+                launches = _vec(emit=1.0)
+            else:
+                comp = _vec(T=f / P_gemm, one=f * T0 / P_gemm)
+                w = _vec(one=n_in * n_out * bw)
+                launches = None
+            add(name, "gemm", count, flops, w=w, a=_vec(**{tokens: (n_in + n_out) * ba}), comp=comp,
+                launches=launches)
+
+        # --- attention projections
+        L = m.num_layers
+        if m.mla is not None:
+            ml = m.mla
+            qk = ml.qk_nope_head_dim + ml.qk_rope_head_dim
+            if ml.q_lora_rank:
+                gemm("q_proj", L, H, ml.q_lora_rank + 0.0)
+                gemm("q_up_proj", L, ml.q_lora_rank, nh * qk / t)
+            else:
+                gemm("q_proj", L, H, nh * qk / t)
+            gemm("kv_down_proj", L, H, ml.kv_lora_rank + ml.qk_rope_head_dim)
+            gemm("kv_up_proj", L, ml.kv_lora_rank, nh * (ml.qk_nope_head_dim + ml.v_head_dim) / t)
+            o_in = nh * ml.v_head_dim / t
+        else:
+            gemm("qkv_proj", L, H, (nh / t + 2 * nkv / t_kv) * d)
+            o_in = nh * d / t
+
+        # --- attention (flash: scores stay on chip; bytes are the KV cache)
+        def attention(name: str, count: int, A_d: str, A_p: str, Rk: str) -> None:
+            if m.mla is not None:
+                ml = m.mla
+                # decode: absorbed up-projections, per pair per head 2(r+rope) + 2r FLOPs;
+                # prefill: materialised K/V, per pair per head 2(nope+rope) + 2 v_head FLOPs
+                fd = nh / t * (4 * ml.kv_lora_rank + 2 * ml.qk_rope_head_dim)
+                fp = nh / t * 2 * (ml.qk_nope_head_dim + ml.qk_rope_head_dim + ml.v_head_dim)
+                flops = _vec(**{A_d: fd}) + _vec(**{A_p: fp})
+            else:
+                flops = _vec(**{A_d: 4.0 * nh * d / t}) + _vec(**{A_p: 4.0 * nh * d / t})
+            kv_tok = kv_elem * bkv / t_kv
+            add(name, "attention", count, flops, kr=_vec(**{Rk: kv_tok}), kw=_vec(T=kv_tok),
+                a=_vec(T=2 * nh * d / t * ba))
+
+        if m.sliding_window is not None and n_slide:
+            attention("attention", n_full, "Ad", "Ap", "R")
+            attention("attention_sliding", n_slide, "Aw", "Aw", "Rw")
+        else:
+            attention("attention", L, "Ad", "Ap", "R")
+        gemm("o_proj", L, o_in, H)
+
+        # --- MLP / MoE
+        n_mat = 3 if m.mlp == "gated" else 2
+        if m.num_dense_layers:
+            I_ = m.intermediate_size / t
+            gemm("mlp_gate_up", m.num_dense_layers, H, (n_mat - 1) * I_)
+            gemm("mlp_down", m.num_dense_layers, I_, H)
+        if m.moe is not None:
+            moe = m.moe
+            nl = m.num_moe_layers
+            gemm("moe_router", nl, H, moe.num_experts)
+            Ie = moe.expert_intermediate_size / t
+            f_tok = 2.0 * n_mat * H * Ie * moe.experts_per_token
+            # per-expert GEMMs see T k / U rows: time f (T k + T0 U) / (P eta_c)
+            f_exp = 2.0 * n_mat * H * Ie
+            add("moe_experts", "gemm", nl, _vec(T=f_tok),
+                w=_vec(U=n_mat * H * Ie * bw),
+                a=_vec(T=moe.experts_per_token * (2 * H + n_mat * Ie) * ba),
+                comp=_vec(T=f_tok / P_gemm, U=f_exp * T0 / P_gemm),
+                launches=_vec(one=1.0))
+            if moe.num_shared_experts:
+                Is = moe.shared_intermediate / t
+                gemm("moe_shared_gate_up", nl, H, (n_mat - 1) * Is)
+                gemm("moe_shared_down", nl, Is, H)
+
+        # --- norms, residuals, activation function: memory-bound element-wise work
+        add("norm_act", "vector", L, _vec(T=10.0 * H), a=_vec(T=4.0 * H * ba))
+
+        # --- tensor-parallel all-reduce: ring, 2 (t-1)/t * message / link + latency
+        if t > 1:
+            per_layer = 1 if m.parallel_attention else 2
+            link = hw.link_bandwidth_bytes_per_s * eff.link_efficiency
+            msg = H * ba
+            ring = 2.0 * (t - 1) / t * msg / link
+            extra = _vec(T=ring, one=hw.link_latency_s)
+            add("allreduce", "comm", L * per_layer, np.zeros(_NF), a=np.zeros(_NF), extra=extra,
+                launches=_vec())
+        if par.pp > 1:
+            link = hw.link_bandwidth_bytes_per_s * eff.link_efficiency
+            extra = _vec(T=H * ba / link, one=hw.link_latency_s)
+            add("pp_send", "comm", par.pp - 1, np.zeros(_NF), extra=extra, launches=_vec())
+
+        # --- once per step: embedding gather and LM head (only for emitting sequences)
+        add("embedding", "gather", 1, np.zeros(_NF), w=_vec(T=H * bw), a=_vec(T=H * ba))
+        gemm("lm_head", 1, H, m.vocab_size / t, tokens="S")
+        return ops
+
+    # ------------------------------------------------------------------ evaluation
+    def _features(self, T: Any, S: Any, Ad: Any, Ap: Any, R: Any, Aw: Any, Rw: Any) -> np.ndarray:
+        T = np.asarray(T, dtype=float)
+        S = np.asarray(S, dtype=float)
+        shape = np.broadcast(T, S, Ad, Ap, R, Aw, Rw).shape
+        X = np.empty((_NF, *shape))
+        X[0] = 1.0
+        X[1] = T
+        X[2] = S
+        X[3] = S > 0
+        X[4] = Ad
+        X[5] = Ap
+        X[6] = R
+        X[7] = Aw
+        X[8] = Rw
+        X[9] = self._touched(T)
+        return X
+
+    def _touched(self, T: Any) -> Any:
+        moe = self.model.moe
+        if moe is None:
+            return np.zeros_like(np.asarray(T, dtype=float))
+        E, k = moe.num_experts, moe.experts_per_token
+        return E * (1.0 - (1.0 - k / E) ** np.asarray(T, dtype=float))
+
+    def step_times(self, T: Any, S: Any, Ad: Any = 0.0, Ap: Any = 0.0, R: Any = 0.0,
+                   Aw: Any = None, Rw: Any = None) -> np.ndarray:
+        """Vectorised step time (s) over arrays of batch statistics."""
+        if Aw is None:
+            Aw = np.asarray(Ad) + np.asarray(Ap)
+        if Rw is None:
+            Rw = R
+        X = self._features(T, S, Ad, Ap, R, Aw, Rw)
+        flat = X.reshape(_NF, -1)
+        t = np.maximum(self._C @ flat, self._M @ flat).sum(axis=0) + self._P @ flat
+        return t.reshape(X.shape[1:])
+
+    def _compile_scalar(self) -> Any:
+        """Generate an unrolled pure-Python step_time: ~2 us a call, no numpy overhead."""
+        names = ["1.0", "T", "S", "h", "Ad", "Ap", "R", "Aw", "Rw", "U"]
+
+        def form(vec: np.ndarray) -> str:
+            terms = []
+            for i, c in enumerate(vec):
+                if c == 0.0:
+                    continue
+                terms.append(repr(float(c)) if i == 0 else f"{float(c)!r}*{names[i]}")
+            return " + ".join(terms) if terms else "0.0"
+
+        lines = ["def step_time(T, S, Ad=0.0, Ap=0.0, R=0.0, Aw=None, Rw=None):"]
+        lines.append("    if Aw is None: Aw = Ad + Ap")
+        lines.append("    if Rw is None: Rw = R")
+        lines.append("    h = 1.0 if S > 0 else 0.0")
+        if self.model.moe is not None:
+            E, k = self.model.moe.num_experts, self.model.moe.experts_per_token
+            lines.append(f"    U = {float(E)!r} * (1.0 - {1.0 - k / E!r} ** T)")
+        else:
+            lines.append("    U = 0.0")
+        lines.append(f"    t = {form(self._P)}")
+        for c, mvec in zip(self._C, self._M):
+            lines.append(f"    a = {form(c)}")
+            lines.append(f"    b = {form(mvec)}")
+            lines.append("    t += a if a > b else b")
+        lines.append("    return t")
+        ns: dict[str, Any] = {}
+        exec(compile("\n".join(lines), f"<step_time {self.model.id}>", "exec"), ns)  # noqa: S102
+        fn = ns["step_time"]
+        fn.__doc__ = "Step time in seconds for batch statistics (T, S, Ad, Ap, R, Aw, Rw)."
+        return fn
+
+    def time(self, batch: StepBatch) -> float:
+        """Step time (s) of a StepBatch."""
+        return self.step_time(batch.T, batch.S, batch.Ad, batch.Ap, batch.R, batch.Aw, batch.Rw)
+
+    def breakdown(self, batch: StepBatch) -> dict[str, Any]:
+        """Per-op FLOPs, bytes by kind, time and bound for one step (the slow, explanatory path)."""
+        Aw = batch.Ad + batch.Ap if batch.Aw is None else batch.Aw
+        Rw = batch.R if batch.Rw is None else batch.Rw
+        x = self._features(batch.T, batch.S, batch.Ad, batch.Ap, batch.R, Aw, Rw)
+        ops = []
+        tot = {"compute": 0.0, "memory": 0.0, "communication": 0.0, "overhead": 0.0}
+        for op in self.ops:
+            c, mm, ex = float(op.compute_s @ x), float(op.memory_s @ x), float(op.extra_s @ x)
+            if op.kind == "comm":
+                bound = "communication"
+                tot["communication"] += ex
+            else:
+                bound = "compute" if c >= mm and c > 0 else "memory"
+                tot[bound] += max(c, mm)
+                tot["overhead"] += ex
+            ops.append({
+                "name": op.name,
+                "flops": float(op.flops @ x),
+                "bytes": float((op.weight_bytes + op.act_bytes + op.kv_read_bytes + op.kv_write_bytes) @ x),
+                "weight_bytes": float(op.weight_bytes @ x),
+                "activation_bytes": float(op.act_bytes @ x),
+                "kv_read_bytes": float(op.kv_read_bytes @ x),
+                "kv_write_bytes": float(op.kv_write_bytes @ x),
+                "time_ms": (max(c, mm) + ex) * 1e3,
+                "bound": bound,
+            })
+        step_overhead = self.hardware.efficiency.step_overhead_s
+        tot["overhead"] += step_overhead
+        total = sum(tot.values())
+        bound = max(("compute", "memory", "communication"), key=lambda k: tot[k])
+        return {
+            "time_ms": total * 1e3,
+            "bound": bound,
+            "flops": sum(o["flops"] for o in ops),
+            "bytes": sum(o["bytes"] for o in ops),
+            "time_by_bound_ms": {k: v * 1e3 for k, v in tot.items()},
+            "ops": ops,
+        }
+
+    # ------------------------------------------------------------------ memory
+    def memory(self, gpu_memory_utilization: float = 0.9, max_num_batched_tokens: int = 8192,
+               max_num_seqs: int = 256, seq_len: int | None = None) -> MemoryPlan:
+        return memory_plan(self.model, self.hardware, self.par, self.dtypes,
+                           gpu_memory_utilization, max_num_batched_tokens, max_num_seqs, seq_len)
+
+
+# ---------------------------------------------------------------------- memory model
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What fits on one GPU of a replica (bytes) and the KV capacity that leaves."""
+
+    weights_bytes_per_gpu: float
+    activation_reserve_bytes: float
+    usable_bytes_per_gpu: float
+    kv_budget_bytes_per_gpu: float
+    kv_bytes_per_token: float  # whole model, before sharding
+    kv_bytes_per_token_per_gpu: float
+    kv_capacity_tokens: int
+    seq_len: int
+    max_concurrent_sequences: int
+    fits: bool
+    smallest_tp_that_fits: int | None
+    message: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def weights_bytes_per_gpu(model: ModelSpec, par: Parallelism, dtypes: DTypes) -> float:
+    """Weight bytes one GPU holds: all parameters / (tp * pp), K/V projections replicated
+    when tp exceeds the KV heads, MoE experts sharded by TP."""
+    bw = DTYPE_BYTES[dtypes.weight]
+    t = par.tp
+    total = model.param_count
+    replicated = 0.0
+    if model.mla is None and t > model.num_kv_heads:
+        kv_proj = 2 * model.hidden_size * model.num_kv_heads * model.d_head * model.num_layers
+        # each GPU holds one full KV head's projection instead of n_kv/t of them
+        replicated = kv_proj * (1.0 / model.kv_shards(t) - 1.0 / t)
+    return (total / t + replicated) * bw / par.pp
+
+
+def activation_reserve_bytes(model: ModelSpec, par: Parallelism, dtypes: DTypes,
+                             max_num_batched_tokens: int, max_num_seqs: int) -> float:
+    """Peak activation memory of one step at the token budget, plus logits and a fixed
+    workspace (CUDA graphs, NCCL buffers) of 0.5 GB: an estimate of what vLLM's profiling run reserves."""
+    ba = DTYPE_BYTES[dtypes.activation]
+    t = par.tp
+    inter = model.intermediate_size if model.moe is None else max(
+        model.intermediate_size if model.num_dense_layers else 0,
+        model.moe.expert_intermediate_size * model.moe.experts_per_token)
+    per_token = (4 * model.hidden_size + 2 * inter / t) * ba
+    logits = min(max_num_seqs, max_num_batched_tokens) * model.vocab_size / t * 4.0
+    return max_num_batched_tokens * per_token + logits + 0.5e9
+
+
+def memory_plan(model: ModelSpec, hardware: HardwareSpec, par: Parallelism, dtypes: DTypes,
+                gpu_memory_utilization: float = 0.9, max_num_batched_tokens: int = 8192,
+                max_num_seqs: int = 256, seq_len: int | None = None) -> MemoryPlan:
+    """Weights per GPU, KV bytes per token, KV capacity in tokens and in sequences of `seq_len`.
+
+    KV budget/GPU = capacity * utilisation - weights/GPU - activation reserve;
+    KV tokens = budget / (KV bytes per token / (t' * pp)), t' = min(tp, n_kv) (1 for MLA).
+    """
+    if not (0 < gpu_memory_utilization <= 1):
+        raise SpecError(f"gpu_memory_utilization: {gpu_memory_utilization!r} must be in (0, 1]")
+    w = weights_bytes_per_gpu(model, par, dtypes)
+    reserve = activation_reserve_bytes(model, par, dtypes, max_num_batched_tokens, max_num_seqs)
+    usable = hardware.hbm_capacity_bytes * gpu_memory_utilization
+    budget = usable - w - reserve
+    kv_tok = model.kv_bytes_per_token(dtypes.kv)
+    kv_tok_gpu = kv_tok / (model.kv_shards(par.tp) * par.pp)
+    tokens = int(max(budget, 0.0) // kv_tok_gpu)
+    L = seq_len or min(model.max_context, 4096)
+    seqs = tokens // L
+    fits = budget > 0 and tokens >= 16
+    smallest = None
+    msg = ""
+    if not fits:
+        for tp in (1, 2, 4, 8, 16, 32, 64, 128):
+            if tp < par.tp or (model.mla is None and model.num_heads % tp):
+                continue
+            p2 = Parallelism(tp, par.pp)
+            b2 = usable - weights_bytes_per_gpu(model, p2, dtypes) - activation_reserve_bytes(
+                model, p2, dtypes, max_num_batched_tokens, max_num_seqs)
+            if b2 > 0 and b2 / (kv_tok / (model.kv_shards(tp) * par.pp)) >= 16:
+                smallest = tp
+                break
+        hint = f"; smallest TP that fits: {smallest}" if smallest else "; no TP up to 128 fits (try pp or a narrower weight dtype)"
+        msg = (f"{model.id} does not fit on {hardware.id} with tp={par.tp} pp={par.pp}: weights "
+               f"{w / 1e9:.1f} GB + activations {reserve / 1e9:.1f} GB per GPU > "
+               f"{usable / 1e9:.1f} GB usable ({gpu_memory_utilization:.0%} of "
+               f"{hardware.hbm_capacity_bytes / 1e9:.1f} GB){hint}")
+    return MemoryPlan(w, reserve, usable, budget, kv_tok, kv_tok_gpu, tokens, L, seqs, fits, smallest, msg)
+
+
+# ---------------------------------------------------------------------- static prediction
+
+
+def decode_step_arrays(batch: int, input_len: int, output_len: int) -> dict[str, np.ndarray]:
+    """Batch statistics of the O-1 decode steps of a static batch (context grows by 1 a step).
+
+    Decode step k = 1..O-1 feeds token k: each sequence has p = I + k - 1 cached tokens.
+    """
+    k = np.arange(1, max(output_len, 1), dtype=float)
+    p = input_len + k - 1
+    B = float(batch)
+    return {"T": np.full_like(k, B), "S": np.full_like(k, B), "Ad": B * (p + 0.5),
+            "Ap": np.zeros_like(k), "R": B * (p + 1), "p": p}
+
+
+def predict_static(cost: CostModel, batch_size: int, input_len: int, output_len: int,
+                   gpu_memory_utilization: float = 0.9) -> dict[str, Any]:
+    """A static batch: B prompts of I tokens prefilled in one step, then O-1 decode steps.
+
+    Returns vLLM/SCHEMA metric names: ttft_ms, tpot_ms, e2e_ms, throughputs, per-phase
+    breakdowns and the memory plan.
+    """
+    for name, v, lo in (("batch_size", batch_size, 1), ("input_len", input_len, 1), ("output_len", output_len, 1)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+            raise SpecError(f"{name}: {v!r} must be an integer >= {lo}")
+    m = cost.model
+    B, I, O = batch_size, input_len, output_len
+    window = m.sliding_window.window if m.sliding_window else None
+    pre = StepBatch(T=B * I, S=B, Ad=0.0, Ap=B * I * I / 2.0, R=B * I,
+                    Aw=B * I * min(I / 2.0, window) if window else None,
+                    Rw=B * min(I, window) if window else None)
+    prefill = cost.breakdown(pre)
+    ttft_s = prefill["time_ms"] / 1e3
+    dec = decode_step_arrays(B, I, O)
+    if O > 1:
+        if window:
+            Aw = B * np.minimum(dec["p"] + 0.5, window)
+            Rw = B * np.minimum(dec["p"] + 1, window)
+        else:
+            Aw, Rw = None, None
+        times = cost.step_times(dec["T"], dec["S"], dec["Ad"], dec["Ap"], dec["R"], Aw, Rw)
+        decode_s = float(times.sum())
+        tpot_s = decode_s / (O - 1)
+        mid = int(len(times) // 2)
+        p_mid = float(dec["p"][mid])
+        mid_batch = StepBatch(T=B, S=B, Ad=B * (p_mid + 0.5), R=B * (p_mid + 1),
+                              Aw=B * min(p_mid + 0.5, window) if window else None,
+                              Rw=B * min(p_mid + 1, window) if window else None)
+        decode = cost.breakdown(mid_batch)
+    else:
+        decode_s, tpot_s, decode = 0.0, float("nan"), None
+    e2e_s = ttft_s + decode_s
+    mem = cost.memory(gpu_memory_utilization, max_num_batched_tokens=max(B * I, 1),
+                      max_num_seqs=B, seq_len=I + O)
+    kv_needed = B * (I + O)
+    gpus = cost.par.num_gpus
+    out = {
+        "model": m.id,
+        "hardware": cost.hardware.id,
+        "tp": cost.par.tp,
+        "pp": cost.par.pp,
+        "batch_size": B,
+        "input_len": I,
+        "output_len": O,
+        "weight_dtype": cost.dtypes.weight,
+        "activation_dtype": cost.dtypes.activation,
+        "kv_dtype": cost.dtypes.kv,
+        "gemm_dtype": cost.gemm_dtype,
+        "ttft_ms": ttft_s * 1e3,
+        "tpot_ms": tpot_s * 1e3,
+        "e2e_ms": e2e_s * 1e3,
+        "decode_tokens_per_s": 1.0 / tpot_s if O > 1 else float("nan"),
+        "prefill_tokens_per_s": B * I / ttft_s,
+        "output_tokens_per_s": B * O / e2e_s,
+        "output_tokens_per_s_per_gpu": B * O / e2e_s / gpus,
+        "prefill": prefill,
+        "decode": decode,
+        "memory": {**mem.as_dict(), "kv_tokens_needed": kv_needed,
+                   "kv_fits": kv_needed <= mem.kv_capacity_tokens},
+        "notes": list(cost.notes) + ([mem.message] if mem.message else []) + (
+            [f"batch needs {kv_needed} KV tokens, capacity is {mem.kv_capacity_tokens}"]
+            if mem.fits and kv_needed > mem.kv_capacity_tokens else []),
+        "ideal": cost.hardware.efficiency == type(cost.hardware.efficiency)(),
+    }
+    return out
+
+
+def make_cost_model(model: str | ModelSpec, hardware: str | HardwareSpec, tp: int = 1, pp: int = 1,
+                    weight_dtype: str | None = None, activation_dtype: str = "bf16",
+                    kv_dtype: str | None = None, ideal: bool = False,
+                    efficiency: dict[str, float] | None = None) -> CostModel:
+    """Convenience constructor from plain values (the CLI and notebooks use this)."""
+    m = load_model(model) if isinstance(model, str) else model
+    w = weight_dtype or m.default_weight_dtype
+    kv = kv_dtype or ("bf16" if DTYPE_BYTES[activation_dtype] >= 2 else activation_dtype)
+    return CostModel(m, hardware, Parallelism(tp, pp), DTypes(w, activation_dtype, kv),
+                     ideal=ideal, efficiency=efficiency)
+
+
+__all__ = [
+    "CostModel", "DTypes", "MemoryPlan", "Op", "Parallelism", "StepBatch", "FEATURES",
+    "decode_step_arrays", "make_cost_model", "memory_plan", "predict_static", "weights_bytes_per_gpu",
+]

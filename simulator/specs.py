@@ -1,0 +1,537 @@
+"""Typed, self-validating descriptions of accelerators and models.
+
+A `HardwareSpec` is one accelerator (one GPU/TPU chip); a `ModelSpec` is one decoder-only
+transformer. Both are frozen dataclasses that check every field in `__post_init__` and
+raise `SpecError` with one line naming the field, the value and what is allowed. Derived
+facts (parameter counts, weight bytes, KV bytes per token, ridge point) are properties.
+
+All quantities are SI: bytes, bytes/s, FLOP/s, seconds. 1 GB = 1e9 bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Bytes per element of each supported numeric format.
+DTYPE_BYTES: dict[str, float] = {
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "int4": 0.5,
+    "fp4": 0.5,
+}
+DTYPES = tuple(DTYPE_BYTES)
+
+#: When an accelerator has no tensor rate for a format, the next wider format it runs on.
+DTYPE_FALLBACK: dict[str, str] = {
+    "fp4": "fp8",
+    "int4": "int8",
+    "fp8": "bf16",
+    "int8": "fp16",
+    "fp16": "bf16",
+    "bf16": "fp16",
+    "fp32": "",
+}
+
+
+class SpecError(ValueError):
+    """A user-supplied spec, option or file is invalid. The message is one line for the user."""
+
+
+def _where(owner: str, name: str) -> str:
+    return f"{owner}.{name}" if owner else name
+
+
+def _type_ok(value: Any, tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return value is None
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    if origin is tuple:
+        return isinstance(value, tuple)
+    if origin is dict or tp is dict:
+        return isinstance(value, dict)
+    if dataclasses.is_dataclass(tp):
+        return isinstance(value, tp)
+    return isinstance(value, tp)
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        names = [_type_name(a) for a in typing.get_args(tp) if a is not type(None)]
+        return " or ".join(names) + " (or omitted)"
+    if tp is float:
+        return "a number"
+    if tp is int:
+        return "an integer"
+    if tp is bool:
+        return "true or false"
+    if tp is str:
+        return "a string"
+    if origin is tuple:
+        return "a list"
+    if origin is dict:
+        return "a mapping"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return str(tp)
+
+
+def _check_fields(obj: Any, owner: str) -> None:
+    """Check types and the numeric constraints declared in each field's metadata."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        tp = hints[f.name]
+        where = _where(owner, f.name)
+        if not _type_ok(value, tp):
+            raise SpecError(f"{where}: {value!r} is not {_type_name(tp)}")
+        if value is None:
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(f"{where}: {value!r} is not a finite number")
+        meta = f.metadata
+        if meta.get("positive") and value <= 0:
+            raise SpecError(f"{where}: {value!r} must be > 0")
+        if meta.get("nonneg") and value < 0:
+            raise SpecError(f"{where}: {value!r} must be >= 0")
+        if "max" in meta and value > meta["max"]:
+            raise SpecError(f"{where}: {value!r} must be <= {meta['max']}")
+        if "choices" in meta and value not in meta["choices"]:
+            raise SpecError(f"{where}: {value!r} is not one of {', '.join(meta['choices'])}")
+
+
+def _pos(default: Any = dataclasses.MISSING, **kw: Any) -> Any:
+    return field(default=default, metadata={"positive": True, **kw})
+
+
+def _nonneg(default: Any = dataclasses.MISSING, **kw: Any) -> Any:
+    return field(default=default, metadata={"nonneg": True, **kw})
+
+
+# --------------------------------------------------------------------------- hardware
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """How far real kernels fall short of the roofline, and fixed costs per step.
+
+    `compute_efficiency` (eta_c) is the fraction of dense peak a large GEMM reaches;
+    a GEMM over T tokens reaches eta_c * T / (T + gemm_ramp_tokens) (small GEMMs are less
+    efficient). `memory_efficiency` (eta_m) is the fraction of HBM bandwidth streaming
+    kernels reach. `attention_efficiency` scales peak for attention FLOPs.
+    `kernel_overhead_s` is paid once per op per layer (launch and tail effects);
+    `step_overhead_s` once per engine step (scheduler, sampling, host sync).
+    `link_efficiency` is the fraction of link bandwidth an all-reduce achieves.
+    """
+
+    compute_efficiency: float = _pos(1.0, max=1.0)
+    memory_efficiency: float = _pos(1.0, max=1.0)
+    attention_efficiency: float = _pos(1.0, max=1.0)
+    gemm_ramp_tokens: float = _nonneg(0.0)
+    kernel_overhead_s: float = _nonneg(0.0)
+    step_overhead_s: float = _nonneg(0.0)
+    link_efficiency: float = _pos(1.0, max=1.0)
+    sources: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "efficiency")
+
+    @classmethod
+    def ideal(cls) -> Efficiency:
+        """Pure roofline: efficiencies 1, overheads 0."""
+        return cls()
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """One accelerator chip. Peak rates are DENSE (no 2:4 sparsity), in FLOP/s per dtype."""
+
+    id: str
+    name: str
+    vendor: str
+    peak_flops_per_s: dict
+    hbm_capacity_bytes: float = _pos()
+    hbm_bandwidth_bytes_per_s: float = _pos()
+    link_bandwidth_bytes_per_s: float = _pos()
+    link_latency_s: float = _nonneg(5e-6)
+    form_factor: str = ""
+    tdp_w: float | None = _pos(None)
+    price_per_gpu_hour_usd: float | None = _pos(None)
+    efficiency: Efficiency = field(default_factory=Efficiency)
+    sources: tuple[str, ...] = ()
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "")
+        if not self.id:
+            raise SpecError("id: must be a non-empty string")
+        if not self.peak_flops_per_s:
+            raise SpecError(f"peak_flops_per_s: empty; give FLOP/s for at least one of {', '.join(DTYPES)}")
+        for k, v in self.peak_flops_per_s.items():
+            if k not in DTYPE_BYTES:
+                raise SpecError(f"peak_flops_per_s.{k}: unknown dtype{_did_you_mean(k, DTYPES)}; allowed: {', '.join(DTYPES)}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise SpecError(f"peak_flops_per_s.{k}: {v!r} must be a number > 0 (FLOP/s)")
+
+    def gemm_dtype(self, dtype: str) -> str:
+        """The dtype whose tensor rate a GEMM in `dtype` runs at (falls back to wider ones)."""
+        d = dtype
+        seen = set()
+        while d and d not in self.peak_flops_per_s and d not in seen:
+            seen.add(d)
+            d = DTYPE_FALLBACK[d]
+        if d in self.peak_flops_per_s:
+            return d
+        # nothing narrower or equal: the widest rate the chip has
+        return max(self.peak_flops_per_s, key=lambda k: DTYPE_BYTES[k])
+
+    def flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for `dtype`, after fallback."""
+        return float(self.peak_flops_per_s[self.gemm_dtype(dtype)])
+
+    def ridge_point(self, dtype: str = "bf16") -> float:
+        """Arithmetic intensity (FLOP/byte) where compute and memory time are equal."""
+        return self.flops(dtype) / self.hbm_bandwidth_bytes_per_s
+
+    def with_efficiency(self, **overrides: Any) -> HardwareSpec:
+        """A copy with some efficiency fields replaced."""
+        eff = dataclasses.replace(self.efficiency, **overrides)
+        return dataclasses.replace(self, efficiency=eff)
+
+    def ideal(self) -> HardwareSpec:
+        """A copy with pure-roofline efficiencies (1) and no overheads."""
+        return dataclasses.replace(self, efficiency=Efficiency.ideal())
+
+
+# --------------------------------------------------------------------------- models
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """Mixture of experts: routed experts, top-k, shared experts, leading dense layers."""
+
+    num_experts: int = _pos()
+    experts_per_token: int = _pos()
+    expert_intermediate_size: int = _pos()
+    num_shared_experts: int = _nonneg(0)
+    shared_expert_intermediate_size: int | None = _pos(None)
+    first_dense_layers: int = _nonneg(0)
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "moe")
+        if self.experts_per_token > self.num_experts:
+            raise SpecError(
+                f"moe.experts_per_token: {self.experts_per_token} must be <= moe.num_experts ({self.num_experts})"
+            )
+
+    @property
+    def shared_intermediate(self) -> int:
+        """Total intermediate width of the shared experts (0 if none)."""
+        if self.num_shared_experts == 0:
+            return 0
+        if self.shared_expert_intermediate_size is not None:
+            return self.shared_expert_intermediate_size
+        return self.num_shared_experts * self.expert_intermediate_size
+
+
+@dataclass(frozen=True)
+class MLASpec:
+    """DeepSeek multi-head latent attention (arXiv:2405.04434)."""
+
+    kv_lora_rank: int = _pos()
+    qk_nope_head_dim: int = _pos()
+    qk_rope_head_dim: int = _pos()
+    v_head_dim: int = _pos()
+    q_lora_rank: int | None = _pos(None)
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "mla")
+
+
+@dataclass(frozen=True)
+class SlidingWindowSpec:
+    """`num_layers` of the model's layers attend only to the last `window` tokens."""
+
+    window: int = _pos()
+    num_layers: int = _pos()
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "sliding_window")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer, in the terms of its Hugging Face config.json."""
+
+    id: str
+    hidden_size: int = _pos()
+    num_layers: int = _pos()
+    num_heads: int = _pos()
+    num_kv_heads: int = _pos()
+    intermediate_size: int = _pos()
+    vocab_size: int = _pos()
+    head_dim: int | None = _pos(None)
+    name: str = ""
+    aliases: tuple[str, ...] = ()
+    hf_id: str = ""
+    max_context: int = _pos(4096)
+    mlp: str = field(default="gated", metadata={"choices": ("gated", "plain")})
+    parallel_attention: bool = False
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    moe: MoESpec | None = None
+    mla: MLASpec | None = None
+    sliding_window: SlidingWindowSpec | None = None
+    chars_per_token: float | None = _pos(None)
+    default_weight_dtype: str = field(default="bf16", metadata={"choices": DTYPES})
+    sources: tuple[str, ...] = ()
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "")
+        if not self.id:
+            raise SpecError("id: must be a non-empty string")
+        if self.head_dim is None and self.mla is None and self.hidden_size % self.num_heads:
+            raise SpecError(
+                f"num_heads: {self.num_heads} does not divide hidden_size {self.hidden_size}; "
+                "give head_dim explicitly"
+            )
+        if self.num_kv_heads > self.num_heads:
+            raise SpecError(f"num_kv_heads: {self.num_kv_heads} must be <= num_heads ({self.num_heads})")
+        if self.num_heads % self.num_kv_heads:
+            raise SpecError(
+                f"num_kv_heads: {self.num_kv_heads} must divide num_heads ({self.num_heads})"
+            )
+        if self.sliding_window is not None and self.sliding_window.num_layers > self.num_layers:
+            raise SpecError(
+                f"sliding_window.num_layers: {self.sliding_window.num_layers} must be <= num_layers ({self.num_layers})"
+            )
+        if self.moe is not None and self.moe.first_dense_layers > self.num_layers:
+            raise SpecError(
+                f"moe.first_dense_layers: {self.moe.first_dense_layers} must be <= num_layers ({self.num_layers})"
+            )
+
+    # ---- derived geometry
+    @property
+    def d_head(self) -> int:
+        """Head dimension d (explicit head_dim, else hidden_size / num_heads)."""
+        return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_heads
+
+    @property
+    def num_moe_layers(self) -> int:
+        return 0 if self.moe is None else self.num_layers - self.moe.first_dense_layers
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def num_sliding_layers(self) -> int:
+        return 0 if self.sliding_window is None else self.sliding_window.num_layers
+
+    @property
+    def attention_kind(self) -> str:
+        """'MLA', 'MHA', 'MQA' or 'GQA'."""
+        if self.mla is not None:
+            return "MLA"
+        if self.num_kv_heads == self.num_heads:
+            return "MHA"
+        if self.num_kv_heads == 1:
+            return "MQA"
+        return "GQA"
+
+    # ---- parameter counts, per component (weights only; biases and norms included)
+    @property
+    def attention_params_per_layer(self) -> int:
+        H, nh, nkv, d = self.hidden_size, self.num_heads, self.num_kv_heads, self.d_head
+        if self.mla is not None:
+            m = self.mla
+            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            if m.q_lora_rank:
+                q = H * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * nh * qk
+            else:
+                q = H * nh * qk
+            kv = H * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+            kv += m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim)
+            o = nh * m.v_head_dim * H
+            return q + kv + o
+        p = H * (nh + 2 * nkv) * d + nh * d * H
+        if self.attention_bias:
+            p += (nh + 2 * nkv) * d + H
+        return p
+
+    def _mlp_params(self, inter: int) -> int:
+        H = self.hidden_size
+        n = 3 if self.mlp == "gated" else 2
+        p = n * H * inter
+        if self.mlp_bias:
+            p += (n - 1) * inter + H
+        return p
+
+    @property
+    def dense_mlp_params(self) -> int:
+        return self._mlp_params(self.intermediate_size)
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one routed expert."""
+        return 0 if self.moe is None else self._mlp_params(self.moe.expert_intermediate_size)
+
+    @property
+    def shared_expert_params(self) -> int:
+        return 0 if self.moe is None or not self.moe.num_shared_experts else self._mlp_params(self.moe.shared_intermediate)
+
+    @property
+    def router_params(self) -> int:
+        return 0 if self.moe is None else self.hidden_size * self.moe.num_experts
+
+    @property
+    def norm_params_per_layer(self) -> int:
+        return 2 * self.hidden_size
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def lm_head_params(self) -> int:
+        """LM head parameters not shared with the embedding (0 when tied)."""
+        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+
+    @property
+    def param_count(self) -> int:
+        """Total parameters (embeddings and LM head included, once if tied)."""
+        per_layer = self.attention_params_per_layer + self.norm_params_per_layer
+        total = self.num_layers * per_layer
+        total += self.num_dense_layers * self.dense_mlp_params
+        if self.moe is not None:
+            total += self.num_moe_layers * (
+                self.moe.num_experts * self.expert_params + self.shared_expert_params + self.router_params
+            )
+        return total + self.embedding_params + self.lm_head_params + self.hidden_size
+
+    @property
+    def active_param_count(self) -> int:
+        """Parameters multiplied per token: routed experts counted k of E, the input
+        embedding (a gather, not a GEMM) excluded, the LM head included."""
+        per_layer = self.attention_params_per_layer + self.norm_params_per_layer
+        total = self.num_layers * per_layer + self.num_dense_layers * self.dense_mlp_params
+        if self.moe is not None:
+            total += self.num_moe_layers * (
+                self.moe.experts_per_token * self.expert_params + self.shared_expert_params + self.router_params
+            )
+        head = self.vocab_size * self.hidden_size
+        return total + head + self.hidden_size
+
+    def weight_bytes(self, dtype: str | None = None) -> float:
+        """Bytes of all weights stored in `dtype` (default: the model's own)."""
+        return self.param_count * DTYPE_BYTES[dtype or self.default_weight_dtype]
+
+    # ---- KV cache
+    @property
+    def kv_elements_per_token_per_layer(self) -> int:
+        """KV-cache elements one token adds in one layer (all KV heads; MLA: the latent)."""
+        if self.mla is not None:
+            return self.mla.kv_lora_rank + self.mla.qk_rope_head_dim
+        return 2 * self.num_kv_heads * self.d_head
+
+    def kv_bytes_per_token(self, dtype: str = "bf16") -> float:
+        """KV-cache bytes per token over all layers, whole model (before TP sharding)."""
+        return self.num_layers * self.kv_elements_per_token_per_layer * DTYPE_BYTES[dtype]
+
+    def kv_shards(self, tp: int) -> int:
+        """How many ways TP splits the KV cache: min(tp, n_kv); 1 for MLA (one shared latent)."""
+        if self.mla is not None:
+            return 1
+        return min(tp, self.num_kv_heads)
+
+    def describe(self) -> dict:
+        """Key derived facts, for `llmsim show`."""
+        return {
+            "attention": self.attention_kind,
+            "head_dim": self.d_head,
+            "param_count": self.param_count,
+            "active_param_count": self.active_param_count,
+            "weight_bytes_bf16": self.weight_bytes("bf16"),
+            "kv_bytes_per_token_bf16": self.kv_bytes_per_token("bf16"),
+            "kv_bytes_per_token_fp8": self.kv_bytes_per_token("fp8"),
+        }
+
+
+def _did_you_mean(key: str, options: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(options), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def build(cls: type, data: Any, owner: str = "") -> Any:
+    """Make a spec dataclass from a plain mapping, with one-line errors for bad keys/types."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{owner or 'spec'}: expected a mapping of fields, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if not isinstance(key, str) or key not in names:
+            raise SpecError(
+                f"{_where(owner, str(key))}: unknown field{_did_you_mean(str(key), names)}; "
+                f"allowed: {', '.join(names)}"
+            )
+        tp = hints[key]
+        sub = _dataclass_in(tp)
+        if sub is not None and isinstance(value, dict):
+            value = build(sub, value, _where(owner, key))
+        elif typing.get_origin(tp) is tuple and isinstance(value, list):
+            value = tuple(value)
+        elif typing.get_origin(tp) is tuple and isinstance(value, str):
+            value = (value,)
+        elif tp is float and isinstance(value, str):
+            value = _parse_number(value, _where(owner, key))
+        kwargs[key] = value
+    missing = [n for n, f in names.items() if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and n not in kwargs]
+    if missing:
+        raise SpecError(f"{_where(owner, missing[0])}: required field is missing")
+    try:
+        return cls(**kwargs)
+    except SpecError as e:
+        if owner and not str(e).startswith(owner):
+            raise SpecError(f"{owner}.{e}") from None
+        raise
+
+
+def _parse_number(text: str, where: str) -> Any:
+    try:
+        return float(text)
+    except ValueError:
+        return text  # the type check then names the field and value
+
+
+def _dataclass_in(tp: Any) -> type | None:
+    if dataclasses.is_dataclass(tp):
+        return tp
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        for a in typing.get_args(tp):
+            if dataclasses.is_dataclass(a):
+                return a
+    return None
