@@ -1,0 +1,732 @@
+"""Discrete-event simulation of LLM serving: continuous batching on one or more replicas.
+
+`simulate(cost, workload, config)` is a pure function: a step-cost model and a request stream
+in, a `SimResult` out (per-request records as numpy arrays / a tidy DataFrame, pooled
+inter-token latencies, a timeline). Behaviour follows `SERVING_MODEL.md` (vLLM's scheduler):
+
+* each step: running sequences first (a decode takes 1 token of budget, a partial prompt its
+  next chunk), then waiting requests first-come-first-served while token budget, seats and
+  KV blocks remain; a long prompt is split into chunks across steps;
+* KV memory is paged; when a running sequence needs a block and none is free, the most
+  recently admitted sequence is preempted (blocks freed, recomputed later from the head of
+  the queue);
+* a request that can never fit is rejected at arrival with a reason.
+
+Speed: state lives in fixed-size numpy slot arrays. When a step is pure decode (no prompt
+to prefill, nothing to admit), the following steps differ only by context growth, so the
+engine prices a whole run of them in one vectorised call and jumps to the next event
+(a completion, a KV block shortage, or the next arrival). Completions are known by step
+index (remaining output tokens), so the per-step Python work is O(1).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from .roofline import CostModel
+from .specs import SpecError
+from .workload import Workload
+
+SCHEDULERS = ("vllm", "prefill-priority", "static")
+ROUTERS = ("round-robin", "least-outstanding", "least-kv")
+
+# request status codes
+PENDING, COMPLETED, REJECTED = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Limits of one replica's scheduler (vLLM's names)."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_size: int = 16
+    scheduler: str = "vllm"
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
+    kv_capacity_tokens: int | None = None  # override the memory model (tests, what-ifs)
+    max_segment_steps: int = 4096
+    debug: bool = False  # check conservation invariants while running
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_segment_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise SpecError(f"{name}: {v!r} must be an integer >= 1")
+        if self.scheduler not in SCHEDULERS:
+            raise SpecError(f"scheduler: {self.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
+        if not (0 < self.gpu_memory_utilization <= 1):
+            raise SpecError(f"gpu_memory_utilization: {self.gpu_memory_utilization!r} must be in (0, 1]")
+        if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.block_size:
+            raise SpecError(f"kv_capacity_tokens: {self.kv_capacity_tokens!r} must be >= block_size")
+
+
+@dataclass
+class SimResult:
+    """What a simulation produced: one record per request plus pooled step statistics."""
+
+    arrival_s: np.ndarray
+    input_len: np.ndarray
+    output_len: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    preemptions: np.ndarray
+    replica: np.ndarray
+    status: np.ndarray
+    reasons: dict[int, str]
+    itl_values_s: np.ndarray  # distinct inter-token gaps
+    itl_counts: np.ndarray  # how many tokens saw each gap
+    timeline: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def records(self) -> pd.DataFrame:
+        """Tidy per-request table (one row per request), times in seconds."""
+        ttft = self.first_token_s - self.arrival_s
+        e2el = self.finish_s - self.arrival_s
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(self.output_len > 1, (e2el - ttft) / (self.output_len - 1), np.nan)
+        status = np.array(["pending", "completed", "rejected"])[self.status]
+        reason = [self.reasons.get(i, "") for i in range(len(self.status))] if self.reasons else [""] * len(self.status)
+        return pd.DataFrame({
+            "request_id": np.arange(len(self.arrival_s)),
+            "arrival_s": self.arrival_s,
+            "first_token_s": self.first_token_s,
+            "finish_s": self.finish_s,
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "ttft_s": ttft,
+            "tpot_s": tpot,
+            "e2el_s": e2el,
+            "preemptions": self.preemptions,
+            "replica": self.replica,
+            "status": status,
+            "reason": reason,
+        })
+
+
+class _Log:
+    """Growable compact logs (ITL gap counts and the timeline) kept out of Python objects."""
+
+    def __init__(self) -> None:
+        self.itl: dict[float, int] = {}
+        self.itl_chunks: list[np.ndarray] = []  # step durations, one array per decode segment
+        self.itl_weights: list[int] = []  # tokens emitted per step in that segment
+        self.tl_t: list[float] = []
+        self.tl_batch: list[int] = []
+        self.tl_kv: list[float] = []
+        self.tl_queue: list[int] = []
+        self.tl_replica: list[int] = []
+        self.tl_tokens: list[int] = []
+        self.steps = 0
+        self.batch_token_sum = 0.0  # sum over steps of sequences in the step
+        self.busy_s = 0.0
+        self.peak_kv = 0.0
+
+    def gaps(self, values: np.ndarray) -> None:
+        if len(values) == 0:
+            return
+        u, c = np.unique(values, return_counts=True)
+        d = self.itl
+        for v, n in zip(u.tolist(), c.tolist()):
+            d[v] = d.get(v, 0) + n
+
+    def gap(self, value: float, count: int) -> None:
+        if count:
+            self.itl[value] = self.itl.get(value, 0) + count
+
+
+class Replica:
+    """One model replica: a continuous-batching scheduler over paged KV memory."""
+
+    def __init__(self, index: int, cost: CostModel, cfg: EngineConfig, total_blocks: int,
+                 max_model_len: int, wl: Workload, out: dict[str, np.ndarray], log: _Log,
+                 on_finish: Callable[[int, float], None]) -> None:
+        self.index = index
+        self.cost = cost
+        self.step_time = cost.step_time
+        self.cfg = cfg
+        self.bs = cfg.block_size
+        self.total_blocks = total_blocks
+        self.free_blocks = total_blocks
+        self.max_model_len = max_model_len
+        self.window = cost.model.sliding_window.window if cost.model.sliding_window else None
+        n = cfg.max_num_seqs
+        self.rid = np.full(n, -1, dtype=np.int64)
+        self.computed = np.zeros(n, dtype=np.int64)  # tokens whose KV is in cache
+        self.prompt = np.zeros(n, dtype=np.int64)  # tokens to prefill before emitting
+        self.generated = np.zeros(n, dtype=np.int64)
+        self.outlen = np.zeros(n, dtype=np.int64)
+        self.blocks = np.zeros(n, dtype=np.int64)
+        self.order = np.zeros(n, dtype=np.int64)
+        self.last_tok = np.zeros(n, dtype=float)
+        self.free_slots = list(range(n - 1, -1, -1))
+        self.active: list[int] = []  # slots in admission order
+        self.waiting: deque[int] = deque()
+        self.gen_so_far: dict[int, int] = {}  # preempted requests: tokens already generated
+        self.clock = 0.0
+        self.admit_counter = 0
+        self.wl_in = wl.input_len
+        self.wl_out = wl.output_len
+        self.out = out
+        self.log = log
+        self.on_finish = on_finish
+        self.outstanding = 0
+        self.n_prefilling = 0  # active slots that have not finished their prompt
+
+    # ---------------------------------------------------------------- state queries
+    @property
+    def kv_load(self) -> float:
+        return 1.0 - self.free_blocks / self.total_blocks
+
+    def has_work(self) -> bool:
+        return bool(self.active) or bool(self.waiting)
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.bs)
+
+    # ---------------------------------------------------------------- arrivals
+    def enqueue(self, r: int, t: float) -> None:
+        """Request r arrives at time t (the replica has been advanced to >= t or is idle)."""
+        need = int(self.wl_in[r] + self.wl_out[r])
+        reason = None
+        if need > self.max_model_len:
+            reason = (f"prompt+output = {need} tokens exceeds max_model_len {self.max_model_len}")
+        elif self.blocks_for(need) > self.total_blocks:
+            reason = (f"needs {need} KV tokens; the replica holds {self.total_blocks * self.bs}")
+        elif self.cfg.scheduler != "vllm" and self.wl_in[r] > self.cfg.max_num_batched_tokens:
+            reason = (f"prompt of {int(self.wl_in[r])} tokens exceeds max_num_batched_tokens "
+                      f"{self.cfg.max_num_batched_tokens} with chunked prefill off")
+        if reason is not None:
+            self.out["status"][r] = REJECTED
+            self.out["reasons"][r] = reason
+            self.out["replica"][r] = self.index
+            return
+        if not self.has_work() and self.clock < t:
+            self.clock = t
+        self.out["replica"][r] = self.index
+        self.waiting.append(r)
+        self.outstanding += 1
+
+    # ---------------------------------------------------------------- main loop
+    def advance_until(self, t_limit: float, max_actions: int | None = None) -> None:
+        """Run steps that start before t_limit (an arrival at t_limit joins the next step).
+
+        `max_actions` bounds the scheduling decisions taken (a step or a decode segment).
+        """
+        sched = self.cfg.scheduler
+        done = 0
+        while self.has_work() and self.clock < t_limit:
+            if max_actions is not None and done >= max_actions:
+                return
+            done += 1
+            if sched == "static":
+                self._static_batch()
+            elif self._pure_decode_ready():
+                self._decode_segment(t_limit)
+            else:
+                self._step()
+
+    def _pure_decode_ready(self) -> bool:
+        """True when the next step is decode-only and nothing can be admitted."""
+        if not self.active:
+            return False
+        a = self.active
+        if self.n_prefilling:
+            return False
+        if self.waiting:
+            if len(a) >= self.cfg.max_num_seqs or self.cfg.max_num_batched_tokens <= len(a):
+                return True
+            # could the head be admitted right now? (KV for its first chunk)
+            r = self.waiting[0]
+            first = min(self._prompt_of(r), self.cfg.max_num_batched_tokens - len(a))
+            if self.cfg.scheduler == "prefill-priority":
+                first = self._prompt_of(r)
+            need_next = int(np.sum(self.computed[a] + 1 > self.blocks[a] * self.bs))
+            return self.blocks_for(first) + need_next > self.free_blocks
+        return True
+
+    def _prompt_of(self, r: int) -> int:
+        return int(self.wl_in[r]) + self.gen_so_far.get(r, 0)
+
+    # ---------------------------------------------------------------- decode segments
+    def _decode_segment(self, t_limit: float) -> None:
+        a = np.array(self.active, dtype=np.int64)
+        B = len(a)
+        if self.cfg.max_num_batched_tokens < B:
+            self._step()
+            return
+        c = self.computed[a]
+        remaining = self.outlen[a] - self.generated[a]
+        k_fin = int(remaining.min())
+        # KV: after i steps seq j needs ceil((c_j + i)/bs) blocks; extra(i) = sum floor((r_j+i-1)/bs)
+        fill = (c - 1) % self.bs + 1
+        k_max = min(k_fin, self.cfg.max_segment_steps)
+        free = self.free_blocks
+        if free < B * -(-k_max // self.bs):
+            # find largest i <= k_max with extra(i) <= free (extra is nondecreasing)
+            lo, hi = 0, k_max
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if int(np.sum((fill + mid - 1) // self.bs)) <= free:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            k_max = lo
+        if k_max == 0:
+            self._step()  # a block is needed now: the full scheduler preempts
+            return
+        c_sum = float(c.sum())
+        Ad0 = c_sum + 0.5 * B
+        R0 = c_sum + B
+        if self.window is None and t_limit != math.inf:
+            # steps only lengthen as context grows, so at most (t_limit - clock)/dt0 + 1 start
+            dt0 = self.step_time(B, B, Ad0, 0.0, R0)
+            k_max = max(1, min(k_max, int((t_limit - self.clock) / dt0) + 1))
+        if self.window is None and k_max <= 24:
+            st = self.step_time
+            dts = []
+            t = self.clock
+            n = 0
+            while n < k_max and t < t_limit:
+                d = st(B, B, Ad0 + B * n, 0.0, R0 + B * n)
+                dts.append(d)
+                t += d
+                n += 1
+            dt = np.array(dts)
+            ends = self.clock + np.cumsum(dt)
+        else:
+            i = np.arange(k_max, dtype=float)
+            Ad = Ad0 + B * i
+            R = R0 + B * i
+            if self.window is not None:
+                W = self.window
+                cs = np.sort(c).astype(float)
+                Aw = _capped_sums(cs, i + 0.5, W)
+                Rw = _capped_sums(cs, i + 1.0, W)
+            else:
+                Aw, Rw = Ad, R
+            dt = self.cost.step_times(float(B), float(B), Ad, 0.0, R, Aw, Rw)
+            ends = self.clock + np.cumsum(dt)
+            starts = np.empty_like(ends)
+            starts[0] = self.clock
+            starts[1:] = ends[:-1]
+            n = int(np.searchsorted(starts, t_limit, side="left"))
+            n = max(1, min(n, k_max))
+        # apply n decode steps to every active slot
+        self.computed[a] += n
+        self.generated[a] += n
+        new_blocks = -(-(c + n) // self.bs)
+        got = int((new_blocks - self.blocks[a]).sum())
+        self.blocks[a] = new_blocks
+        self.free_blocks -= got
+        self._pool_gaps(dt[:n], B)
+        t_end = float(ends[n - 1])
+        self.last_tok[a] = t_end
+        self.log.steps += n
+        self.log.batch_token_sum += B * n
+        self.log.busy_s += float(ends[n - 1] - self.clock)
+        self.clock = t_end
+        self._record(B)
+        done = a[self.generated[a] >= self.outlen[a]]
+        for s in done.tolist():
+            self._finish(int(s))
+
+    def _pool_gaps(self, dts: np.ndarray, weight: int) -> None:
+        self.log.itl_chunks.append(dts)
+        self.log.itl_weights.append(weight)
+
+    # ---------------------------------------------------------------- one general step
+    def _step(self) -> None:
+        cfg = self.cfg
+        budget = cfg.max_num_batched_tokens
+        sched: list[tuple[int, int]] = []  # (slot, new tokens)
+        preempted = False
+        prefill_priority = cfg.scheduler == "prefill-priority"
+        # prefill-priority: if anything waits and can be admitted, run a prefill-only step
+        if prefill_priority and self.waiting and self._can_admit_head(budget):
+            sched = self._admit(budget, whole_prompts=True)
+        else:
+            queue = list(self.active)
+            idx = 0
+            while idx < len(queue):
+                s = queue[idx]
+                idx += 1
+                if self.rid[s] < 0:
+                    continue  # preempted earlier in this loop
+                if budget <= 0:
+                    break
+                rem = int(self.prompt[s] - self.computed[s])
+                need = 1 if rem <= 0 else (min(rem, budget) if not prefill_priority else rem)
+                if need > budget:
+                    continue
+                nb = self.blocks_for(int(self.computed[s]) + need) - int(self.blocks[s])
+                ok = True
+                while nb > self.free_blocks:
+                    victim = max(self.active, key=lambda x: self.order[x])
+                    self._preempt(victim)
+                    preempted = True
+                    if victim == s:
+                        ok = False
+                        break
+                if not ok:
+                    continue
+                self.blocks[s] += nb
+                self.free_blocks -= nb
+                sched.append((s, need))
+                budget -= need
+            if not preempted and not prefill_priority:
+                sched += self._admit(budget, whole_prompts=False)
+        if not sched:
+            if self.waiting and not self.active:
+                # nothing runs and the head cannot be admitted: cannot happen after the
+                # arrival check, but never spin forever
+                r = self.waiting.popleft()
+                self.outstanding -= 1
+                self.out["status"][r] = REJECTED
+                self.out["reasons"][r] = "could not be scheduled on an empty replica"
+            return
+        self._execute(sched)
+
+    def _can_admit_head(self, budget: int) -> bool:
+        r = self.waiting[0]
+        p = self._prompt_of(r)
+        return (len(self.active) < self.cfg.max_num_seqs and p <= budget
+                and self.blocks_for(p) <= self.free_blocks)
+
+    def _admit(self, budget: int, whole_prompts: bool) -> list[tuple[int, int]]:
+        out = []
+        while self.waiting and budget > 0 and len(self.active) < self.cfg.max_num_seqs:
+            r = self.waiting[0]
+            p = self._prompt_of(r)
+            need = p if whole_prompts else min(p, budget)
+            if need > budget:
+                break
+            nb = self.blocks_for(need)
+            if nb > self.free_blocks:
+                break
+            self.waiting.popleft()
+            s = self.free_slots.pop()
+            self.rid[s] = r
+            self.computed[s] = 0
+            self.prompt[s] = p
+            self.generated[s] = self.gen_so_far.pop(r, 0)
+            self.outlen[s] = self.wl_out[r]
+            self.blocks[s] = nb
+            self.free_blocks -= nb
+            self.order[s] = self.admit_counter
+            self.admit_counter += 1
+            self.active.append(s)
+            self.n_prefilling += 1
+            out.append((s, need))
+            budget -= need
+        return out
+
+    def _preempt(self, s: int) -> None:
+        r = int(self.rid[s])
+        self.free_blocks += int(self.blocks[s])
+        self.gen_so_far[r] = int(self.generated[s])
+        self.out["preemptions"][r] += 1
+        self._release(s)
+        self.waiting.appendleft(r)
+
+    def _release(self, s: int) -> None:
+        if self.computed[s] < self.prompt[s]:
+            self.n_prefilling -= 1
+        self.blocks[s] = 0
+        self.rid[s] = -1
+        self.active.remove(s)
+        self.free_slots.append(s)
+
+    def _execute(self, sched: list[tuple[int, int]]) -> None:
+        T = S = 0
+        Ad = Ap = R = Aw = Rw = 0.0
+        W = self.window
+        emit = []
+        for s, q in sched:
+            p = int(self.computed[s])
+            T += q
+            R += p + q
+            if q == 1 and p >= self.prompt[s]:
+                Ad += p + 0.5
+                if W is not None:
+                    Aw += min(p + 0.5, W)
+            else:
+                Ap += q * (p + q / 2.0)
+                if W is not None:
+                    Aw += q * min(p + q / 2.0, W)
+            if W is not None:
+                Rw += min(p + q, W)
+            if p + q >= self.prompt[s]:
+                S += 1
+                emit.append(s)
+        if W is None:
+            Aw, Rw = Ad + Ap, R
+        dt = self.step_time(T, S, Ad, Ap, R, Aw, Rw)
+        t_end = self.clock + dt
+        self.log.steps += 1
+        self.log.batch_token_sum += len(sched)
+        self.log.busy_s += dt
+        for s, q in sched:
+            c0 = self.computed[s]
+            self.computed[s] = c0 + q
+            if c0 < self.prompt[s] <= c0 + q:
+                self.n_prefilling -= 1
+        self.clock = t_end
+        out_first = self.out["first_token_s"]
+        gaps = []
+        for s in emit:
+            r = int(self.rid[s])
+            if self.generated[s] == 0:
+                out_first[r] = t_end
+            else:
+                gaps.append(t_end - self.last_tok[s])
+            self.generated[s] += 1
+            self.last_tok[s] = t_end
+        if gaps:
+            self.log.gaps(np.asarray(gaps))
+        self._record(len(sched))
+        for s in emit:
+            if self.generated[s] >= self.outlen[s]:
+                self._finish(s)
+
+    def _finish(self, s: int) -> None:
+        r = int(self.rid[s])
+        self.out["finish_s"][r] = self.clock
+        self.out["status"][r] = COMPLETED
+        self.free_blocks += int(self.blocks[s])
+        self._release(s)
+        self.outstanding -= 1
+        self.on_finish(r, self.clock)
+
+    def _record(self, batch: int) -> None:
+        used = 1.0 - self.free_blocks / self.total_blocks
+        lg = self.log
+        if used > lg.peak_kv:
+            lg.peak_kv = used
+        lg.tl_t.append(self.clock)
+        lg.tl_batch.append(batch)
+        lg.tl_kv.append(used)
+        lg.tl_queue.append(len(self.waiting))
+        lg.tl_replica.append(self.index)
+        if self.cfg.debug:
+            self.check()
+
+    def check(self) -> None:
+        """Conservation invariants (debug mode): blocks and seats are all accounted for."""
+        held = int(self.blocks[self.active].sum()) if self.active else 0
+        if held + self.free_blocks != self.total_blocks:
+            raise AssertionError(f"replica {self.index}: blocks held {held} + free {self.free_blocks} != {self.total_blocks}")
+        if len(self.active) + len(self.free_slots) != self.cfg.max_num_seqs:
+            raise AssertionError(f"replica {self.index}: seat accounting broken")
+        for s in self.active:
+            if self.blocks[s] * self.bs < self.computed[s]:
+                raise AssertionError(f"replica {self.index}: slot {s} holds fewer blocks than its KV")
+
+    # ---------------------------------------------------------------- static batching
+    def _static_batch(self) -> None:
+        """Pre-Orca baseline: form a batch from the queue, prefill it in one step, decode
+        until its longest member ends; nobody joins until the whole batch is done."""
+        batch: list[int] = []
+        blocks = 0
+        while self.waiting and len(batch) < self.cfg.max_num_seqs:
+            r = self.waiting[0]
+            nb = self.blocks_for(int(self.wl_in[r] + self.wl_out[r]))
+            if blocks + nb > self.free_blocks:
+                break
+            blocks += nb
+            batch.append(self.waiting.popleft())
+        if not batch:
+            r = self.waiting.popleft()
+            self.outstanding -= 1
+            self.out["status"][r] = REJECTED
+            self.out["reasons"][r] = "does not fit in KV memory even alone"
+            return
+        ins = self.wl_in[batch].astype(float)
+        outs = self.wl_out[batch]
+        B = len(batch)
+        W = self.window
+        Ap = float(np.sum(ins * ins / 2.0))
+        R = float(ins.sum())
+        Aw = float(np.sum(ins * np.minimum(ins / 2.0, W))) if W else Ap
+        Rw = float(np.minimum(ins, W).sum()) if W else R
+        t0 = self.clock
+        dt0 = self.step_time(float(ins.sum()), float(B), 0.0, Ap, R, Aw, Rw)
+        t_first = t0 + dt0
+        O = int(outs.max())
+        k = np.arange(1, O, dtype=float)
+        # padded batch: every member keeps a slot (and is priced) until the longest ends
+        p = ins[None, :] + k[:, None] - 1
+        Ad = (p + 0.5).sum(axis=1)
+        Rr = (p + 1).sum(axis=1)
+        if W:
+            Awd = np.minimum(p + 0.5, W).sum(axis=1)
+            Rwd = np.minimum(p + 1, W).sum(axis=1)
+        else:
+            Awd, Rwd = Ad, Rr
+        dts = self.cost.step_times(float(B), float(B), Ad, 0.0, Rr, Awd, Rwd) if O > 1 else np.zeros(0)
+        ends = t_first + np.concatenate([[0.0], np.cumsum(dts)])
+        self.free_blocks -= blocks
+        for j, r in enumerate(batch):
+            self.out["first_token_s"][r] = t_first
+            self.out["finish_s"][r] = ends[outs[j] - 1]
+            self.out["status"][r] = COMPLETED
+            if outs[j] > 1:
+                self.log.gaps(dts[: outs[j] - 1])
+        self.log.steps += 1 + len(dts)
+        self.log.batch_token_sum += B * (1 + len(dts))
+        self.log.busy_s += float(ends[-1] - t0)
+        self.clock = float(ends[-1])
+        self.log.peak_kv = max(self.log.peak_kv, blocks / self.total_blocks)
+        self._record(B)
+        self.free_blocks += blocks
+        self.outstanding -= B
+        for j, r in sorted(enumerate(batch), key=lambda x: ends[outs[x[0]] - 1]):
+            self.on_finish(r, float(ends[outs[j] - 1]))
+
+
+def _pool_itl(log: _Log) -> tuple[np.ndarray, np.ndarray]:
+    """All inter-token gaps as (distinct values, counts)."""
+    vals = [np.fromiter(log.itl.keys(), dtype=float, count=len(log.itl))]
+    cnts = [np.fromiter(log.itl.values(), dtype=np.int64, count=len(log.itl))]
+    for ch, w in zip(log.itl_chunks, log.itl_weights):
+        vals.append(ch)
+        cnts.append(np.full(len(ch), w, dtype=np.int64))
+    v = np.concatenate(vals)
+    c = np.concatenate(cnts)
+    u, inv = np.unique(v, return_inverse=True)
+    return u, np.bincount(inv, weights=c).astype(np.int64)
+
+
+def _capped_sums(sorted_c: np.ndarray, offsets: np.ndarray, W: float) -> np.ndarray:
+    """sum_j min(c_j + o, W) for each offset o, with c sorted ascending (O((B + k) log B))."""
+    prefix = np.concatenate([[0.0], np.cumsum(sorted_c)])
+    n_below = np.searchsorted(sorted_c, W - offsets, side="left")  # c_j + o < W
+    B = len(sorted_c)
+    return prefix[n_below] + n_below * offsets + (B - n_below) * W
+
+
+def kv_blocks(cost: CostModel, cfg: EngineConfig) -> tuple[int, int]:
+    """(KV blocks per replica, max_model_len) from the memory model or the override."""
+    if cfg.kv_capacity_tokens is not None:
+        tokens = int(cfg.kv_capacity_tokens)
+    else:
+        plan = cost.memory(cfg.gpu_memory_utilization, cfg.max_num_batched_tokens, cfg.max_num_seqs)
+        if not plan.fits:
+            raise SpecError(plan.message)
+        tokens = plan.kv_capacity_tokens
+    blocks = tokens // cfg.block_size
+    mml = cfg.max_model_len or cost.model.max_context
+    return blocks, int(mml)
+
+
+def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = None,
+             replicas: int = 1, router: str = "round-robin",
+             progress: Callable[[int, int], None] | None = None) -> SimResult:
+    """Serve `workload` on `replicas` copies of the replica priced by `cost`.
+
+    Deterministic: the same inputs give the same result bit for bit (no randomness here;
+    all draws happen when the workload is made).
+    """
+    cfg = config or EngineConfig()
+    if isinstance(replicas, bool) or not isinstance(replicas, (int, np.integer)) or replicas < 1:
+        raise SpecError(f"replicas: {replicas!r} must be an integer >= 1")
+    if router not in ROUTERS:
+        raise SpecError(f"router: {router!r} is not one of {', '.join(ROUTERS)}")
+    n = workload.num_requests
+    blocks, mml = kv_blocks(cost, cfg)
+    out: dict[str, Any] = {
+        "first_token_s": np.full(n, np.nan),
+        "finish_s": np.full(n, np.nan),
+        "preemptions": np.zeros(n, dtype=np.int64),
+        "replica": np.full(n, -1, dtype=np.int64),
+        "status": np.zeros(n, dtype=np.int8),
+        "reasons": {},
+    }
+    log = _Log()
+    closed = workload.concurrency
+    arrivals = np.array(workload.arrival_s, dtype=float) if closed is None else np.full(n, np.nan)
+    release: list[float] = []  # closed loop: times at which clients send their next request
+
+    def on_finish(r: int, t: float) -> None:
+        if closed is not None:
+            heapq.heappush(release, t)
+
+    reps = [Replica(i, cost, cfg, blocks, mml, workload, out, log, on_finish) for i in range(replicas)]
+    rr = 0
+    if closed is not None:
+        for _ in range(min(closed, n)):
+            heapq.heappush(release, 0.0)
+    report_every = max(1, n // 100)
+    def next_release() -> float:
+        """Closed loop: the time the next client is free (the earliest completion so far)."""
+        while True:
+            if release:
+                t = release[0]
+                for p in reps:
+                    p.advance_until(t)
+                if release[0] < t:
+                    continue  # an earlier completion appeared
+                return heapq.heappop(release)
+            busy = [p for p in reps if p.has_work()]
+            if not busy:
+                return max(p.clock for p in reps)
+            min(busy, key=lambda p: p.clock).advance_until(math.inf, max_actions=1)
+
+    for r in range(n):
+        if closed is not None:
+            t = next_release()
+            arrivals[r] = t
+        else:
+            t = float(arrivals[r])
+        for p in reps:
+            p.advance_until(t)
+        if router == "round-robin":
+            target = reps[rr % replicas]
+            rr += 1
+        elif router == "least-outstanding":
+            target = min(reps, key=lambda p: (p.outstanding, p.index))
+        else:
+            target = min(reps, key=lambda p: (p.kv_load + len(p.waiting) / max(cfg.max_num_seqs, 1), p.index))
+        target.enqueue(r, t)
+        if out["status"][r] == REJECTED and closed is not None:
+            heapq.heappush(release, t)
+        if progress is not None and (r % report_every == 0 or r == n - 1):
+            progress(r + 1, n)
+    for p in reps:
+        p.advance_until(math.inf)
+    if cfg.debug:
+        for p in reps:
+            p.check()
+            if p.free_blocks != p.total_blocks or p.active or p.waiting:
+                raise AssertionError(f"replica {p.index}: work or KV left at the end")
+    itl_v, itl_c = _pool_itl(log)
+    order = np.argsort(itl_v, kind="stable")
+    timeline = pd.DataFrame({"time_s": log.tl_t, "replica": log.tl_replica, "batch_size": log.tl_batch,
+                             "kv_utilization": log.tl_kv, "queue_length": log.tl_queue})
+    meta = {
+        "num_replicas": replicas,
+        "router": router,
+        "scheduler": cfg.scheduler,
+        "kv_capacity_tokens_per_replica": blocks * cfg.block_size,
+        "kv_blocks_per_replica": blocks,
+        "max_model_len": mml,
+        "steps": log.steps,
+        "mean_batch_size": log.batch_token_sum / log.steps if log.steps else 0.0,
+        "peak_kv_utilization": log.peak_kv,
+        "busy_s": log.busy_s,
+        "offered_rate": workload.offered_rate if closed is None else float("nan"),
+        "concurrency": closed,
+        "chars_per_token": cost.model.chars_per_token,
+        "gpus_per_replica": cost.par.num_gpus,
+    }
+    return SimResult(workload.arrival_s.copy() if closed is None else arrivals, workload.input_len,
+                     workload.output_len, out["first_token_s"], out["finish_s"], out["preemptions"],
+                     out["replica"], out["status"], out["reasons"], itl_v[order], itl_c[order],
+                     timeline, meta)

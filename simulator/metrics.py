@@ -1,0 +1,211 @@
+"""Turn a simulation's per-request records into vLLM's benchmark metrics.
+
+Definitions and JSON names are those of `vllm bench serve` (SERVING_MODEL.md):
+TTFT = first token - arrival; E2EL = last token - arrival; TPOT = (E2EL - TTFT)/(out - 1)
+for out > 1; ITL = every gap between consecutive tokens, pooled over requests.
+Percentiles interpolate linearly, as numpy.percentile does. Goodput (DistServe): a request
+is good when it meets every SLO given (<=, inclusive); request_goodput = good / duration.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from .engine import COMPLETED, REJECTED, SimResult
+from .specs import SpecError
+
+PERCENTILES = (50, 90, 95, 99)
+SLO_KEYS = ("ttft", "tpot", "e2el")
+
+
+def parse_goodput(items: Any) -> dict[str, float]:
+    """Parse vLLM's `--goodput ttft:500 tpot:50 e2el:2000` (ms) into {metric: seconds}."""
+    if items is None:
+        return {}
+    if isinstance(items, str):
+        items = items.replace(",", " ").split()
+    if isinstance(items, dict):
+        items = [f"{k}:{v}" for k, v in items.items()]
+    out: dict[str, float] = {}
+    for it in items:
+        m = re.fullmatch(r"\s*([a-zA-Z_]+)\s*[:=]\s*([0-9.eE+-]+)\s*", str(it))
+        if not m:
+            raise SpecError(f"goodput: {it!r} is not KEY:MS (KEY one of {', '.join(SLO_KEYS)}), e.g. ttft:500")
+        key, val = m.group(1).lower(), m.group(2)
+        if key not in SLO_KEYS:
+            raise SpecError(f"goodput: unknown metric {key!r}; allowed: {', '.join(SLO_KEYS)}")
+        try:
+            v = float(val)
+        except ValueError:
+            raise SpecError(f"goodput: {key} value {val!r} is not a number of milliseconds") from None
+        if not np.isfinite(v) or v <= 0:
+            raise SpecError(f"goodput: {key} value {val!r} must be a positive number of milliseconds")
+        out[key] = v / 1e3
+    return out
+
+
+def weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
+    """numpy.percentile (linear) of the array where values[i] appears counts[i] times.
+    `values` must be sorted ascending."""
+    N = int(counts.sum())
+    if N == 0:
+        return float("nan")
+    cum = np.cumsum(counts)
+    h = (N - 1) * q / 100.0
+    lo = int(np.floor(h))
+    hi = min(lo + 1, N - 1)
+    v_lo = values[np.searchsorted(cum, lo, side="right")]
+    v_hi = values[np.searchsorted(cum, hi, side="right")]
+    return float(v_lo + (h - lo) * (v_hi - v_lo))
+
+
+def _stats(prefix: str, x: np.ndarray, out: dict[str, Any], pcts: tuple = PERCENTILES) -> None:
+    """mean_/median_/std_/pNN_ of x (seconds) written in ms under vLLM's names."""
+    x = x[np.isfinite(x)]
+    if len(x) == 0:
+        for k in ("mean", "median", "std"):
+            out[f"{k}_{prefix}_ms"] = float("nan")
+        for p in pcts:
+            out[f"p{_pname(p)}_{prefix}_ms"] = float("nan")
+        return
+    out[f"mean_{prefix}_ms"] = float(np.mean(x)) * 1e3
+    out[f"median_{prefix}_ms"] = float(np.median(x)) * 1e3
+    out[f"std_{prefix}_ms"] = float(np.std(x)) * 1e3
+    for p in pcts:
+        out[f"p{_pname(p)}_{prefix}_ms"] = float(np.percentile(x, p)) * 1e3
+
+
+def _pname(p: float) -> str:
+    return f"{p:g}"
+
+
+def good_mask(res: SimResult, slos: dict[str, float]) -> np.ndarray:
+    """Completed requests meeting every SLO (inclusive)."""
+    ok = res.status == COMPLETED
+    ttft = res.first_token_s - res.arrival_s
+    e2el = res.finish_s - res.arrival_s
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(res.output_len > 1, (e2el - ttft) / np.maximum(res.output_len - 1, 1), 0.0)
+    # tolerance: times are sums of floats; an SLO equal to the exact value must pass
+    eps = 1e-9
+    if "ttft" in slos:
+        ok &= ttft <= slos["ttft"] + eps
+    if "tpot" in slos:
+        ok &= tpot <= slos["tpot"] + eps
+    if "e2el" in slos:
+        ok &= e2el <= slos["e2el"] + eps
+    return ok
+
+
+def summarize(res: SimResult, goodput: dict[str, float] | None = None,
+              percentiles: tuple = PERCENTILES) -> dict[str, Any]:
+    """vLLM's result keys plus llmsim's extras, from a SimResult. Times in ms, rates per s."""
+    done = res.status == COMPLETED
+    rejected = res.status == REJECTED
+    n_done = int(done.sum())
+    arr = res.arrival_s
+    first_arrival = float(np.nanmin(arr)) if len(arr) else 0.0
+    last_finish = float(np.nanmax(res.finish_s[done])) if n_done else first_arrival
+    duration = max(last_finish - first_arrival, 0.0)
+    out_tok = int(res.output_len[done].sum())
+    in_tok = int(res.input_len[done].sum())
+    safe = duration if duration > 0 else float("nan")
+    s: dict[str, Any] = {
+        "duration": duration,
+        "completed": n_done,
+        "failed": int(rejected.sum()),
+        "num_requests": int(len(arr)),
+        "total_input_tokens": in_tok,
+        "total_output_tokens": out_tok,
+        "request_throughput": n_done / safe,
+        "output_throughput": out_tok / safe,
+        "total_token_throughput": (in_tok + out_tok) / safe,
+    }
+    ttft = (res.first_token_s - arr)[done]
+    e2el = (res.finish_s - arr)[done]
+    ol = res.output_len[done]
+    multi = ol > 1
+    tpot = (e2el[multi] - ttft[multi]) / (ol[multi] - 1)
+    _stats("ttft", ttft, s, percentiles)
+    _stats("tpot", tpot, s, percentiles)
+    v, c = res.itl_values_s, res.itl_counts
+    if c.sum():
+        mean = float((v * c).sum() / c.sum())
+        s["mean_itl_ms"] = mean * 1e3
+        s["median_itl_ms"] = weighted_percentile(v, c, 50) * 1e3
+        s["std_itl_ms"] = float(np.sqrt(((v - mean) ** 2 * c).sum() / c.sum())) * 1e3
+        for p in percentiles:
+            s[f"p{_pname(p)}_itl_ms"] = weighted_percentile(v, c, p) * 1e3
+    else:
+        _stats("itl", np.zeros(0), s, percentiles)
+    _stats("e2el", e2el, s, percentiles)
+    slos = goodput or {}
+    if slos:
+        good = good_mask(res, slos)
+        s["request_goodput"] = int(good.sum()) / safe
+        s["good_requests"] = int(good.sum())
+        s["good_fraction"] = int(good.sum()) / len(arr) if len(arr) else float("nan")
+        s["goodput_slos_ms"] = {k: v * 1e3 for k, v in slos.items()}
+    else:
+        s["request_goodput"] = None
+    meta = res.meta
+    s["mean_batch_size"] = meta.get("mean_batch_size")
+    s["peak_kv_utilization"] = meta.get("peak_kv_utilization")
+    s["preemptions"] = int(res.preemptions.sum())
+    s["preempted_requests"] = int((res.preemptions > 0).sum())
+    s["steps"] = meta.get("steps")
+    cpt = meta.get("chars_per_token")
+    if cpt:
+        s["output_chars_per_s"] = s["output_throughput"] * cpt
+    gpus = meta.get("gpus_per_replica", 1) * meta.get("num_replicas", 1)
+    s["num_gpus"] = gpus
+    s["output_throughput_per_gpu"] = s["output_throughput"] / gpus
+    if rejected.any():
+        reasons: dict[str, int] = {}
+        for r in np.flatnonzero(rejected)[:100000].tolist():
+            key = res.reasons.get(r, "rejected")
+            reasons[key] = reasons.get(key, 0) + 1
+        s["failed_reasons"] = reasons
+    s.update(stability(res))
+    return s
+
+
+def stability(res: SimResult) -> dict[str, Any]:
+    """Did the run reach a steady state?
+
+    Past saturation the queue grows without bound, so the queueing delay (TTFT) of request
+    i grows linearly with its arrival time, at slope 1 - capacity/offered. A run is flagged
+    unstable when the least-squares slope of TTFT vs arrival time exceeds 0.05 s/s (capacity
+    below ~95 % of the offered rate) and the median TTFT of the last quarter of arrivals is
+    more than twice (and 50 ms more than) that of the first quarter. `achieved_rate` is the
+    completion rate over the run.
+    """
+    arr = res.arrival_s
+    n = len(arr)
+    offered = res.meta.get("offered_rate", float("nan"))
+    done = res.status == COMPLETED
+    out: dict[str, Any] = {"offered_rate": offered}
+    if done.any():
+        dur = float(np.max(res.finish_s[done]) - np.min(arr))
+        out["achieved_rate"] = float(done.sum()) / dur if dur > 0 else float("nan")
+    else:
+        out["achieved_rate"] = 0.0
+    if n < 20 or not np.isfinite(offered) or res.meta.get("concurrency") or done.sum() < 20:
+        out["unstable"] = False
+        out["ttft_slope"] = None
+        return out
+    a = arr[done]
+    ttft = (res.first_token_s - arr)[done]
+    order = np.argsort(a, kind="stable")
+    a, ttft = a[order], ttft[order]
+    da = a - a.mean()
+    var = float(np.dot(da, da))
+    slope = float(np.dot(da, ttft - ttft.mean()) / var) if var > 0 else 0.0
+    q = max(len(a) // 4, 1)
+    first, last = float(np.median(ttft[:q])), float(np.median(ttft[-q:]))
+    out["ttft_slope"] = slope
+    out["unstable"] = bool(slope > 0.05 and last > 2 * first and last - first > 0.05)
+    return out

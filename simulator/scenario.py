@@ -1,0 +1,201 @@
+"""A serving scenario: every setting of one simulation run, in one validated object.
+
+`simulate`, `sweep`, `plan` and the what-ifs all build a `Scenario` (from CLI options, a
+scenario YAML, or Python) and vary fields of it with `dataclasses.replace`. `run()` returns
+the per-request result and vLLM's summary.
+
+Workload semantics (as `vllm bench serve`): `workload` names a built-in trace
+(`azure-conv`, `azure-code`), a trace file, or `random` (synthetic lengths from
+`input_len`/`output_len`/`range_ratio`). A trace replays its own timestamps unless `rate`
+is given, which time-scales it to that mean rate; `random` uses Poisson/gamma arrivals at
+`rate` (inf: all at t = 0). `concurrency` makes it a closed loop of N clients (each sends
+its next request when the previous one returns; arrival times are then ignored).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import workload as wl
+from .catalog import load_model, read_yaml
+from .engine import ROUTERS, SCHEDULERS, EngineConfig, SimResult, simulate
+from .metrics import parse_goodput, summarize
+from .roofline import CostModel, make_cost_model
+from .specs import DTYPES, SpecError, _did_you_mean
+
+DEFAULT_WORKLOAD = "azure-conv"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Model x hardware x parallelism x engine limits x workload x SLOs."""
+
+    model: str = "llama-3.1-8b"
+    hardware: str = "h100-sxm"
+    tp: int = 1
+    pp: int = 1
+    weight_dtype: str | None = None
+    activation_dtype: str = "bf16"
+    kv_dtype: str | None = None
+    ideal: bool = False
+    efficiency: dict = field(default_factory=dict)
+    replicas: int = 1
+    router: str = "round-robin"
+    workload: str = DEFAULT_WORKLOAD
+    rate: float | None = None
+    burstiness: float = 1.0
+    concurrency: int | None = None
+    num_requests: int = 1000
+    input_len: int = 1024
+    output_len: int = 128
+    range_ratio: float = 0.0
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    scheduler: str = "vllm"
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
+    kv_capacity_tokens: int | None = None
+    goodput: dict = field(default_factory=dict)  # {"ttft": ms, "tpot": ms, "e2el": ms}
+    seed: int = 0
+    skip_bad_rows: bool = False
+    debug: bool = False
+
+    def __post_init__(self) -> None:
+        def need(cond: bool, name: str, allowed: str) -> None:
+            if not cond:
+                raise SpecError(f"{name}: {getattr(self, name)!r} {allowed}")
+
+        def is_int(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        def is_num(v: Any) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
+
+        for name in ("tp", "pp", "replicas", "num_requests", "input_len", "output_len",
+                     "max_num_seqs", "max_num_batched_tokens", "block_size"):
+            need(is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "must be an integer >= 1")
+        need(is_int(self.seed) and self.seed >= 0, "seed", "must be an integer >= 0")
+        need(self.concurrency is None or (is_int(self.concurrency) and self.concurrency >= 1),
+             "concurrency", "must be an integer >= 1")
+        need(self.rate is None or (is_num(self.rate) and self.rate > 0), "rate",
+             "must be a number > 0 requests/s, or inf")
+        need(is_num(self.burstiness) and 0 < self.burstiness < math.inf, "burstiness", "must be a number > 0")
+        need(is_num(self.range_ratio) and 0 <= self.range_ratio < 1, "range_ratio", "must be in [0, 1)")
+        need(self.router in ROUTERS, "router", f"is not one of {', '.join(ROUTERS)}")
+        need(self.scheduler in SCHEDULERS, "scheduler", f"is not one of {', '.join(SCHEDULERS)}")
+        for name in ("weight_dtype", "kv_dtype"):
+            need(getattr(self, name) is None or getattr(self, name) in DTYPES, name, f"is not one of {', '.join(DTYPES)}")
+        need(self.activation_dtype in DTYPES, "activation_dtype", f"is not one of {', '.join(DTYPES)}")
+        need(is_num(self.gpu_memory_utilization) and 0 < self.gpu_memory_utilization <= 1,
+             "gpu_memory_utilization", "must be in (0, 1]")
+        if isinstance(self.goodput, dict):
+            object.__setattr__(self, "goodput", {k: v for k, v in self.goodput.items()})
+        parse_goodput(self.goodput)  # validates
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "scenario") -> Scenario:
+        """Build from a mapping (a scenario YAML); keys are the field names ('-' or '_')."""
+        if not isinstance(data, dict):
+            raise SpecError(f"{source}: expected a mapping of settings")
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw: dict[str, Any] = {}
+        for k, v in data.items():
+            key = str(k).replace("-", "_")
+            if key not in names:
+                raise SpecError(f"{source}: {k}: unknown setting{_did_you_mean(key, names)}")
+            kw[key] = v
+        if "goodput" in kw:
+            kw["goodput"] = {k: v * 1e3 for k, v in parse_goodput(kw["goodput"]).items()}
+        if isinstance(kw.get("rate"), str):
+            kw["rate"] = parse_rate(kw["rate"])
+        try:
+            return cls(**kw)
+        except SpecError as e:
+            raise SpecError(f"{source}: {e}") from None
+
+    @classmethod
+    def from_yaml(cls, path: str) -> Scenario:
+        return cls.from_dict(read_yaml(path), str(path))
+
+    def replace(self, **kw: Any) -> Scenario:
+        return dataclasses.replace(self, **kw)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    # ------------------------------------------------------------------ parts
+    def cost_model(self) -> CostModel:
+        return make_cost_model(self.model, self.hardware, self.tp, self.pp, self.weight_dtype,
+                               self.activation_dtype, self.kv_dtype, self.ideal, self.efficiency or None)
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
+                            block_size=self.block_size, scheduler=self.scheduler,
+                            gpu_memory_utilization=self.gpu_memory_utilization,
+                            max_model_len=self.max_model_len, kv_capacity_tokens=self.kv_capacity_tokens,
+                            debug=self.debug)
+
+    @property
+    def slos_s(self) -> dict[str, float]:
+        return parse_goodput(self.goodput)
+
+    def make_workload(self) -> wl.Workload:
+        """The request stream this scenario serves (deterministic in `seed`)."""
+        name = str(self.workload)
+        if name.lower() in ("random", "synthetic"):
+            rate = math.inf if self.rate is None else self.rate
+            return wl.synthetic(self.num_requests, rate, self.input_len, self.output_len,
+                                range_ratio=self.range_ratio, burstiness=self.burstiness,
+                                concurrency=self.concurrency, seed=self.seed)
+        trace = wl.load_workload(name, skip_bad_rows=self.skip_bad_rows)
+        w = wl.take(trace, self.num_requests)
+        if self.rate is not None:
+            if self.burstiness != 1.0:
+                w = wl.with_arrivals(w, self.rate, self.burstiness, self.seed)
+            else:
+                w = wl.scale_to_rate(w, self.rate)
+        if self.concurrency is not None:
+            w = dataclasses.replace(w, concurrency=self.concurrency)
+        return w
+
+    def run(self, progress: Callable[[int, int], None] | None = None,
+            workload: wl.Workload | None = None) -> tuple[SimResult, dict[str, Any]]:
+        """Simulate; returns (per-request result, vLLM-style summary)."""
+        cost = self.cost_model()
+        w = workload if workload is not None else self.make_workload()
+        res = simulate(cost, w, self.engine_config(), self.replicas, self.router, progress)
+        summary = summarize(res, self.slos_s)
+        summary["workload"] = w.name or str(self.workload)
+        summary["model"] = cost.model.id
+        summary["hardware"] = cost.hardware.id
+        summary["tp"] = self.tp
+        summary["replicas"] = self.replicas
+        summary["kv_capacity_tokens_per_replica"] = res.meta["kv_capacity_tokens_per_replica"]
+        if w.bad_rows:
+            summary["bad_rows_skipped"] = w.bad_rows
+        if cost.notes:
+            summary["notes"] = list(cost.notes)
+        return res, summary
+
+
+def parse_rate(text: Any) -> float:
+    """A request rate: a positive number or 'inf'."""
+    s = str(text).strip().lower()
+    if s in ("inf", "infinity", "max"):
+        return math.inf
+    try:
+        v = float(s)
+    except ValueError:
+        raise SpecError(f"rate: {text!r} is not a number of requests/s or 'inf'") from None
+    if not v > 0:
+        raise SpecError(f"rate: {text!r} must be > 0 requests/s (or inf)")
+    return v
+
+
+def check_model_exists(name: str) -> None:
+    load_model(name)
