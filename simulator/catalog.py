@@ -18,7 +18,16 @@ from typing import Any
 
 import yaml
 
-from .specs import HardwareSpec, MLASpec, ModelSpec, MoESpec, SlidingWindowSpec, SpecError, _did_you_mean, build
+from .specs import (
+    HardwareSpec,
+    MLASpec,
+    ModelSpec,
+    MoESpec,
+    SlidingWindowSpec,
+    SpecError,
+    _did_you_mean,
+    build,
+)
 
 
 class _Loader(yaml.SafeLoader):
@@ -80,7 +89,7 @@ def hardware_from_dict(data: Any, source: str = "") -> HardwareSpec:
         raise _in_file(source, e) if source else e from None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def hardware_catalog() -> dict[str, HardwareSpec]:
     """All built-in accelerators by id."""
     out: dict[str, HardwareSpec] = {}
@@ -92,7 +101,10 @@ def hardware_catalog() -> dict[str, HardwareSpec]:
 
 def _apply_overlay(data: dict, path: Path) -> HardwareSpec:
     base_id = data.pop("base")
-    base = load_hardware(str(base_id))
+    try:
+        base = load_hardware(str(base_id))
+    except SpecError as e:
+        raise SpecError(f"{path}: base: {e}") from None
     merged = _to_plain(base)
     for key, value in data.items():
         if key == "efficiency" and isinstance(value, dict):
@@ -155,7 +167,7 @@ def model_from_dict(data: Any, source: str = "") -> ModelSpec:
         raise _in_file(source, e) if source else e from None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def model_catalog() -> dict[str, ModelSpec]:
     """All built-in models by id."""
     out: dict[str, ModelSpec] = {}

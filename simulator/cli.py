@@ -62,9 +62,474 @@ def _clean(obj: Any) -> Any:
 
 # [catalog commands: models, hardware, show]
 
+_HW_KEYS = {"peak_flops_per_s", "hbm_capacity_bytes", "hbm_bandwidth_bytes_per_s", "base",
+            "link_bandwidth_bytes_per_s", "link_latency_s", "vendor", "tdp_w", "efficiency",
+            "price_per_gpu_hour_usd", "form_factor"}
+
+
+def _table(rows: list[dict]) -> str:
+    import pandas as pd
+
+    return pd.DataFrame(rows).to_string(index=False, na_rep="-")
+
+
+def _model_row(m: Any) -> dict:
+    return {"id": m.id, "attention": m.attention_kind, "layers": m.num_layers,
+            "hidden": m.hidden_size, "params_b": round(m.param_count / 1e9, 2),
+            "active_b": round(m.active_param_count / 1e9, 2),
+            "kv_bytes_per_token_bf16": int(m.kv_bytes_per_token("bf16")),
+            "max_context": m.max_context}
+
+
+def _hw_row(h: Any) -> dict:
+    def tf(d: str) -> float | None:
+        v = h.peak_flops_per_s.get(d)
+        return None if v is None else round(v / 1e12, 1)
+
+    return {"id": h.id, "bf16_tflops": tf("bf16"), "fp8_tflops": tf("fp8"),
+            "hbm_gb": round(h.hbm_capacity_bytes / 1e9, 1),
+            "hbm_tb_s": round(h.hbm_bandwidth_bytes_per_s / 1e12, 2),
+            "link_gb_s": round(h.link_bandwidth_bytes_per_s / 1e9, 1),
+            "tdp_w": h.tdp_w, "usd_per_hour": h.price_per_gpu_hour_usd}
+
+
+@main.command("models")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
+def models_cmd(as_json: bool) -> None:
+    """List the built-in models (params in billions; KV cache bytes per token in bf16)."""
+    from .catalog import model_catalog
+
+    rows = [_model_row(m) for m in model_catalog().values()]
+    echo_json(rows) if as_json else click.echo(_table(rows))
+
+
+@main.command("hardware")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
+def hardware_cmd(as_json: bool) -> None:
+    """List the built-in accelerators (dense peaks; link bandwidth per direction)."""
+    from .catalog import hardware_catalog
+
+    rows = [_hw_row(h) for h in hardware_catalog().values()]
+    echo_json(rows) if as_json else click.echo(_table(rows))
+
+
+def _load_any(ref: str) -> Any:
+    """A model or hardware spec from an id, alias or file (a YAML's keys tell which)."""
+    from pathlib import Path
+
+    from .catalog import hardware_catalog, load_hardware, load_model, model_catalog, read_yaml
+    from .specs import _did_you_mean
+
+    if ref.lower() in {k.lower() for k in hardware_catalog()}:
+        return load_hardware(ref)
+    path = Path(ref)
+    if path.is_file() and path.suffix.lower() in (".yaml", ".yml"):
+        data = read_yaml(path)
+        if isinstance(data, dict) and _HW_KEYS & set(map(str, data)):
+            return load_hardware(ref)
+        return load_model(ref)
+    try:
+        return load_model(ref)
+    except SpecError:
+        if path.exists():
+            raise
+    ids = [*model_catalog(), *hardware_catalog()]
+    raise SpecError(f"show: {ref!r} is not a model or hardware id, alias or file"
+                    f"{_did_you_mean(ref, ids)}; see `llmsim models` and `llmsim hardware`")
+
+
+@main.command("show")
+@click.argument("ref")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: kind, spec, derived.")
+def show_cmd(ref: str, as_json: bool) -> None:
+    """Show one model or accelerator in full (REF: id, alias, YAML or config.json path)."""
+    import yaml
+
+    from .catalog import spec_to_dict
+    from .specs import HardwareSpec
+
+    spec = _load_any(ref)
+    if isinstance(spec, HardwareSpec):
+        kind = "hardware"
+        derived = {f"ridge_point_{d}_flop_per_byte": round(spec.ridge_point(d), 2)
+                   for d in ("bf16", "fp8")}
+        derived["fp8_gemms_run_at"] = spec.gemm_dtype("fp8")
+    else:
+        kind, derived = "model", spec.describe()
+    out = {"kind": kind, "spec": spec_to_dict(spec), "derived": derived}
+    if as_json:
+        echo_json(out)
+    else:
+        click.echo(yaml.safe_dump(_clean(out), sort_keys=False, width=100).rstrip())
+
 # [predict, roofline]
 
+
+def _cost_options(fn: Any) -> Any:
+    """Options shared by `predict` and `roofline`: model, hardware, parallelism, dtypes, efficiency."""
+    from .specs import DTYPES
+
+    dt = click.Choice(list(DTYPES))
+    opts = [
+        click.option("--model", "-m", required=True, help="Model id, alias, YAML or config.json path."),
+        click.option("--hardware", "-g", required=True, help="Hardware id or YAML path."),
+        click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
+        click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
+        click.option("--weight-dtype", type=dt, default=None, help="Weight format [default: the model's]."),
+        click.option("--activation-dtype", type=dt, default="bf16", show_default=True),
+        click.option("--kv-dtype", type=dt, default=None, help="KV-cache format [default: bf16]."),
+        click.option("--ideal", is_flag=True, help="Pure roofline: efficiencies 1, no overheads."),
+        click.option("--efficiency", "efficiency", multiple=True, metavar="KEY=VALUE",
+                     help="Override one hardware efficiency field for this run (repeatable), "
+                          "e.g. compute_efficiency=0.7 or step_overhead_s=0.002."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _build_cost(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | None,
+                activation_dtype: str, kv_dtype: str | None, ideal: bool,
+                efficiency: tuple[str, ...]) -> Any:
+    from .catalog import load_hardware
+    from .roofline import make_cost_model, parse_efficiency_overrides
+
+    overrides = parse_efficiency_overrides(efficiency)
+    hw = load_hardware(hardware)
+    if ideal:  # ideal first, so --efficiency can still add e.g. an overhead on top of it
+        hw = hw.ideal()
+    return make_cost_model(model, hw, tp=tp, pp=pp, weight_dtype=weight_dtype,
+                           activation_dtype=activation_dtype, kv_dtype=kv_dtype,
+                           efficiency=overrides or None)
+
+
+def _fmt_num(x: float, unit: str = "") -> str:
+    """Engineering notation: 1.23 T, 456 G ..."""
+    import math
+
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g} {unit}".rstrip()
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}".rstrip()
+
+
+def _print_prediction(r: dict[str, Any]) -> None:
+    import math
+
+    from .roofline import top_ops
+
+    def ms(v: float) -> str:
+        return f"{v:10.2f} ms" if math.isfinite(v) else "         - "
+
+    mem = r["memory"]
+    gpus = r["tp"] * r["pp"]
+    click.echo(f"{r['model']} on {r['hardware']}  tp={r['tp']} pp={r['pp']} ({gpus} GPU{'s' if gpus > 1 else ''})  "
+               f"batch {r['batch_size']} x {r['input_len']} in / {r['output_len']} out  "
+               f"w/a/kv {r['weight_dtype']}/{r['activation_dtype']}/{r['kv_dtype']} "
+               f"(GEMMs at {r['gemm_dtype']}){'  [ideal roofline]' if r['ideal'] else ''}")
+    dec = r["decode"]
+    rows = [
+        ("TTFT", ms(r["ttft_ms"]), f"prefill {r['prefill']['bound']}-bound, "
+                                   f"{r['prefill_tokens_per_s']:,.0f} prompt tok/s"),
+        ("TPOT", ms(r["tpot_ms"]), f"decode {dec['bound']}-bound (mid-generation step)" if dec else "no decode steps"),
+        ("E2E", ms(r["e2e_ms"]), ""),
+        ("throughput", f"{r['output_tokens_per_s']:10,.0f} tok/s",
+         f"output tokens, all GPUs; {r['output_tokens_per_s_per_gpu']:,.0f} tok/s per GPU"),
+        ("weights/GPU", f"{mem['weights_bytes_per_gpu'] / 1e9:10.2f} GB", ""),
+        ("KV/token", f"{mem['kv_bytes_per_token'] / 1e3:10.1f} kB",
+         f"whole model; {mem['kv_bytes_per_token_per_gpu'] / 1e3:.1f} kB per GPU"),
+        ("KV capacity", f"{mem['kv_capacity_tokens']:10,d} tok",
+         f"{mem['max_concurrent_sequences']:,d} sequences of {mem['seq_len']} tokens; "
+         f"this batch needs {mem['kv_tokens_needed']:,d}"),
+        ("fits", f"{'yes' if mem['fits'] and mem['kv_fits'] else 'no':>10s}",
+         "" if mem["kv_fits"] else "weights fit, but the batch's KV cache does not"),
+    ]
+    for name, val, note in rows:
+        click.echo(f"  {name:<12s}{val}   {note}".rstrip())
+    for phase, b in (("prefill", r["prefill"]), ("decode step", dec)):
+        if not b:
+            continue
+        click.echo(f"\ntop ops, {phase} ({b['time_ms']:.3f} ms, {b['bound']}-bound):")
+        click.echo(f"  {'op':<20s}{'time ms':>10s}{'share':>8s}{'FLOPs':>12s}{'bytes':>12s}  bound")
+        for o in top_ops(b, 5):
+            share = o["time_ms"] / b["time_ms"] if b["time_ms"] > 0 else 0.0
+            click.echo(f"  {o['name']:<20s}{o['time_ms']:10.3f}{share:8.1%}{_fmt_num(o['flops']):>12s}"
+                       f"{_fmt_num(o['bytes'], 'B'):>12s}  {o['bound']}")
+    if r["notes"]:
+        click.echo("\nnotes:")
+        for n in r["notes"]:
+            click.echo(f"  - {n}")
+
+
+@main.command()
+@_cost_options
+@click.option("--batch-size", "-b", type=int, default=1, show_default=True, help="Sequences in the static batch.")
+@click.option("--input-len", "-i", type=int, default=1024, show_default=True, help="Prompt tokens per sequence.")
+@click.option("--output-len", "-o", type=int, default=128, show_default=True, help="Generated tokens per sequence.")
+@click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
+              help="Fraction of HBM the engine may use (vLLM's setting).")
+@click.option("--json", "as_json", is_flag=True, help="Print the full prediction as JSON.")
+def predict(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | None, activation_dtype: str,
+            kv_dtype: str | None, ideal: bool, efficiency: tuple[str, ...], batch_size: int,
+            input_len: int, output_len: int, gpu_memory_utilization: float, as_json: bool) -> None:
+    """Roofline prediction for a static batch: TTFT, TPOT, throughput, memory fit, top ops.
+
+    B prompts of --input-len tokens are prefilled in one step, then --output-len - 1 decode
+    steps run at growing context. Exits 2 when the weights do not fit.
+    """
+    from .roofline import predict_static
+
+    cost = _build_cost(model, hardware, tp, pp, weight_dtype, activation_dtype, kv_dtype, ideal, efficiency)
+    r = predict_static(cost, batch_size, input_len, output_len, gpu_memory_utilization)
+    if not r["memory"]["fits"]:
+        raise SpecError(r["memory"]["message"])
+    if as_json:
+        echo_json(r)
+    else:
+        _print_prediction(r)
+
+
+@main.command()
+@_cost_options
+@click.option("--batch-size", "-b", type=int, default=1, show_default=True, help="Sequences per step.")
+@click.option("--input-len", "-i", type=int, default=1024, show_default=True,
+              help="Prompt tokens (prefill step) and cached context (decode step).")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Image file to write (.png, .svg, .pdf).")
+def roofline(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | None, activation_dtype: str,
+             kv_dtype: str | None, ideal: bool, efficiency: tuple[str, ...], batch_size: int,
+             input_len: int, out: str) -> None:
+    """Write a log-log roofline chart with the prefill and decode ops placed on it."""
+    from .plots import roofline_chart
+
+    for name, v in (("batch_size", batch_size), ("input_len", input_len)):
+        if v < 1:
+            raise SpecError(f"{name}: {v!r} must be an integer >= 1")
+    cost = _build_cost(model, hardware, tp, pp, weight_dtype, activation_dtype, kv_dtype, ideal, efficiency)
+    try:
+        path = roofline_chart(cost, batch_size, input_len, out)
+    except (OSError, ValueError) as e:
+        raise SpecError(f"--out {out}: cannot write ({e})") from None
+    click.echo(f"wrote {path}")
+
 # [simulate]
+
+
+def write_atomic(path: Any, data: bytes | str) -> None:
+    """Write a file so that an interrupted run never leaves a truncated one: write a
+    temporary sibling, flush it to disk, then rename over the target."""
+    import os
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    mode = "wb" if isinstance(data, bytes) else "w"
+    with open(tmp, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_json(path: Any, obj: Any) -> None:
+    write_atomic(path, json.dumps(_clean(obj), indent=2) + "\n")
+
+
+def write_csv(path: Any, df: Any) -> None:
+    write_atomic(path, df.to_csv(index=False))
+
+
+class Progress:
+    """A one-line progress bar on stderr (nothing when quiet or not a terminal-like run)."""
+
+    def __init__(self, label: str, quiet: bool) -> None:
+        self.label = label
+        self.quiet = quiet
+        self.last = -1
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.quiet or total <= 0:
+            return
+        if not sys.stderr.isatty():
+            if done >= total:
+                click.echo(f"{self.label}: {done}/{total} done", err=True)
+            return
+        pct = int(100 * done / total)
+        if pct == self.last:
+            return
+        self.last = pct
+        bar = "#" * (pct // 4) + "." * (25 - pct // 4)
+        click.echo(f"\r{self.label} [{bar}] {pct:3d}% ({done}/{total})", err=True, nl=False)
+        if done >= total:
+            click.echo("", err=True)
+
+
+def _rate_type(value: Any) -> float:
+    from .scenario import parse_rate
+
+    return parse_rate(value)
+
+
+SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
+    (("--model", "-m"), {"help": "Catalog id/alias, model YAML, or HF config.json (file or folder). [default: llama-3.1-8b]"}),
+    (("--hardware", "-H"), {"help": "Catalog id, hardware YAML, or calibration overlay. [default: h100-sxm]"}),
+    (("--tp",), {"type": int, "help": "Tensor-parallel degree per replica. [default: 1]"}),
+    (("--pp",), {"type": int, "help": "Pipeline-parallel degree per replica. [default: 1]"}),
+    (("--weight-dtype",), {"help": "Weight format (default: the model's own)."}),
+    (("--activation-dtype",), {"help": "Activation format. [default: bf16]"}),
+    (("--kv-dtype",), {"help": "KV-cache format. [default: bf16]"}),
+    (("--ideal",), {"is_flag": True, "default": None, "help": "Pure roofline: efficiencies 1, overheads 0."}),
+    (("--efficiency",), {"multiple": True, "help": "Override an efficiency field, KEY=VALUE (repeatable)."}),
+    (("--replicas",), {"type": int, "help": "Replicas behind the router. [default: 1]"}),
+    (("--router",), {"help": "round-robin | least-outstanding | least-kv. [default: round-robin]"}),
+    (("--workload", "-w"), {"help": "azure-conv | azure-code | random | a trace file. [default: azure-conv]"}),
+    (("--rate", "-r"), {"help": "Requests/s (number or inf). A trace is time-scaled to it; default: the trace's own timing (random: inf)."}),
+    (("--burstiness",), {"type": float, "help": "Gamma arrival shape (vLLM): 1 = Poisson, < 1 burstier. [default: 1]"}),
+    (("--concurrency",), {"type": int, "help": "Closed loop: N clients, each sends when its last request returns."}),
+    (("--num-requests", "-n"), {"type": int, "help": "Requests to simulate. [default: 1000]"}),
+    (("--input-len",), {"type": int, "help": "random workload: prompt tokens. [default: 1024]"}),
+    (("--output-len",), {"type": int, "help": "random workload: output tokens. [default: 128]"}),
+    (("--range-ratio",), {"type": float, "help": "random workload: lengths uniform in L(1±r). [default: 0]"}),
+    (("--max-num-seqs",), {"type": int, "help": "Scheduler seat cap. [default: 256]"}),
+    (("--max-num-batched-tokens",), {"type": int, "help": "Token budget per step. [default: 8192]"}),
+    (("--scheduler",), {"help": "vllm (chunked prefill) | prefill-priority | static. [default: vllm]"}),
+    (("--gpu-memory-utilization",), {"type": float, "help": "Fraction of HBM the engine may use. [default: 0.9]"}),
+    (("--max-model-len",), {"type": int, "help": "Longest prompt+output accepted (default: the model's context)."}),
+    (("--goodput",), {"multiple": True, "help": "SLOs in ms, vLLM syntax: --goodput ttft:500 --goodput tpot:50 (or 'ttft:500 tpot:50')."}),
+    (("--seed",), {"type": int, "help": "Seed of every random draw. [default: 0]"}),
+    (("--skip-bad-rows",), {"is_flag": True, "default": None, "help": "Skip malformed trace rows (counted in the summary)."}),
+    (("--debug",), {"is_flag": True, "default": None, "help": "Check conservation invariants while simulating."}),
+    (("-c", "--config"), {"type": click.Path(dir_okay=False), "help": "Scenario YAML with the same settings (flags override it)."}),
+]
+
+
+def scenario_options(fn: Any) -> Any:
+    """Attach the shared scenario options (simulate, sweep, plan, whatif)."""
+    for decls, kw in reversed(SCENARIO_OPTIONS):
+        fn = click.option(*decls, **kw)(fn)
+    return fn
+
+
+def scenario_from_options(opts: dict[str, Any], **overrides: Any) -> Any:
+    """Build a Scenario from the scenario YAML (if any) and the options given (which win)."""
+    from .metrics import parse_goodput
+    from .scenario import Scenario
+
+    base: dict[str, Any] = {}
+    if opts.get("config"):
+        from .catalog import read_yaml
+
+        data = read_yaml(opts["config"])
+        Scenario.from_dict(data, str(opts["config"]))  # validate the file on its own
+        base = {str(k).replace("-", "_"): v for k, v in data.items()}
+    for k, v in opts.items():
+        if k == "config" or v is None or v == ():
+            continue
+        base[k] = v
+    base.update(overrides)
+    if "efficiency" in base and isinstance(base["efficiency"], (tuple, list)):
+        eff = {}
+        for item in base["efficiency"]:
+            key, sep, val = str(item).partition("=")
+            if not sep:
+                raise SpecError(f"efficiency: {item!r} is not KEY=VALUE")
+            try:
+                eff[key.strip()] = float(val)
+            except ValueError:
+                raise SpecError(f"efficiency: {key}={val!r} is not a number") from None
+        base["efficiency"] = eff
+    if "goodput" in base and isinstance(base["goodput"], (tuple, list)):
+        base["goodput"] = " ".join(base["goodput"])
+    if isinstance(base.get("goodput"), str):
+        base["goodput"] = {k: v * 1e3 for k, v in parse_goodput(base["goodput"]).items()}
+    if "rate" in base and isinstance(base["rate"], str):
+        base["rate"] = _rate_type(base["rate"])
+    if base.get("input_len") or base.get("output_len"):
+        base.setdefault("workload", "random")
+    return Scenario.from_dict(base, "options")
+
+
+def _pop_scenario_opts(kw: dict[str, Any]) -> dict[str, Any]:
+    names = {d[0].lstrip("-").replace("-", "_") if not d[0].startswith("-c") else "config" for d, _ in SCENARIO_OPTIONS}
+    names = {n if n != "c" else "config" for n in names}
+    return {k: kw.pop(k) for k in list(kw) if k in names}
+
+
+def print_serving_summary(s: dict[str, Any]) -> None:
+    """The summary table `vllm bench serve` prints, plus llmsim's extras."""
+    def line(label: str, value: Any, fmt: str = "{:<40} {:<10.2f}") -> None:
+        if value is None:
+            return
+        if isinstance(value, int) and not isinstance(value, bool):
+            click.echo(f"{label:<40} {value:<10}")
+        else:
+            click.echo(fmt.format(label, value))
+
+    click.echo("{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="))
+    click.echo(f"{'Model / hardware:':<40} {s.get('model')} on {s.get('num_gpus')} x {s.get('hardware')}")
+    click.echo(f"{'Workload:':<40} {s.get('workload')}")
+    line("Successful requests:", s["completed"])
+    line("Failed (rejected) requests:", s["failed"])
+    line("Benchmark duration (s):", s["duration"])
+    line("Total input tokens:", s["total_input_tokens"])
+    line("Total generated tokens:", s["total_output_tokens"])
+    line("Request throughput (req/s):", s["request_throughput"])
+    if s.get("request_goodput") is not None:
+        line("Request goodput (req/s):", s["request_goodput"])
+        line("Good requests (fraction):", s["good_fraction"])
+    line("Output token throughput (tok/s):", s["output_throughput"])
+    line("Total Token throughput (tok/s):", s["total_token_throughput"])
+    if s.get("output_chars_per_s"):
+        line("Output throughput (chars/s):", s["output_chars_per_s"])
+    for key, title in (("ttft", "Time to First Token"), ("tpot", "Time per Output Token (excl. 1st token)"),
+                       ("itl", "Inter-token Latency"), ("e2el", "End-to-end Latency")):
+        click.echo("{s:{c}^{n}}".format(s=title, n=50, c="-"))
+        name = key.upper()
+        line(f"Mean {name} (ms):", s[f"mean_{key}_ms"])
+        line(f"Median {name} (ms):", s[f"median_{key}_ms"])
+        line(f"P99 {name} (ms):", s[f"p99_{key}_ms"])
+    click.echo("{s:{c}^{n}}".format(s="Engine", n=50, c="-"))
+    line("Mean batch size (seqs/step):", s["mean_batch_size"])
+    line("Peak KV-cache utilisation:", s["peak_kv_utilization"])
+    line("Preemptions:", s["preemptions"])
+    line("KV capacity per replica (tokens):", s.get("kv_capacity_tokens_per_replica"))
+    if s.get("unstable"):
+        click.echo(f"UNSTABLE: offered {s['offered_rate']:.3g} req/s exceeds capacity "
+                   f"(achieved {s['achieved_rate']:.3g} req/s); latencies grow with run length")
+    for reason, count in (s.get("failed_reasons") or {}).items():
+        click.echo(f"rejected x{count}: {reason}")
+    for note in s.get("notes") or []:
+        click.echo(f"note: {note}")
+    click.echo("=" * 50)
+
+
+@main.command()
+@scenario_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write summary.json, requests.csv, timeline.csv and timeline.png here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def simulate(out_dir: str | None, as_json: bool, quiet: bool, **kw: Any) -> None:
+    """Serve a request stream through continuous batching and report vLLM's metrics."""
+    sc = scenario_from_options(_pop_scenario_opts(kw))
+    res, summary = sc.run(progress=Progress("simulating", quiet or as_json))
+    if out_dir:
+        from pathlib import Path
+
+        from . import plots
+
+        d = Path(out_dir)
+        write_csv(d / "requests.csv", res.records())
+        write_csv(d / "timeline.csv", res.timeline)
+        write_atomic(d / "timeline.png", plots.timeline_png(res.timeline, f"{summary['model']} on {summary['hardware']}"))
+        write_json(d / "summary.json", {**summary, "scenario": sc.as_dict()})
+    if as_json:
+        echo_json(summary)
+    else:
+        print_serving_summary(summary)
+        if out_dir:
+            click.echo(f"wrote {out_dir}/summary.json, requests.csv, timeline.csv, timeline.png")
 
 # [sweep]
 

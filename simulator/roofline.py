@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from .catalog import load_hardware, load_model
-from .specs import DTYPE_BYTES, DTYPES, HardwareSpec, ModelSpec, SpecError
+from .specs import DTYPE_BYTES, DTYPES, Efficiency, HardwareSpec, ModelSpec, SpecError
 
 FEATURES = ("one", "T", "S", "emit", "Ad", "Ap", "R", "Aw", "Rw", "U")
 _NF = len(FEATURES)
@@ -386,7 +386,7 @@ class CostModel:
         else:
             lines.append("    U = 0.0")
         lines.append(f"    t = {form(self._P)}")
-        for c, mvec in zip(self._C, self._M):
+        for c, mvec in zip(self._C, self._M, strict=True):
             lines.append(f"    a = {form(c)}")
             lines.append(f"    b = {form(mvec)}")
             lines.append("    t += a if a > b else b")
@@ -566,11 +566,9 @@ def predict_static(cost: CostModel, batch_size: int, input_len: int, output_len:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
             raise SpecError(f"{name}: {v!r} must be an integer >= {lo}")
     m = cost.model
-    B, I, O = batch_size, input_len, output_len
+    B, I, O = batch_size, input_len, output_len  # noqa: E741 (the paper's symbols)
     window = m.sliding_window.window if m.sliding_window else None
-    pre = StepBatch(T=B * I, S=B, Ad=0.0, Ap=B * I * I / 2.0, R=B * I,
-                    Aw=B * I * min(I / 2.0, window) if window else None,
-                    Rw=B * min(I, window) if window else None)
+    pre = prefill_step(m, B, I)
     prefill = cost.breakdown(pre)
     ttft_s = prefill["time_ms"] / 1e3
     dec = decode_step_arrays(B, I, O)
@@ -585,9 +583,7 @@ def predict_static(cost: CostModel, batch_size: int, input_len: int, output_len:
         tpot_s = decode_s / (O - 1)
         mid = int(len(times) // 2)
         p_mid = float(dec["p"][mid])
-        mid_batch = StepBatch(T=B, S=B, Ad=B * (p_mid + 0.5), R=B * (p_mid + 1),
-                              Aw=B * min(p_mid + 0.5, window) if window else None,
-                              Rw=B * min(p_mid + 1, window) if window else None)
+        mid_batch = decode_step(m, B, p_mid)
         decode = cost.breakdown(mid_batch)
     else:
         decode_s, tpot_s, decode = 0.0, float("nan"), None
@@ -627,6 +623,59 @@ def predict_static(cost: CostModel, batch_size: int, input_len: int, output_len:
     return out
 
 
+def prefill_step(model: ModelSpec, batch_size: int, input_len: int) -> StepBatch:
+    """The step that prefills `batch_size` fresh prompts of `input_len` tokens at once."""
+    B, n = batch_size, input_len
+    window = model.sliding_window.window if model.sliding_window else None
+    return StepBatch(T=B * n, S=B, Ad=0.0, Ap=B * n * n / 2.0, R=B * n,
+                     Aw=B * n * min(n / 2.0, window) if window else None,
+                     Rw=B * min(n, window) if window else None)
+
+
+def decode_step(model: ModelSpec, batch_size: int, cached: float) -> StepBatch:
+    """One decode step of `batch_size` sequences, each with `cached` tokens in its KV cache."""
+    B, p = batch_size, float(cached)
+    window = model.sliding_window.window if model.sliding_window else None
+    return StepBatch(T=B, S=B, Ad=B * (p + 0.5), R=B * (p + 1),
+                     Aw=B * min(p + 0.5, window) if window else None,
+                     Rw=B * min(p + 1, window) if window else None)
+
+
+def top_ops(breakdown: dict[str, Any], n: int = 5) -> list[dict[str, Any]]:
+    """The `n` slowest ops of a `CostModel.breakdown` result, slowest first."""
+    return sorted(breakdown["ops"], key=lambda o: o["time_ms"], reverse=True)[:n]
+
+
+def op_points(breakdown: dict[str, Any]) -> list[dict[str, Any]]:
+    """Roofline coordinates of the ops that do arithmetic: intensity (FLOP/byte) and attained
+    FLOP/s (FLOPs over the op's time). Communication and gathers (no FLOPs) are left out."""
+    pts = []
+    for o in breakdown["ops"]:
+        if o["flops"] > 0 and o["bytes"] > 0 and o["time_ms"] > 0:
+            pts.append({"name": o["name"], "intensity": o["flops"] / o["bytes"],
+                        "flops_per_s": o["flops"] / (o["time_ms"] / 1e3), "bound": o["bound"]})
+    return pts
+
+
+def parse_efficiency_overrides(items: list[str] | tuple[str, ...]) -> dict[str, float]:
+    """Turn ["compute_efficiency=0.7", ...] into {field: value}; unknown fields and
+    non-numbers raise SpecError naming the item."""
+    fields = {f.name for f in dataclasses.fields(Efficiency) if f.name != "sources"}
+    out: dict[str, float] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise SpecError(f"efficiency: {item!r} is not KEY=VALUE")
+        if key not in fields:
+            raise SpecError(f"efficiency: unknown field {key!r}; allowed: {', '.join(sorted(fields))}")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise SpecError(f"efficiency.{key}: {value!r} is not a number") from None
+    return out
+
+
 def make_cost_model(model: str | ModelSpec, hardware: str | HardwareSpec, tp: int = 1, pp: int = 1,
                     weight_dtype: str | None = None, activation_dtype: str = "bf16",
                     kv_dtype: str | None = None, ideal: bool = False,
@@ -641,5 +690,6 @@ def make_cost_model(model: str | ModelSpec, hardware: str | HardwareSpec, tp: in
 
 __all__ = [
     "CostModel", "DTypes", "MemoryPlan", "Op", "Parallelism", "StepBatch", "FEATURES",
-    "decode_step_arrays", "make_cost_model", "memory_plan", "predict_static", "weights_bytes_per_gpu",
+    "decode_step", "decode_step_arrays", "make_cost_model", "memory_plan", "op_points",
+    "parse_efficiency_overrides", "predict_static", "prefill_step", "top_ops", "weights_bytes_per_gpu",
 ]

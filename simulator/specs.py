@@ -67,6 +67,9 @@ def _type_ok(value: Any, tp: Any) -> bool:
     if tp is str:
         return isinstance(value, str)
     if origin is tuple:
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis and isinstance(value, tuple):
+            return all(_type_ok(v, args[0]) for v in value)
         return isinstance(value, tuple)
     if origin is dict or tp is dict:
         return isinstance(value, dict)
@@ -89,7 +92,8 @@ def _type_name(tp: Any) -> str:
     if tp is str:
         return "a string"
     if origin is tuple:
-        return "a list"
+        args = typing.get_args(tp)
+        return "a list of strings" if args and args[0] is str else "a list"
     if origin is dict:
         return "a mapping"
     if dataclasses.is_dataclass(tp):
@@ -488,7 +492,8 @@ def _did_you_mean(key: str, options: typing.Iterable[str]) -> str:
 def build(cls: type, data: Any, owner: str = "") -> Any:
     """Make a spec dataclass from a plain mapping, with one-line errors for bad keys/types."""
     if not isinstance(data, dict):
-        raise SpecError(f"{owner or 'spec'}: expected a mapping of fields, got {type(data).__name__}")
+        got = "nothing (empty)" if data is None else type(data).__name__
+        raise SpecError(f"{owner or 'spec'}: expected a mapping of fields, got {got}")
     hints = typing.get_type_hints(cls)
     names = {f.name: f for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}

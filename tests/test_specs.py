@@ -1,0 +1,271 @@
+"""Catalog contents, HF config import, parameter counts and KV sizes (issue: Foundation: catalogs)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from simulator.catalog import (
+    hardware_catalog,
+    import_hf_config,
+    load_hardware,
+    load_model,
+    model_catalog,
+)
+from simulator.specs import HardwareSpec, ModelSpec, SpecError, build
+
+HERE = Path(__file__).resolve().parent
+HF_DIR = HERE / "data" / "hf_configs"
+SHARED_HF = Path(__file__).resolve().parents[2] / "shared" / "reference" / "hf_configs"
+
+HARDWARE_IDS = (
+    "a100-sxm-40gb a100-sxm-80gb a100-pcie-80gb h100-sxm h100-pcie h200-sxm b200 gb200 l40s l4 "
+    "a10g mi300x mi325x mi355x tpu-v5e tpu-v5p tpu-v6e gaudi3"
+).split()
+MODEL_IDS = (
+    "gpt-j-6b llama-2-7b llama-2-13b llama-2-70b codellama-34b llama-3-8b llama-3-70b "
+    "llama-3.1-8b llama-3.1-70b llama-3.1-405b llama-3.3-70b mistral-7b mixtral-8x7b "
+    "mixtral-8x22b falcon-180b internlm-20b qwen3-32b qwen3-30b-a3b qwen3-235b-a22b "
+    "deepseek-v3 gpt-oss-120b"
+).split()
+
+#: hf_configs file -> catalog id
+HF_TO_ID = {
+    "DeepSeek-V3.json": "deepseek-v3",
+    "Llama-2-7b-hf.json": "llama-2-7b",
+    "Llama-3.1-405B.json": "llama-3.1-405b",
+    "Llama-3.1-70B.json": "llama-3.1-70b",
+    "Llama-3.1-8B.json": "llama-3.1-8b",
+    "Mixtral-8x7B-v0.1.json": "mixtral-8x7b",
+    "Qwen3-235B-A22B.json": "qwen3-235b-a22b",
+    "Qwen3-30B-A3B.json": "qwen3-30b-a3b",
+    "Qwen3-32B.json": "qwen3-32b",
+    "gpt-oss-120b.json": "gpt-oss-120b",
+}
+
+#: published (total, active) parameter counts in billions; active None = dense
+PUBLISHED = {
+    "llama-3.1-8b": (8.03, None),
+    "llama-3.1-70b": (70.6, None),
+    "llama-3.1-405b": (405.9, None),
+    "mixtral-8x7b": (46.7, 12.9),
+    "deepseek-v3": (671.0, 37.0),
+    "qwen3-235b-a22b": (235.0, 22.0),
+    "gpt-oss-120b": (117.0, 5.1),
+}
+ID_TO_HF = {v: k for k, v in HF_TO_ID.items()}
+
+
+# --------------------------------------------------------------------------- catalogs
+
+
+def test_all_ids_present():
+    assert sorted(model_catalog()) == sorted(MODEL_IDS)
+    assert sorted(hardware_catalog()) == sorted(HARDWARE_IDS)
+
+
+def test_catalog_file_names_are_ids():
+    from simulator.catalog import iter_catalog_files, read_yaml
+
+    for kind in ("model_specs", "hardware_specs"):
+        for path in iter_catalog_files(kind):
+            assert read_yaml(path)["id"] == path.stem
+
+
+@pytest.mark.parametrize("mid", MODEL_IDS)
+def test_model_entries_complete(mid):
+    m = model_catalog()[mid]
+    assert m.hf_id and m.sources and m.name
+    assert m.chars_per_token is not None and 3.0 < m.chars_per_token < 5.0
+    assert "approximate" in m.notes
+    assert load_model(m.hf_id) is m
+    for alias in m.aliases:
+        assert load_model(alias) is m
+        assert load_model(alias.upper()) is m
+
+
+def test_aliases_unique():
+    seen: dict[str, str] = {}
+    for mid, m in model_catalog().items():
+        for name in (mid, m.hf_id, *m.aliases):
+            key = name.lower()
+            assert seen.setdefault(key, mid) == mid, f"{name} names {seen[key]} and {mid}"
+
+
+@pytest.mark.parametrize("hid", HARDWARE_IDS)
+def test_hardware_entries_complete(hid):
+    h = hardware_catalog()[hid]
+    assert "bf16" in h.peak_flops_per_s
+    assert h.price_per_gpu_hour_usd and h.sources
+    assert "indicative" in h.notes and "assumption" in h.notes.lower()
+    assert h.efficiency.compute_efficiency == 1.0 and h.efficiency.memory_efficiency == 1.0
+    # dense peaks: fp8 at most twice bf16, bf16 >= fp32
+    if "fp8" in h.peak_flops_per_s:
+        assert h.peak_flops_per_s["fp8"] <= 2.05 * h.peak_flops_per_s["bf16"]
+    if "fp32" in h.peak_flops_per_s:
+        assert h.peak_flops_per_s["fp32"] < h.peak_flops_per_s["bf16"]
+    assert 1e9 < h.hbm_capacity_bytes < 400e9
+    assert 1e11 < h.hbm_bandwidth_bytes_per_s < 1e13
+    assert 1e10 <= h.link_bandwidth_bytes_per_s <= 1e12
+
+
+def test_hardware_key_figures():
+    hw = hardware_catalog()
+    assert hw["h100-sxm"].flops("bf16") == 989e12
+    assert hw["h100-sxm"].flops("fp8") == 1979e12
+    assert hw["h100-sxm"].link_bandwidth_bytes_per_s == 450e9  # per direction
+    assert hw["a100-sxm-80gb"].gemm_dtype("fp8") == "bf16"  # no FP8 on Ampere
+    assert hw["mi355x"].flops("bf16") == hw["mi355x"].flops("fp8") / 2  # documented estimate
+    assert "ESTIMATE" in hw["mi355x"].notes
+    assert "CONFLICT" in hw["a10g"].notes
+    assert hw["h200-sxm"].hbm_capacity_bytes == pytest.approx(141 * 2**30, rel=1e-3)
+    assert hw["b200"].flops("fp4") == 9000e12
+
+
+# --------------------------------------------------------------------------- parameters and KV
+
+
+def _check_counts(m: ModelSpec, total_b: float, active_b: float | None):
+    assert m.param_count / 1e9 == pytest.approx(total_b, rel=0.01)
+    if active_b is not None:
+        assert m.active_param_count / 1e9 == pytest.approx(active_b, rel=0.03)
+
+
+@pytest.mark.parametrize("mid", sorted(PUBLISHED))
+def test_param_counts_catalog(mid):
+    _check_counts(model_catalog()[mid], *PUBLISHED[mid])
+
+
+@pytest.mark.parametrize("mid", sorted(PUBLISHED))
+def test_param_counts_hf_import(mid):
+    _check_counts(import_hf_config(HF_DIR / ID_TO_HF[mid]), *PUBLISHED[mid])
+
+
+def test_other_param_counts_plausible():
+    # published sizes for models without a config here (1.5 % tolerance)
+    published = {"gpt-j-6b": 6.05, "llama-2-7b": 6.74, "llama-2-13b": 13.0, "llama-2-70b": 69.0,
+                 "codellama-34b": 33.7, "mistral-7b": 7.24, "mixtral-8x22b": 141.0}
+    for mid, b in published.items():
+        assert model_catalog()[mid].param_count / 1e9 == pytest.approx(b, rel=0.015), mid
+
+
+def test_kv_bytes_per_token_exact():
+    cat = model_catalog()
+    assert cat["llama-3.1-70b"].kv_bytes_per_token("bf16") == 327_680
+    assert cat["deepseek-v3"].kv_bytes_per_token("bf16") == 70_272
+    assert cat["deepseek-v3"].kv_bytes_per_token("fp8") == 35_136
+    assert cat["llama-2-7b"].kv_bytes_per_token("bf16") == 524_288  # MHA, 32 x 2 x 4096 x 2
+
+
+def test_structure_flags():
+    cat = model_catalog()
+    assert cat["gpt-j-6b"].parallel_attention and cat["gpt-j-6b"].mlp_bias
+    assert cat["gpt-j-6b"].mlp == "plain" and cat["falcon-180b"].mlp == "plain"
+    assert cat["falcon-180b"].parallel_attention
+    assert cat["gpt-oss-120b"].attention_bias
+    assert cat["gpt-oss-120b"].sliding_window.window == 128
+    assert cat["gpt-oss-120b"].num_sliding_layers == 18
+    assert cat["mistral-7b"].sliding_window.window == 4096
+    assert cat["mistral-7b"].num_sliding_layers == 32
+    assert cat["deepseek-v3"].moe.num_shared_experts == 1
+    assert cat["deepseek-v3"].moe.first_dense_layers == 3
+    assert cat["deepseek-v3"].default_weight_dtype == "fp8"
+    assert cat["gpt-oss-120b"].default_weight_dtype == "bf16"
+    assert "MXFP4" in cat["gpt-oss-120b"].notes
+    assert cat["qwen3-32b"].d_head == 128 != cat["qwen3-32b"].hidden_size // 64
+    assert {m.attention_kind for m in cat.values()} == {"MHA", "GQA", "MLA"}
+
+
+# --------------------------------------------------------------------------- HF import
+
+
+def _hf_files() -> list[Path]:
+    return sorted(HF_DIR.glob("*.json"))
+
+
+def test_hf_copy_matches_shared():
+    if not SHARED_HF.is_dir():
+        pytest.skip("shared/reference not present")
+    shared = sorted(p.name for p in SHARED_HF.glob("*.json"))
+    assert shared == [p.name for p in _hf_files()]
+    for name in shared:
+        assert json.loads((SHARED_HF / name).read_text()) == json.loads((HF_DIR / name).read_text())
+
+
+def test_every_shared_hf_config_imports():
+    if not SHARED_HF.is_dir():
+        pytest.skip("shared/reference not present")
+    for p in sorted(SHARED_HF.glob("*.json")):
+        assert isinstance(import_hf_config(p), ModelSpec)
+
+
+_GEOMETRY = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "d_head", "vocab_size",
+             "max_context", "mlp", "parallel_attention", "tie_word_embeddings", "attention_bias",
+             "mlp_bias", "moe", "mla", "sliding_window", "default_weight_dtype", "param_count",
+             "active_param_count")
+
+
+@pytest.mark.parametrize("fname", sorted(HF_TO_ID))
+def test_hf_import_matches_catalog(fname):
+    imported = import_hf_config(HF_DIR / fname)
+    entry = model_catalog()[HF_TO_ID[fname]]
+    for attr in _GEOMETRY:
+        assert getattr(imported, attr) == getattr(entry, attr), attr
+    if entry.moe is None:
+        assert imported.intermediate_size == entry.intermediate_size
+
+
+# --------------------------------------------------------------------------- user files
+
+
+def test_user_model_yaml_file_and_folder(tmp_path):
+    text = "id: my-model\nhidden_size: 1024\nnum_layers: 4\nnum_heads: 8\nnum_kv_heads: 2\n" \
+           "intermediate_size: 4096\nvocab_size: 32000\n"
+    f = tmp_path / "mine.yaml"
+    f.write_text(text)
+    m = load_model(str(f))
+    assert m.id == "my-model" and m.d_head == 128 and m.attention_kind == "GQA"
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "model.yaml").write_text(text)
+    assert load_model(str(folder)) == m
+    hf_folder = tmp_path / "hf"
+    hf_folder.mkdir()
+    shutil.copy(HF_DIR / "Qwen3-32B.json", hf_folder / "config.json")
+    assert load_model(str(hf_folder)).param_count == model_catalog()["qwen3-32b"].param_count
+
+
+def test_user_hardware_yaml_and_overlay(tmp_path):
+    f = tmp_path / "chip.yaml"
+    f.write_text("id: chip\nname: Chip\nvendor: X\npeak_flops_per_s: {bf16: 1e14}\n"
+                 "hbm_capacity_bytes: 16e9\nhbm_bandwidth_bytes_per_s: 1e12\n"
+                 "link_bandwidth_bytes_per_s: 50e9\n")
+    h = load_hardware(str(f))
+    assert h.id == "chip" and h.ridge_point("bf16") == pytest.approx(100.0)
+    assert h.flops("fp8") == 1e14  # falls back to bf16
+    ov = tmp_path / "overlay.yaml"
+    ov.write_text("base: h100-sxm\nefficiency: {compute_efficiency: 0.6}\n")
+    h2 = load_hardware(str(ov))
+    base = hardware_catalog()["h100-sxm"]
+    assert h2.efficiency.compute_efficiency == 0.6
+    assert h2.efficiency.memory_efficiency == base.efficiency.memory_efficiency
+    assert h2.peak_flops_per_s == base.peak_flops_per_s
+    assert load_hardware("H100-SXM") is base
+
+
+def test_build_rejects_non_string_aliases():
+    data = {"id": "x", "hidden_size": 64, "num_layers": 1, "num_heads": 1, "num_kv_heads": 1,
+            "intermediate_size": 64, "vocab_size": 10, "aliases": [1, 2]}
+    with pytest.raises(SpecError, match="aliases"):
+        build(ModelSpec, data)
+
+
+def test_specs_frozen():
+    h = hardware_catalog()["h100-sxm"]
+    assert isinstance(h, HardwareSpec)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        h.tdp_w = 1  # type: ignore[misc]
