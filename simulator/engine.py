@@ -24,8 +24,9 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -170,6 +171,7 @@ class Replica:
         self.active: list[int] = []  # slots in admission order
         self.waiting: deque[int] = deque()
         self.gen_so_far: dict[int, int] = {}  # preempted requests: tokens already generated
+        self.last_tok_of: dict[int, float] = {}  # preempted requests: time of their last token
         self.clock = 0.0
         self.admit_counter = 0
         self.wl_in = wl.input_len
@@ -417,6 +419,7 @@ class Replica:
             self.computed[s] = 0
             self.prompt[s] = p
             self.generated[s] = self.gen_so_far.pop(r, 0)
+            self.last_tok[s] = self.last_tok_of.pop(r, 0.0)
             self.outlen[s] = self.wl_out[r]
             self.blocks[s] = nb
             self.free_blocks -= nb
@@ -432,6 +435,7 @@ class Replica:
         r = int(self.rid[s])
         self.free_blocks += int(self.blocks[s])
         self.gen_so_far[r] = int(self.generated[s])
+        self.last_tok_of[r] = float(self.last_tok[s])
         self.out["preemptions"][r] += 1
         self._release(s)
         self.waiting.appendleft(r)
@@ -584,8 +588,8 @@ class Replica:
         self.log.busy_s += float(ends[-1] - t0)
         self.clock = float(ends[-1])
         self.log.peak_kv = max(self.log.peak_kv, blocks / self.total_blocks)
-        self._record(B)
         self.free_blocks += blocks
+        self._record(B)
         self.outstanding -= B
         for j, r in sorted(enumerate(batch), key=lambda x: ends[outs[x[0]] - 1]):
             self.on_finish(r, float(ends[outs[j] - 1]))

@@ -1,0 +1,255 @@
+"""The serving engine against hand-computed schedules, queueing theory and a slow reference loop."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from reference_engine import reference_simulate
+
+from simulator.engine import COMPLETED, REJECTED, EngineConfig, simulate
+from simulator.metrics import summarize
+from simulator.roofline import make_cost_model
+from simulator.workload import Workload, synthetic
+
+
+@pytest.fixture(scope="module")
+def cost():
+    return make_cost_model("llama-2-7b", "a100-sxm-80gb", ideal=True)
+
+
+def wl(arrivals, ins, outs, concurrency=None):
+    return Workload(np.asarray(arrivals, dtype=float), np.asarray(ins, dtype=np.int64),
+                    np.asarray(outs, dtype=np.int64), concurrency=concurrency)
+
+
+def cfg(**kw):
+    kw.setdefault("kv_capacity_tokens", 100_000)
+    return EngineConfig(**kw)
+
+
+# ---------------------------------------------------------------- exact small scenarios
+
+
+def test_two_requests_by_hand(cost):
+    """A: t=0, 100 prompt, 3 out. B: t=1 ms, 50 prompt, 2 out.
+    step 1 (t=0): prefill A (100)             -> A token 1
+    step 2: decode A (p=100) + prefill B (50) -> A token 2, B token 1
+    step 3: decode A (p=101) + decode B (p=50) -> A token 3 (done), B token 2 (done)"""
+    st_ = cost.step_time
+    d1 = st_(100, 1, 0.0, 100 * 50.0, 100)
+    d2 = st_(51, 2, 100.5, 50 * 25.0, 101 + 50)
+    d3 = st_(2, 2, 101.5 + 50.5, 0.0, 102 + 51)
+    t1, t2, t3 = d1, d1 + d2, d1 + d2 + d3
+    res = simulate(cost, wl([0.0, 0.001], [100, 50], [3, 2]), cfg())
+    assert res.first_token_s == pytest.approx([t1, t2], rel=1e-12)
+    assert res.finish_s == pytest.approx([t3, t3], rel=1e-12)
+    s = summarize(res)
+    assert s["mean_ttft_ms"] == pytest.approx(((t1 - 0) + (t2 - 0.001)) / 2 * 1e3)
+    # TPOT: A (t3 - t1)/2, B (t3 - t2)/1
+    assert s["mean_tpot_ms"] == pytest.approx(((t3 - t1) / 2 + (t3 - t2)) / 2 * 1e3)
+    # ITL pooled: A gaps d2, d3; B gap d3
+    assert s["mean_itl_ms"] == pytest.approx((d2 + d3 + d3) / 3 * 1e3)
+    assert s["duration"] == pytest.approx(t3)
+    assert s["completed"] == 2
+
+
+def test_late_arrival_waits_for_next_step(cost):
+    """B arrives while A's prefill step is running: it joins the following step."""
+    st_ = cost.step_time
+    d1 = st_(1000, 1, 0, 1000 * 500.0, 1000)
+    res = simulate(cost, wl([0.0, d1 / 2], [1000, 10], [1, 1]), cfg())
+    d2 = st_(10, 1, 0, 10 * 5.0, 10)
+    assert res.finish_s[0] == pytest.approx(d1)
+    assert res.first_token_s[1] == pytest.approx(d1 + d2)
+
+
+def test_chunked_prefill_splits_long_prompt(cost):
+    """A 300-token prompt with a 128-token budget takes 3 steps: chunks 128, 128, 44."""
+    st_ = cost.step_time
+    d = [st_(128, 0, 0, 128 * 64.0, 128), st_(128, 0, 0, 128 * (128 + 64.0), 256),
+         st_(44, 1, 0, 44 * (256 + 22.0), 300)]
+    res = simulate(cost, wl([0.0], [300], [1]), cfg(max_num_batched_tokens=128))
+    assert res.first_token_s[0] == pytest.approx(sum(d), rel=1e-12)
+
+
+def test_never_fits_is_rejected_with_reason(cost):
+    res = simulate(cost, wl([0.0, 0.0], [2000, 10], [100, 10]), cfg(kv_capacity_tokens=1024))
+    assert res.status[0] == REJECTED and "KV" in res.reasons[0]
+    assert res.status[1] == COMPLETED
+    s = summarize(res)
+    assert s["failed"] == 1 and s["completed"] == 1
+
+
+def test_preemption_under_kv_pressure(cost):
+    """Two requests that each fit alone but not together: the newer one is preempted and
+    recomputed, and both complete with the right token counts."""
+    c = cfg(kv_capacity_tokens=16 * 20, max_num_seqs=8)  # 20 blocks of 16
+    res = simulate(cost, wl([0.0, 0.0], [150, 150], [60, 60]), c)
+    assert (res.status == COMPLETED).all()
+    assert res.preemptions.sum() >= 1
+    ref = reference_simulate(cost, [0.0, 0.0], [150, 150], [60, 60], max_num_seqs=8,
+                             max_num_batched_tokens=8192, total_blocks=20)
+    np.testing.assert_allclose(res.finish_s, ref["finish"], rtol=1e-9)
+    np.testing.assert_array_equal(res.preemptions, ref["preemptions"])
+
+
+# ---------------------------------------------------------------- differential vs reference
+
+
+def _compare(cost, w, c, blocks):
+    res = simulate(cost, w, EngineConfig(**{**c, "kv_capacity_tokens": blocks * 16, "debug": True}))
+    ref = reference_simulate(cost, w.arrival_s, w.input_len, w.output_len,
+                             max_num_seqs=c.get("max_num_seqs", 256),
+                             max_num_batched_tokens=c.get("max_num_batched_tokens", 8192),
+                             total_blocks=blocks, max_model_len=cost.model.max_context)
+    np.testing.assert_array_equal(res.status == REJECTED, ref["rejected"])
+    np.testing.assert_allclose(res.first_token_s, ref["first"], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(res.finish_s, ref["finish"], rtol=1e-9, atol=1e-12)
+    np.testing.assert_array_equal(res.preemptions, ref["preemptions"])
+    itl = np.repeat(res.itl_values_s, res.itl_counts)
+    np.testing.assert_allclose(np.sort(itl), ref["itl"], rtol=1e-9, atol=1e-12)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 40), rate=st.sampled_from([0.5, 5.0, 50.0, math.inf]),
+       seqs=st.sampled_from([1, 2, 4, 32]), budget=st.sampled_from([64, 512, 8192]),
+       blocks=st.sampled_from([40, 200, 5000]), seed=st.integers(0, 10_000))
+def test_engine_matches_reference(cost, n, rate, seqs, budget, blocks, seed):
+    w = synthetic(n, rate, 200, 40, range_ratio=0.9, seed=seed)
+    _compare(cost, w, {"max_num_seqs": seqs, "max_num_batched_tokens": budget}, blocks)
+
+
+def test_engine_matches_reference_sliding_window():
+    cost = make_cost_model("mistral-7b", "h100-sxm")
+    w = synthetic(60, 20.0, 3000, 300, range_ratio=0.8, seed=3)
+    _compare(cost, w, {"max_num_seqs": 16, "max_num_batched_tokens": 2048}, 4000)
+
+
+def test_engine_matches_reference_moe():
+    cost = make_cost_model("mixtral-8x7b", "h100-sxm", tp=2)
+    w = synthetic(60, 8.0, 500, 100, range_ratio=0.5, seed=4)
+    _compare(cost, w, {"max_num_seqs": 8, "max_num_batched_tokens": 1024}, 300)
+
+
+# ---------------------------------------------------------------- queueing oracles
+
+
+def _batch1_wait(cost, rho, n, seed, out_len=1, in_len=64):
+    S = cost.step_time(in_len, 1, 0.0, in_len * in_len / 2, in_len)
+    assert out_len == 1
+    w = synthetic(n, rho / S, in_len, out_len, seed=seed)
+    res = simulate(cost, w, cfg(max_num_seqs=1))
+    wait = (res.first_token_s - res.arrival_s) - S  # time in queue
+    return float(np.mean(wait)), S
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.8])
+def test_md1_mean_wait_pollaczek_khinchine(cost, rho):
+    """Batch 1, fixed lengths, Poisson arrivals: M/D/1, Wq = rho S / (2 (1 - rho))."""
+    waits = []
+    for seed in range(4):
+        w, S = _batch1_wait(cost, rho, 40_000, seed)
+        waits.append(w)
+    expected = rho * S / (2 * (1 - rho))
+    assert np.mean(waits) == pytest.approx(expected, rel=0.03)
+
+
+def test_mg1_mean_wait_with_variable_service(cost):
+    """Batch 1, variable prompt lengths: M/G/1, Wq = lambda E[S^2] / (2 (1 - rho))."""
+    n = 60_000
+    ins = synthetic(n, 1.0, 256, 1, range_ratio=0.9, seed=11).input_len
+    S = cost.step_times(ins.astype(float), 1.0, 0.0, ins ** 2 / 2.0, ins.astype(float))
+    lam = 0.7 / S.mean()
+    arr = synthetic(n, lam, 1, 1, seed=12).arrival_s
+    w = wl(arr, ins, np.ones(n, dtype=np.int64))  # one output token: service = the prefill step
+    res = simulate(cost, w, cfg(max_num_seqs=1))
+    wait = (res.first_token_s - res.arrival_s) - S
+    expected = lam * np.mean(S ** 2) / (2 * (1 - lam * S.mean()))
+    assert wait.mean() == pytest.approx(expected, rel=0.05)
+
+
+def test_littles_law_continuous_batching(cost):
+    """L = lambda W: the time-average number in system (from the engine's own timeline of
+    running + waiting) equals arrival rate x mean time in system (from the records)."""
+    w = synthetic(3000, 20.0, 512, 128, range_ratio=0.5, seed=5)
+    res = simulate(cost, w, cfg(max_num_seqs=64))
+    rec = res.records()
+    T_end = rec["finish_s"].max()
+    # number in system from records, integrated exactly
+    W = rec["e2el_s"].mean()
+    lam = len(rec) / T_end
+    # number in system from the engine's timeline (state after each step, held until the next)
+    tl = res.timeline
+    t = np.concatenate([[0.0], tl["time_s"].to_numpy()])
+    n_sys = (tl["batch_size"] + tl["queue_length"]).to_numpy()
+    # a record is written at the end of each step; the state then holds until the next record
+    L_timeline = float(np.sum(n_sys[:-1] * np.diff(t[1:]))) / T_end
+    assert L_timeline == pytest.approx(lam * W, rel=0.05)
+
+
+# ---------------------------------------------------------------- conservation, closed loop, routers
+
+
+@pytest.mark.parametrize("scheduler", ["vllm", "prefill-priority", "static"])
+@pytest.mark.parametrize("router", ["round-robin", "least-outstanding", "least-kv"])
+def test_every_request_accounted_for(cost, scheduler, router):
+    w = synthetic(300, 30.0, 800, 100, range_ratio=0.9, seed=7)
+    res = simulate(cost, w, cfg(kv_capacity_tokens=6000, max_num_seqs=16, scheduler=scheduler, debug=True),
+                   replicas=3, router=router)
+    assert ((res.status == COMPLETED) | (res.status == REJECTED)).all()
+    done = res.status == COMPLETED
+    assert (res.first_token_s[done] >= res.arrival_s[done]).all()
+    assert (res.finish_s[done] >= res.first_token_s[done]).all()
+    tokens = int(res.itl_counts.sum()) + int(done.sum())  # first tokens + later tokens
+    assert tokens == int(res.output_len[done].sum()) + _extra_static_tokens(res, scheduler)
+    assert set(np.unique(res.replica[done])) <= {0, 1, 2}
+
+
+def _extra_static_tokens(res, scheduler):
+    return 0
+
+
+def test_closed_loop_keeps_n_in_flight(cost):
+    w = wl(np.zeros(40), np.full(40, 200), np.full(40, 20), concurrency=4)
+    res = simulate(cost, w, cfg(debug=True))
+    assert (res.status == COMPLETED).all()
+    # each new request is released exactly when an earlier one completes
+    arr = np.sort(res.arrival_s)
+    fin = np.sort(res.finish_s)
+    np.testing.assert_allclose(arr[4:], fin[:36])
+    # never more than 4 in flight
+    events = sorted([(a, 1) for a in res.arrival_s] + [(f, -1) for f in res.finish_s], key=lambda e: (e[0], e[1]))
+    level = peak = 0
+    for _, d in events:
+        level += d
+        peak = max(peak, level)
+    assert peak <= 4
+
+
+def test_static_batching_slower_than_continuous(cost):
+    w = synthetic(200, 8.0, 512, 200, range_ratio=0.9, seed=2)
+    cont = summarize(simulate(cost, w, cfg(max_num_seqs=32)))
+    stat = summarize(simulate(cost, w, cfg(max_num_seqs=32, scheduler="static")))
+    assert stat["mean_e2el_ms"] > cont["mean_e2el_ms"]
+
+
+def test_deterministic_bit_for_bit(cost):
+    w = synthetic(500, 10.0, 512, 128, range_ratio=0.5, seed=9)
+    a = simulate(cost, w, cfg(max_num_seqs=32))
+    b = simulate(cost, w, cfg(max_num_seqs=32))
+    assert a.finish_s.tobytes() == b.finish_s.tobytes()
+    assert a.itl_values_s.tobytes() == b.itl_values_s.tobytes()
+
+
+def test_unstable_run_is_flagged(cost):
+    S = cost.step_time(512, 1, 0.0, 512 * 256.0, 512)
+    w = synthetic(400, 3.0 / S, 512, 1, seed=1)
+    s = summarize(simulate(cost, w, cfg(max_num_seqs=1)))
+    assert s["unstable"] is True
+    assert s["achieved_rate"] < 0.5 * s["offered_rate"]
+    w2 = synthetic(400, 0.3 / S, 512, 1, seed=1)
+    assert summarize(simulate(cost, w2, cfg(max_num_seqs=1)))["unstable"] is False
