@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -113,41 +114,71 @@ class SimResult:
 
 
 class _Log:
-    """Growable compact logs (ITL gap counts and the timeline) kept out of Python objects."""
+    """Compact logs: pooled inter-token gaps and a (decimated) timeline, in typed arrays."""
 
-    def __init__(self) -> None:
-        self.itl: dict[float, int] = {}
-        self.itl_chunks: list[np.ndarray] = []  # step durations, one array per decode segment
+    def __init__(self, timeline_max_points: int = 200_000) -> None:
+        self.gap_v = array("d")  # gap value (s)
+        self.gap_n = array("q")  # how many tokens saw it
+        self.itl_chunks: list[np.ndarray] = []  # step durations of decode segments
         self.itl_weights: list[int] = []  # tokens emitted per step in that segment
-        self.tl_t: list[float] = []
-        self.tl_batch: list[int] = []
-        self.tl_kv: list[float] = []
-        self.tl_queue: list[int] = []
-        self.tl_replica: list[int] = []
-        self.tl_tokens: list[int] = []
+        self.tl = {k: array("d") for k in ("time_s", "replica", "batch_size", "kv_utilization", "queue_length")}
+        self.tl_max = timeline_max_points
+        self.tl_stride = 1
+        self.tl_skip = 0
         self.steps = 0
         self.batch_token_sum = 0.0  # sum over steps of sequences in the step
         self.busy_s = 0.0
         self.peak_kv = 0.0
 
-    def gaps(self, values: np.ndarray) -> None:
-        if len(values) == 0:
-            return
-        u, c = np.unique(values, return_counts=True)
-        d = self.itl
-        for v, n in zip(u.tolist(), c.tolist()):
-            d[v] = d.get(v, 0) + n
-
     def gap(self, value: float, count: int) -> None:
         if count:
-            self.itl[value] = self.itl.get(value, 0) + count
+            self.gap_v.append(value)
+            self.gap_n.append(count)
+
+    def record(self, t: float, replica: int, batch: int, kv: float, queue: int) -> None:
+        if kv > self.peak_kv:
+            self.peak_kv = kv
+        self.tl_skip += 1
+        if self.tl_skip < self.tl_stride:
+            return
+        self.tl_skip = 0
+        tl = self.tl
+        if len(tl["time_s"]) >= self.tl_max:
+            for k in tl:  # decimate: keep every other point, sample half as often from now on
+                tl[k] = tl[k][::2]
+            self.tl_stride *= 2
+        tl["time_s"].append(t)
+        tl["replica"].append(replica)
+        tl["batch_size"].append(batch)
+        tl["kv_utilization"].append(kv)
+        tl["queue_length"].append(queue)
+
+    def timeline(self) -> pd.DataFrame:
+        df = pd.DataFrame({k: np.frombuffer(v, dtype=float) if len(v) else np.zeros(0) for k, v in self.tl.items()})
+        return df.astype({"replica": np.int64, "batch_size": np.int64, "queue_length": np.int64})
+
+    def itl(self) -> tuple[np.ndarray, np.ndarray]:
+        """All inter-token gaps as (sorted distinct values, counts)."""
+        vals = [np.frombuffer(self.gap_v, dtype=float) if len(self.gap_v) else np.zeros(0)]
+        cnts = [np.frombuffer(self.gap_n, dtype=np.int64) if len(self.gap_n) else np.zeros(0, dtype=np.int64)]
+        for ch, w in zip(self.itl_chunks, self.itl_weights, strict=True):
+            vals.append(ch)
+            cnts.append(np.full(len(ch), w, dtype=np.int64))
+        v = np.concatenate(vals)
+        c = np.concatenate(cnts)
+        u, inv = np.unique(v, return_inverse=True)
+        return u, np.bincount(inv, weights=c, minlength=len(u)).astype(np.int64)
 
 
 class Replica:
-    """One model replica: a continuous-batching scheduler over paged KV memory."""
+    """One model replica: a continuous-batching scheduler over paged KV memory.
+
+    Per-slot state is kept in plain Python lists (scalar access is what the scheduler does
+    most); a run of identical decode steps is priced in one vectorised call.
+    """
 
     def __init__(self, index: int, cost: CostModel, cfg: EngineConfig, total_blocks: int,
-                 max_model_len: int, wl: Workload, out: dict[str, np.ndarray], log: _Log,
+                 max_model_len: int, wl: Workload, out: dict[str, Any], log: _Log,
                  on_finish: Callable[[int, float], None]) -> None:
         self.index = index
         self.cost = cost
@@ -159,14 +190,14 @@ class Replica:
         self.max_model_len = max_model_len
         self.window = cost.model.sliding_window.window if cost.model.sliding_window else None
         n = cfg.max_num_seqs
-        self.rid = np.full(n, -1, dtype=np.int64)
-        self.computed = np.zeros(n, dtype=np.int64)  # tokens whose KV is in cache
-        self.prompt = np.zeros(n, dtype=np.int64)  # tokens to prefill before emitting
-        self.generated = np.zeros(n, dtype=np.int64)
-        self.outlen = np.zeros(n, dtype=np.int64)
-        self.blocks = np.zeros(n, dtype=np.int64)
-        self.order = np.zeros(n, dtype=np.int64)
-        self.last_tok = np.zeros(n, dtype=float)
+        self.rid = [-1] * n
+        self.computed = [0] * n  # tokens whose KV is in cache
+        self.prompt = [0] * n  # tokens to prefill before emitting (input + generated, after preemption)
+        self.generated = [0] * n
+        self.outlen = [0] * n
+        self.blocks = [0] * n
+        self.order = [0] * n
+        self.last_tok = [0.0] * n
         self.free_slots = list(range(n - 1, -1, -1))
         self.active: list[int] = []  # slots in admission order
         self.waiting: deque[int] = deque()
@@ -174,8 +205,8 @@ class Replica:
         self.last_tok_of: dict[int, float] = {}  # preempted requests: time of their last token
         self.clock = 0.0
         self.admit_counter = 0
-        self.wl_in = wl.input_len
-        self.wl_out = wl.output_len
+        self.wl_in = wl.input_len.tolist()
+        self.wl_out = wl.output_len.tolist()
         self.out = out
         self.log = log
         self.on_finish = on_finish
@@ -196,23 +227,22 @@ class Replica:
     # ---------------------------------------------------------------- arrivals
     def enqueue(self, r: int, t: float) -> None:
         """Request r arrives at time t (the replica has been advanced to >= t or is idle)."""
-        need = int(self.wl_in[r] + self.wl_out[r])
+        need = self.wl_in[r] + self.wl_out[r]
         reason = None
         if need > self.max_model_len:
-            reason = (f"prompt+output = {need} tokens exceeds max_model_len {self.max_model_len}")
+            reason = f"prompt+output = {need} tokens exceeds max_model_len {self.max_model_len}"
         elif self.blocks_for(need) > self.total_blocks:
-            reason = (f"needs {need} KV tokens; the replica holds {self.total_blocks * self.bs}")
+            reason = f"needs {need} KV tokens; the replica holds {self.total_blocks * self.bs}"
         elif self.cfg.scheduler != "vllm" and self.wl_in[r] > self.cfg.max_num_batched_tokens:
-            reason = (f"prompt of {int(self.wl_in[r])} tokens exceeds max_num_batched_tokens "
+            reason = (f"prompt of {self.wl_in[r]} tokens exceeds max_num_batched_tokens "
                       f"{self.cfg.max_num_batched_tokens} with chunked prefill off")
+        self.out["replica"][r] = self.index
         if reason is not None:
             self.out["status"][r] = REJECTED
             self.out["reasons"][r] = reason
-            self.out["replica"][r] = self.index
             return
         if not self.has_work() and self.clock < t:
             self.clock = t
-        self.out["replica"][r] = self.index
         self.waiting.append(r)
         self.outstanding += 1
 
@@ -222,13 +252,13 @@ class Replica:
 
         `max_actions` bounds the scheduling decisions taken (a step or a decode segment).
         """
-        sched = self.cfg.scheduler
+        static = self.cfg.scheduler == "static"
         done = 0
-        while self.has_work() and self.clock < t_limit:
+        while (self.active or self.waiting) and self.clock < t_limit:
             if max_actions is not None and done >= max_actions:
                 return
             done += 1
-            if sched == "static":
+            if static:
                 self._static_batch()
             elif self._pure_decode_ready():
                 self._decode_segment(t_limit)
@@ -237,112 +267,125 @@ class Replica:
 
     def _pure_decode_ready(self) -> bool:
         """True when the next step is decode-only and nothing can be admitted."""
-        if not self.active:
-            return False
         a = self.active
-        if self.n_prefilling:
+        if not a or self.n_prefilling:
             return False
-        if self.waiting:
-            if len(a) >= self.cfg.max_num_seqs or self.cfg.max_num_batched_tokens <= len(a):
-                return True
-            # could the head be admitted right now? (KV for its first chunk)
-            r = self.waiting[0]
-            first = min(self._prompt_of(r), self.cfg.max_num_batched_tokens - len(a))
-            if self.cfg.scheduler == "prefill-priority":
-                first = self._prompt_of(r)
-            need_next = int(np.sum(self.computed[a] + 1 > self.blocks[a] * self.bs))
-            return self.blocks_for(first) + need_next > self.free_blocks
-        return True
+        if not self.waiting:
+            return True
+        B = len(a)
+        cfg = self.cfg
+        if B >= cfg.max_num_seqs or cfg.max_num_batched_tokens <= B:
+            return True
+        # could the head be admitted right now? (KV for its first chunk after the decodes)
+        r = self.waiting[0]
+        p = self._prompt_of(r)
+        first = p if cfg.scheduler == "prefill-priority" else min(p, cfg.max_num_batched_tokens - B)
+        comp, blk, bs = self.computed, self.blocks, self.bs
+        need_next = sum(1 for s in a if comp[s] >= blk[s] * bs)
+        return self.blocks_for(first) + need_next > self.free_blocks
 
     def _prompt_of(self, r: int) -> int:
-        return int(self.wl_in[r]) + self.gen_so_far.get(r, 0)
+        return self.wl_in[r] + self.gen_so_far.get(r, 0)
 
     # ---------------------------------------------------------------- decode segments
     def _decode_segment(self, t_limit: float) -> None:
-        a = np.array(self.active, dtype=np.int64)
+        """Run k identical decode steps at once (k up to the next completion, KV shortage,
+        or the last step that starts before t_limit)."""
+        a = self.active
         B = len(a)
         if self.cfg.max_num_batched_tokens < B:
             self._step()
             return
-        c = self.computed[a]
-        remaining = self.outlen[a] - self.generated[a]
-        k_fin = int(remaining.min())
-        # KV: after i steps seq j needs ceil((c_j + i)/bs) blocks; extra(i) = sum floor((r_j+i-1)/bs)
-        fill = (c - 1) % self.bs + 1
-        k_max = min(k_fin, self.cfg.max_segment_steps)
+        bs = self.bs
+        comp, gen, outl = self.computed, self.generated, self.outlen
+        c_sum = 0
+        k_fin = 1 << 62
+        hist = [0] * (bs + 2)  # hist[f]: slots whose last block holds f tokens (1..bs)
+        for s in a:
+            c = comp[s]
+            c_sum += c
+            rem = outl[s] - gen[s]
+            if rem < k_fin:
+                k_fin = rem
+            hist[(c - 1) % bs + 1] += 1
+        # KV: after i = q*bs + r steps the batch needs B*q + #{fill >= bs - r + 1} new blocks
         free = self.free_blocks
-        if free < B * -(-k_max // self.bs):
-            # find largest i <= k_max with extra(i) <= free (extra is nondecreasing)
-            lo, hi = 0, k_max
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if int(np.sum((fill + mid - 1) // self.bs)) <= free:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            k_max = lo
-        if k_max == 0:
+        q0 = free // B
+        rem_free = free - B * q0
+        ge = 0
+        r_max = 0
+        for r in range(1, bs):
+            ge += hist[bs - r + 1]
+            if ge > rem_free:
+                break
+            r_max = r
+        k_max = min(k_fin, q0 * bs + r_max, self.cfg.max_segment_steps)
+        if k_max <= 0:
             self._step()  # a block is needed now: the full scheduler preempts
             return
-        c_sum = float(c.sum())
         Ad0 = c_sum + 0.5 * B
-        R0 = c_sum + B
-        if self.window is None and t_limit != math.inf:
-            # steps only lengthen as context grows, so at most (t_limit - clock)/dt0 + 1 start
-            dt0 = self.step_time(B, B, Ad0, 0.0, R0)
-            k_max = max(1, min(k_max, int((t_limit - self.clock) / dt0) + 1))
-        if self.window is None and k_max <= 24:
+        R0 = float(c_sum + B)
+        W = self.window
+        dt = None
+        if W is None:
             st = self.step_time
-            dts = []
-            t = self.clock
-            n = 0
-            while n < k_max and t < t_limit:
-                d = st(B, B, Ad0 + B * n, 0.0, R0 + B * n)
-                dts.append(d)
-                t += d
-                n += 1
-            dt = np.array(dts)
-            ends = self.clock + np.cumsum(dt)
-        else:
+            d0 = st(B, B, Ad0, 0.0, R0)
+            if t_limit != math.inf:
+                # steps only lengthen as context grows: at most (t_limit - clock)/d0 + 1 start in time
+                k_max = max(1, min(k_max, int((t_limit - self.clock) / d0) + 1))
+            if k_max <= 2:
+                dt = np.array([d0, st(B, B, Ad0 + B, 0.0, R0 + B)][:k_max])
+            else:
+                # with T = B fixed only the attention terms grow, linearly in the step index:
+                # price the first, second and last step and use the line when it fits exactly
+                d1 = st(B, B, Ad0 + B, 0.0, R0 + B)
+                dl = st(B, B, Ad0 + B * (k_max - 1), 0.0, R0 + B * (k_max - 1))
+                slope = d1 - d0
+                if abs(d0 + slope * (k_max - 1) - dl) <= 1e-12 * dl:
+                    dt = d0 + slope * np.arange(k_max, dtype=float)
+        if dt is None:
             i = np.arange(k_max, dtype=float)
             Ad = Ad0 + B * i
             R = R0 + B * i
-            if self.window is not None:
-                W = self.window
-                cs = np.sort(c).astype(float)
+            if W is not None:
+                cs = np.sort(np.array([comp[s] for s in a], dtype=float))
                 Aw = _capped_sums(cs, i + 0.5, W)
                 Rw = _capped_sums(cs, i + 1.0, W)
             else:
                 Aw, Rw = Ad, R
             dt = self.cost.step_times(float(B), float(B), Ad, 0.0, R, Aw, Rw)
-            ends = self.clock + np.cumsum(dt)
-            starts = np.empty_like(ends)
-            starts[0] = self.clock
-            starts[1:] = ends[:-1]
-            n = int(np.searchsorted(starts, t_limit, side="left"))
-            n = max(1, min(n, k_max))
-        # apply n decode steps to every active slot
-        self.computed[a] += n
-        self.generated[a] += n
-        new_blocks = -(-(c + n) // self.bs)
-        got = int((new_blocks - self.blocks[a]).sum())
-        self.blocks[a] = new_blocks
-        self.free_blocks -= got
-        self._pool_gaps(dt[:n], B)
+        ends = self.clock + np.cumsum(dt)
+        n = int(np.searchsorted(ends[:-1], t_limit, side="left")) + 1 if k_max > 1 else 1
+        n = min(n, k_max)
+        dt = dt[:n]
         t_end = float(ends[n - 1])
-        self.last_tok[a] = t_end
-        self.log.steps += n
-        self.log.batch_token_sum += B * n
-        self.log.busy_s += float(ends[n - 1] - self.clock)
+        # apply n decode steps to every active slot
+        blk = self.blocks
+        got = 0
+        last = self.last_tok
+        done = []
+        for s in a:
+            c = comp[s] + n
+            comp[s] = c
+            g = gen[s] + n
+            gen[s] = g
+            nb = -(-c // bs)
+            got += nb - blk[s]
+            blk[s] = nb
+            last[s] = t_end
+            if g >= outl[s]:
+                done.append(s)
+        self.free_blocks -= got
+        lg = self.log
+        lg.itl_chunks.append(dt)
+        lg.itl_weights.append(B)
+        lg.steps += n
+        lg.batch_token_sum += B * n
+        lg.busy_s += t_end - self.clock
         self.clock = t_end
         self._record(B)
-        done = a[self.generated[a] >= self.outlen[a]]
-        for s in done.tolist():
-            self._finish(int(s))
-
-    def _pool_gaps(self, dts: np.ndarray, weight: int) -> None:
-        self.log.itl_chunks.append(dts)
-        self.log.itl_weights.append(weight)
+        for s in done:
+            self._finish(s)
 
     # ---------------------------------------------------------------- one general step
     def _step(self) -> None:
@@ -351,27 +394,25 @@ class Replica:
         sched: list[tuple[int, int]] = []  # (slot, new tokens)
         preempted = False
         prefill_priority = cfg.scheduler == "prefill-priority"
+        comp, prompt, blk, bs = self.computed, self.prompt, self.blocks, self.bs
         # prefill-priority: if anything waits and can be admitted, run a prefill-only step
         if prefill_priority and self.waiting and self._can_admit_head(budget):
             sched = self._admit(budget, whole_prompts=True)
         else:
-            queue = list(self.active)
-            idx = 0
-            while idx < len(queue):
-                s = queue[idx]
-                idx += 1
+            for s in list(self.active):
                 if self.rid[s] < 0:
                     continue  # preempted earlier in this loop
                 if budget <= 0:
                     break
-                rem = int(self.prompt[s] - self.computed[s])
+                rem = prompt[s] - comp[s]
                 need = 1 if rem <= 0 else (min(rem, budget) if not prefill_priority else rem)
                 if need > budget:
                     continue
-                nb = self.blocks_for(int(self.computed[s]) + need) - int(self.blocks[s])
+                nb = -(-(comp[s] + need) // bs) - blk[s]
                 ok = True
                 while nb > self.free_blocks:
-                    victim = max(self.active, key=lambda x: self.order[x])
+                    order = self.order
+                    victim = max(self.active, key=lambda x: order[x])
                     self._preempt(victim)
                     preempted = True
                     if victim == s:
@@ -379,7 +420,7 @@ class Replica:
                         break
                 if not ok:
                     continue
-                self.blocks[s] += nb
+                blk[s] += nb
                 self.free_blocks -= nb
                 sched.append((s, need))
                 budget -= need
@@ -387,7 +428,7 @@ class Replica:
                 sched += self._admit(budget, whole_prompts=False)
         if not sched:
             if self.waiting and not self.active:
-                # nothing runs and the head cannot be admitted: cannot happen after the
+                # nothing runs and the head cannot be admitted: impossible after the
                 # arrival check, but never spin forever
                 r = self.waiting.popleft()
                 self.outstanding -= 1
@@ -397,20 +438,20 @@ class Replica:
         self._execute(sched)
 
     def _can_admit_head(self, budget: int) -> bool:
-        r = self.waiting[0]
-        p = self._prompt_of(r)
+        p = self._prompt_of(self.waiting[0])
         return (len(self.active) < self.cfg.max_num_seqs and p <= budget
                 and self.blocks_for(p) <= self.free_blocks)
 
     def _admit(self, budget: int, whole_prompts: bool) -> list[tuple[int, int]]:
         out = []
-        while self.waiting and budget > 0 and len(self.active) < self.cfg.max_num_seqs:
+        max_seqs = self.cfg.max_num_seqs
+        while self.waiting and budget > 0 and len(self.active) < max_seqs:
             r = self.waiting[0]
             p = self._prompt_of(r)
             need = p if whole_prompts else min(p, budget)
             if need > budget:
                 break
-            nb = self.blocks_for(need)
+            nb = -(-need // self.bs)
             if nb > self.free_blocks:
                 break
             self.waiting.popleft()
@@ -432,10 +473,10 @@ class Replica:
         return out
 
     def _preempt(self, s: int) -> None:
-        r = int(self.rid[s])
-        self.free_blocks += int(self.blocks[s])
-        self.gen_so_far[r] = int(self.generated[s])
-        self.last_tok_of[r] = float(self.last_tok[s])
+        r = self.rid[s]
+        self.free_blocks += self.blocks[s]
+        self.gen_so_far[r] = self.generated[s]
+        self.last_tok_of[r] = self.last_tok[s]
         self.out["preemptions"][r] += 1
         self._release(s)
         self.waiting.appendleft(r)
@@ -449,15 +490,17 @@ class Replica:
         self.free_slots.append(s)
 
     def _execute(self, sched: list[tuple[int, int]]) -> None:
+        """Price one step from each scheduled sequence's (new tokens q, cached tokens p)."""
         T = S = 0
         Ad = Ap = R = Aw = Rw = 0.0
         W = self.window
+        comp, prompt = self.computed, self.prompt
         emit = []
         for s, q in sched:
-            p = int(self.computed[s])
+            p = comp[s]
             T += q
             R += p + q
-            if q == 1 and p >= self.prompt[s]:
+            if q == 1 and p >= prompt[s]:
                 Ad += p + 0.5
                 if W is not None:
                     Aw += min(p + 0.5, W)
@@ -467,64 +510,63 @@ class Replica:
                     Aw += q * min(p + q / 2.0, W)
             if W is not None:
                 Rw += min(p + q, W)
-            if p + q >= self.prompt[s]:
+            if p + q >= prompt[s]:
                 S += 1
                 emit.append(s)
         if W is None:
             Aw, Rw = Ad + Ap, R
         dt = self.step_time(T, S, Ad, Ap, R, Aw, Rw)
-        t_end = self.clock + dt
-        self.log.steps += 1
-        self.log.batch_token_sum += len(sched)
-        self.log.busy_s += dt
+        prev = self.clock
+        t_end = prev + dt
+        lg = self.log
+        lg.steps += 1
+        lg.batch_token_sum += len(sched)
+        lg.busy_s += dt
         for s, q in sched:
-            c0 = self.computed[s]
-            self.computed[s] = c0 + q
-            if c0 < self.prompt[s] <= c0 + q:
+            c0 = comp[s]
+            comp[s] = c0 + q
+            if c0 < prompt[s] <= c0 + q:
                 self.n_prefilling -= 1
         self.clock = t_end
         out_first = self.out["first_token_s"]
-        gaps = []
+        gen, last, outl = self.generated, self.last_tok, self.outlen
+        regular = 0
+        done = []
         for s in emit:
-            r = int(self.rid[s])
-            if self.generated[s] == 0:
-                out_first[r] = t_end
+            if gen[s] == 0:
+                out_first[self.rid[s]] = t_end
+            elif last[s] == prev:
+                regular += 1  # emitted in the previous step too: the gap is this step
             else:
-                gaps.append(t_end - self.last_tok[s])
-            self.generated[s] += 1
-            self.last_tok[s] = t_end
-        if gaps:
-            self.log.gaps(np.asarray(gaps))
+                lg.gap(t_end - last[s], 1)
+            g = gen[s] + 1
+            gen[s] = g
+            last[s] = t_end
+            if g >= outl[s]:
+                done.append(s)
+        lg.gap(t_end - prev, regular)
         self._record(len(sched))
-        for s in emit:
-            if self.generated[s] >= self.outlen[s]:
-                self._finish(s)
+        for s in done:
+            self._finish(s)
 
     def _finish(self, s: int) -> None:
-        r = int(self.rid[s])
+        r = self.rid[s]
         self.out["finish_s"][r] = self.clock
         self.out["status"][r] = COMPLETED
-        self.free_blocks += int(self.blocks[s])
+        self.free_blocks += self.blocks[s]
         self._release(s)
         self.outstanding -= 1
         self.on_finish(r, self.clock)
 
     def _record(self, batch: int) -> None:
-        used = 1.0 - self.free_blocks / self.total_blocks
-        lg = self.log
-        if used > lg.peak_kv:
-            lg.peak_kv = used
-        lg.tl_t.append(self.clock)
-        lg.tl_batch.append(batch)
-        lg.tl_kv.append(used)
-        lg.tl_queue.append(len(self.waiting))
-        lg.tl_replica.append(self.index)
+        self.log.record(self.clock, self.index, batch, 1.0 - self.free_blocks / self.total_blocks,
+                        len(self.waiting))
         if self.cfg.debug:
             self.check()
 
     def check(self) -> None:
         """Conservation invariants (debug mode): blocks and seats are all accounted for."""
-        held = int(self.blocks[self.active].sum()) if self.active else 0
+        held = sum(self.blocks[s] for s in self.active)
         if held + self.free_blocks != self.total_blocks:
             raise AssertionError(f"replica {self.index}: blocks held {held} + free {self.free_blocks} != {self.total_blocks}")
         if len(self.active) + len(self.free_slots) != self.cfg.max_num_seqs:
@@ -532,6 +574,8 @@ class Replica:
         for s in self.active:
             if self.blocks[s] * self.bs < self.computed[s]:
                 raise AssertionError(f"replica {self.index}: slot {s} holds fewer blocks than its KV")
+        if self.n_prefilling != sum(1 for s in self.active if self.computed[s] < self.prompt[s]):
+            raise AssertionError(f"replica {self.index}: prefilling count broken")
 
     # ---------------------------------------------------------------- static batching
     def _static_batch(self) -> None:
@@ -541,7 +585,7 @@ class Replica:
         blocks = 0
         while self.waiting and len(batch) < self.cfg.max_num_seqs:
             r = self.waiting[0]
-            nb = self.blocks_for(int(self.wl_in[r] + self.wl_out[r]))
+            nb = self.blocks_for(self.wl_in[r] + self.wl_out[r])
             if blocks + nb > self.free_blocks:
                 break
             blocks += nb
@@ -552,8 +596,8 @@ class Replica:
             self.out["status"][r] = REJECTED
             self.out["reasons"][r] = "does not fit in KV memory even alone"
             return
-        ins = self.wl_in[batch].astype(float)
-        outs = self.wl_out[batch]
+        ins = np.array([self.wl_in[r] for r in batch], dtype=float)
+        outs = np.array([self.wl_out[r] for r in batch], dtype=np.int64)
         B = len(batch)
         W = self.window
         Ap = float(np.sum(ins * ins / 2.0))
@@ -582,7 +626,8 @@ class Replica:
             self.out["finish_s"][r] = ends[outs[j] - 1]
             self.out["status"][r] = COMPLETED
             if outs[j] > 1:
-                self.log.gaps(dts[: outs[j] - 1])
+                self.log.itl_chunks.append(dts[: outs[j] - 1])
+                self.log.itl_weights.append(1)
         self.log.steps += 1 + len(dts)
         self.log.batch_token_sum += B * (1 + len(dts))
         self.log.busy_s += float(ends[-1] - t0)
@@ -593,19 +638,6 @@ class Replica:
         self.outstanding -= B
         for j, r in sorted(enumerate(batch), key=lambda x: ends[outs[x[0]] - 1]):
             self.on_finish(r, float(ends[outs[j] - 1]))
-
-
-def _pool_itl(log: _Log) -> tuple[np.ndarray, np.ndarray]:
-    """All inter-token gaps as (distinct values, counts)."""
-    vals = [np.fromiter(log.itl.keys(), dtype=float, count=len(log.itl))]
-    cnts = [np.fromiter(log.itl.values(), dtype=np.int64, count=len(log.itl))]
-    for ch, w in zip(log.itl_chunks, log.itl_weights):
-        vals.append(ch)
-        cnts.append(np.full(len(ch), w, dtype=np.int64))
-    v = np.concatenate(vals)
-    c = np.concatenate(cnts)
-    u, inv = np.unique(v, return_inverse=True)
-    return u, np.bincount(inv, weights=c).astype(np.int64)
 
 
 def _capped_sums(sorted_c: np.ndarray, offsets: np.ndarray, W: float) -> np.ndarray:
@@ -710,10 +742,8 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
             p.check()
             if p.free_blocks != p.total_blocks or p.active or p.waiting:
                 raise AssertionError(f"replica {p.index}: work or KV left at the end")
-    itl_v, itl_c = _pool_itl(log)
-    order = np.argsort(itl_v, kind="stable")
-    timeline = pd.DataFrame({"time_s": log.tl_t, "replica": log.tl_replica, "batch_size": log.tl_batch,
-                             "kv_utilization": log.tl_kv, "queue_length": log.tl_queue})
+    itl_v, itl_c = log.itl()
+    timeline = log.timeline()
     meta = {
         "num_replicas": replicas,
         "router": router,
@@ -732,5 +762,5 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     }
     return SimResult(workload.arrival_s.copy() if closed is None else arrivals, workload.input_len,
                      workload.output_len, out["first_token_s"], out["finish_s"], out["preemptions"],
-                     out["replica"], out["status"], out["reasons"], itl_v[order], itl_c[order],
+                     out["replica"], out["status"], out["reasons"], itl_v, itl_c,
                      timeline, meta)
