@@ -607,8 +607,8 @@ class Replica:
         t0 = self.clock
         dt0 = self.step_time(float(ins.sum()), float(B), 0.0, Ap, R, Aw, Rw)
         t_first = t0 + dt0
-        O = int(outs.max())
-        k = np.arange(1, O, dtype=float)
+        longest = int(outs.max())
+        k = np.arange(1, longest, dtype=float)
         # padded batch: every member keeps a slot (and is priced) until the longest ends
         p = ins[None, :] + k[:, None] - 1
         Ad = (p + 0.5).sum(axis=1)
@@ -618,7 +618,7 @@ class Replica:
             Rwd = np.minimum(p + 1, W).sum(axis=1)
         else:
             Awd, Rwd = Ad, Rr
-        dts = self.cost.step_times(float(B), float(B), Ad, 0.0, Rr, Awd, Rwd) if O > 1 else np.zeros(0)
+        dts = self.cost.step_times(float(B), float(B), Ad, 0.0, Rr, Awd, Rwd) if longest > 1 else np.zeros(0)
         ends = t_first + np.concatenate([[0.0], np.cumsum(dts)])
         self.free_blocks -= blocks
         for j, r in enumerate(batch):
