@@ -116,11 +116,20 @@ class SimResult:
 class _Log:
     """Compact logs: pooled inter-token gaps and a (decimated) timeline, in typed arrays."""
 
+    #: ITL values are kept exactly (value, count) until this many are stored; then they
+    #: are folded into a log-spaced histogram of relative bin width ITL_BIN (1e-4), so
+    #: memory stays bounded on runs of any length (percentiles then to 0.01 %).
+    ITL_EXACT_LIMIT = 4_000_000
+    ITL_BIN = 1e-4
+    ITL_MIN_S = 1e-7
+
     def __init__(self, timeline_max_points: int = 200_000) -> None:
         self.gap_v = array("d")  # gap value (s)
         self.gap_n = array("q")  # how many tokens saw it
         self.itl_chunks: list[np.ndarray] = []  # step durations of decode segments
         self.itl_weights: list[int] = []  # tokens emitted per step in that segment
+        self.itl_stored = 0
+        self.itl_hist: dict[int, int] | None = None  # bin index -> count, once folded
         self.tl = {k: array("d") for k in ("time_s", "replica", "batch_size", "kv_utilization", "queue_length")}
         self.tl_max = timeline_max_points
         self.tl_stride = 1
@@ -134,6 +143,7 @@ class _Log:
         if count:
             self.gap_v.append(value)
             self.gap_n.append(count)
+            self.itl_stored += 1
 
     def record(self, t: float, replica: int, batch: int, kv: float, queue: int) -> None:
         if kv > self.peak_kv:
@@ -157,15 +167,46 @@ class _Log:
         df = pd.DataFrame({k: np.frombuffer(v, dtype=float) if len(v) else np.zeros(0) for k, v in self.tl.items()})
         return df.astype({"replica": np.int64, "batch_size": np.int64, "queue_length": np.int64})
 
-    def itl(self) -> tuple[np.ndarray, np.ndarray]:
-        """All inter-token gaps as (sorted distinct values, counts)."""
+    def segment(self, dts: np.ndarray, weight: int) -> None:
+        """A run of decode steps: every one of `weight` sequences saw each step's duration."""
+        self.itl_chunks.append(dts)
+        self.itl_weights.append(weight)
+        self.itl_stored += len(dts)
+        if self.itl_stored > self.ITL_EXACT_LIMIT:
+            self._fold()
+
+    def _exact(self) -> tuple[np.ndarray, np.ndarray]:
         vals = [np.frombuffer(self.gap_v, dtype=float) if len(self.gap_v) else np.zeros(0)]
         cnts = [np.frombuffer(self.gap_n, dtype=np.int64) if len(self.gap_n) else np.zeros(0, dtype=np.int64)]
         for ch, w in zip(self.itl_chunks, self.itl_weights, strict=True):
             vals.append(ch)
             cnts.append(np.full(len(ch), w, dtype=np.int64))
-        v = np.concatenate(vals)
-        c = np.concatenate(cnts)
+        return np.concatenate(vals), np.concatenate(cnts)
+
+    def _fold(self) -> None:
+        """Move the exact store into the histogram (bounded memory from here on)."""
+        v, c = self._exact()
+        idx = np.floor(np.log(np.maximum(v, self.ITL_MIN_S) / self.ITL_MIN_S) / np.log1p(self.ITL_BIN)).astype(np.int64)
+        u, inv = np.unique(idx, return_inverse=True)
+        sums = np.bincount(inv, weights=c, minlength=len(u))
+        hist = self.itl_hist if self.itl_hist is not None else {}
+        for k, n in zip(u.tolist(), sums.tolist(), strict=True):
+            hist[k] = hist.get(k, 0) + int(n)
+        self.itl_hist = hist
+        self.gap_v, self.gap_n = array("d"), array("q")
+        self.itl_chunks, self.itl_weights = [], []
+        self.itl_stored = 0
+
+    def itl(self) -> tuple[np.ndarray, np.ndarray]:
+        """All inter-token gaps as (sorted distinct values, counts); exact unless the run was
+        long enough to fold them into the histogram (values are then bin centres)."""
+        if self.itl_hist is not None:
+            self._fold()
+            keys = np.array(sorted(self.itl_hist), dtype=np.int64)
+            counts = np.array([self.itl_hist[k] for k in keys.tolist()], dtype=np.int64)
+            g = np.log1p(self.ITL_BIN)
+            return self.ITL_MIN_S * np.exp((keys + 0.5) * g), counts
+        v, c = self._exact()
         u, inv = np.unique(v, return_inverse=True)
         return u, np.bincount(inv, weights=c, minlength=len(u)).astype(np.int64)
 
@@ -205,8 +246,9 @@ class Replica:
         self.last_tok_of: dict[int, float] = {}  # preempted requests: time of their last token
         self.clock = 0.0
         self.admit_counter = 0
-        self.wl_in = wl.input_len.tolist()
-        self.wl_out = wl.output_len.tolist()
+        # numpy, not lists: 10 M requests must not cost 10 M Python ints (read with int())
+        self.wl_in = wl.input_len
+        self.wl_out = wl.output_len
         self.out = out
         self.log = log
         self.on_finish = on_finish
@@ -227,14 +269,14 @@ class Replica:
     # ---------------------------------------------------------------- arrivals
     def enqueue(self, r: int, t: float) -> None:
         """Request r arrives at time t (the replica has been advanced to >= t or is idle)."""
-        need = self.wl_in[r] + self.wl_out[r]
+        need = int(self.wl_in[r]) + int(self.wl_out[r])
         reason = None
         if need > self.max_model_len:
             reason = f"prompt+output = {need} tokens exceeds max_model_len {self.max_model_len}"
         elif self.blocks_for(need) > self.total_blocks:
             reason = f"needs {need} KV tokens; the replica holds {self.total_blocks * self.bs}"
-        elif self.cfg.scheduler != "vllm" and self.wl_in[r] > self.cfg.max_num_batched_tokens:
-            reason = (f"prompt of {self.wl_in[r]} tokens exceeds max_num_batched_tokens "
+        elif self.cfg.scheduler != "vllm" and int(self.wl_in[r]) > self.cfg.max_num_batched_tokens:
+            reason = (f"prompt of {int(self.wl_in[r])} tokens exceeds max_num_batched_tokens "
                       f"{self.cfg.max_num_batched_tokens} with chunked prefill off")
         self.out["replica"][r] = self.index
         if reason is not None:
@@ -285,7 +327,7 @@ class Replica:
         return self.blocks_for(first) + need_next > self.free_blocks
 
     def _prompt_of(self, r: int) -> int:
-        return self.wl_in[r] + self.gen_so_far.get(r, 0)
+        return int(self.wl_in[r]) + self.gen_so_far.get(r, 0)
 
     # ---------------------------------------------------------------- decode segments
     def _decode_segment(self, t_limit: float) -> None:
@@ -377,8 +419,7 @@ class Replica:
                 done.append(s)
         self.free_blocks -= got
         lg = self.log
-        lg.itl_chunks.append(dt)
-        lg.itl_weights.append(B)
+        lg.segment(dt, B)
         lg.steps += n
         lg.batch_token_sum += B * n
         lg.busy_s += t_end - self.clock
@@ -461,7 +502,7 @@ class Replica:
             self.prompt[s] = p
             self.generated[s] = self.gen_so_far.pop(r, 0)
             self.last_tok[s] = self.last_tok_of.pop(r, 0.0)
-            self.outlen[s] = self.wl_out[r]
+            self.outlen[s] = int(self.wl_out[r])
             self.blocks[s] = nb
             self.free_blocks -= nb
             self.order[s] = self.admit_counter
@@ -585,7 +626,7 @@ class Replica:
         blocks = 0
         while self.waiting and len(batch) < self.cfg.max_num_seqs:
             r = self.waiting[0]
-            nb = self.blocks_for(self.wl_in[r] + self.wl_out[r])
+            nb = self.blocks_for(int(self.wl_in[r]) + int(self.wl_out[r]))
             if blocks + nb > self.free_blocks:
                 break
             blocks += nb
@@ -596,8 +637,8 @@ class Replica:
             self.out["status"][r] = REJECTED
             self.out["reasons"][r] = "does not fit in KV memory even alone"
             return
-        ins = np.array([self.wl_in[r] for r in batch], dtype=float)
-        outs = np.array([self.wl_out[r] for r in batch], dtype=np.int64)
+        ins = self.wl_in[batch].astype(float)
+        outs = self.wl_out[batch]
         B = len(batch)
         W = self.window
         Ap = float(np.sum(ins * ins / 2.0))
@@ -626,8 +667,7 @@ class Replica:
             self.out["finish_s"][r] = ends[outs[j] - 1]
             self.out["status"][r] = COMPLETED
             if outs[j] > 1:
-                self.log.itl_chunks.append(dts[: outs[j] - 1])
-                self.log.itl_weights.append(1)
+                self.log.segment(dts[: outs[j] - 1], 1)
         self.log.steps += 1 + len(dts)
         self.log.batch_token_sum += B * (1 + len(dts))
         self.log.busy_s += float(ends[-1] - t0)
