@@ -533,7 +533,7 @@ class Replica:
     def _execute(self, sched: list[tuple[int, int]]) -> None:
         """Price one step from each scheduled sequence's (new tokens q, cached tokens p)."""
         T = S = 0
-        Ad = Ap = R = Aw = Rw = 0.0
+        Ad = Ap = R = Aw = Rw = Pc = 0.0
         W = self.window
         comp, prompt = self.computed, self.prompt
         emit = []
@@ -547,6 +547,7 @@ class Replica:
                     Aw += min(p + 0.5, W)
             else:
                 Ap += q * (p + q / 2.0)
+                Pc += p
                 if W is not None:
                     Aw += q * min(p + q / 2.0, W)
             if W is not None:
@@ -556,7 +557,7 @@ class Replica:
                 emit.append(s)
         if W is None:
             Aw, Rw = Ad + Ap, R
-        dt = self.step_time(T, S, Ad, Ap, R, Aw, Rw)
+        dt = self.step_time(T, S, Ad, Ap, R, Aw, Rw, Pc)
         prev = self.clock
         t_end = prev + dt
         lg = self.log

@@ -13,9 +13,10 @@ A step is described by sufficient statistics that do not grow with the batch:
     Ap  prefill query-key pairs sum_i q_i (p_i + q_i/2) over prefill chunks (causal)
     R   KV tokens read          sum_j (p_j + q_j) over all sequences
     Aw, Rw  the same two sums with each sequence's context capped at the sliding window
+    Pc  cached tokens under prefill chunks  sum_i p_i (MLA decompresses their latent K/V)
 
 With those, every op's FLOPs and bytes are linear in the feature vector
-x = [1, T, S, [S>0], Ad, Ap, R, Aw, Rw, U], where U = E (1 - (1 - k/E)^T) is the expected
+x = [1, T, S, [S>0], Ad, Ap, R, Aw, Rw, U, Pc], where U = E (1 - (1 - k/E)^T) is the expected
 number of distinct experts a step touches (uniform routing). The GEMM efficiency ramp
 eta_c(T) = eta_c T / (T + T0) keeps compute time linear too: F/(P eta_c(T)) = f (T + T0)/(P eta_c).
 So the model compiles to two small matrices and the step time is
@@ -33,7 +34,7 @@ import numpy as np
 from .catalog import load_hardware, load_model
 from .specs import DTYPE_BYTES, DTYPES, Efficiency, HardwareSpec, ModelSpec, SpecError
 
-FEATURES = ("one", "T", "S", "emit", "Ad", "Ap", "R", "Aw", "Rw", "U")
+FEATURES = ("one", "T", "S", "emit", "Ad", "Ap", "R", "Aw", "Rw", "U", "Pc")
 _NF = len(FEATURES)
 _I = {name: i for i, name in enumerate(FEATURES)}
 
@@ -112,6 +113,7 @@ class StepBatch:
     R: float = 0.0
     Aw: float | None = None
     Rw: float | None = None
+    Pc: float = 0.0
 
     @classmethod
     def from_sequences(cls, seqs: list[tuple[int, int]], window: int | None = None) -> StepBatch:
@@ -120,7 +122,7 @@ class StepBatch:
         A prefill chunk emits a token only when it finishes its prompt; here every
         sequence is taken to emit (use the constructor for finer control).
         """
-        T = S = Ad = Ap = R = Aw = Rw = 0.0
+        T = S = Ad = Ap = R = Aw = Rw = Pc = 0.0
         for q, p in seqs:
             T += q
             S += 1
@@ -129,13 +131,14 @@ class StepBatch:
                 Ad += pairs
             else:
                 Ap += pairs
+                Pc += p
             R += p + q
             if window is not None:
                 Aw += q * min(p + q / 2, window)
                 Rw += min(p + q, window)
         if window is None:
             Aw, Rw = Ad + Ap, R
-        return cls(T, S, Ad, Ap, R, Aw, Rw)
+        return cls(T, S, Ad, Ap, R, Aw, Rw, Pc)
 
 
 class CostModel:
@@ -254,6 +257,12 @@ class CostModel:
                 gemm("q_proj", L, H, nh * qk / t)
             gemm("kv_down_proj", L, H, ml.kv_lora_rank + ml.qk_rope_head_dim)
             gemm("kv_up_proj", L, ml.kv_lora_rank, nh * (ml.qk_nope_head_dim + ml.v_head_dim) / t)
+            # prefill chunks on cached context decompress the cached latents to K/V (vLLM's
+            # MLA prefill path): a GEMM over the Pc cached tokens; the latents' bytes are
+            # already counted as the attention's KV read
+            f_ctx = 2.0 * ml.kv_lora_rank * nh * (ml.qk_nope_head_dim + ml.v_head_dim) / t
+            add("kv_up_proj_context", "gemm", L, _vec(Pc=f_ctx), comp=_vec(Pc=f_ctx / P_gemm),
+                launches=_vec())
             o_in = nh * ml.v_head_dim / t
         else:
             gemm("qkv_proj", L, H, (nh / t + 2 * nkv / t_kv) * d)
@@ -328,10 +337,10 @@ class CostModel:
         return ops
 
     # ------------------------------------------------------------------ evaluation
-    def _features(self, T: Any, S: Any, Ad: Any, Ap: Any, R: Any, Aw: Any, Rw: Any) -> np.ndarray:
+    def _features(self, T: Any, S: Any, Ad: Any, Ap: Any, R: Any, Aw: Any, Rw: Any, Pc: Any = 0.0) -> np.ndarray:
         T = np.asarray(T, dtype=float)
         S = np.asarray(S, dtype=float)
-        shape = np.broadcast(T, S, Ad, Ap, R, Aw, Rw).shape
+        shape = np.broadcast(T, S, Ad, Ap, R, Aw, Rw, Pc).shape
         X = np.empty((_NF, *shape))
         X[0] = 1.0
         X[1] = T
@@ -343,6 +352,7 @@ class CostModel:
         X[7] = Aw
         X[8] = Rw
         X[9] = self._touched(T)
+        X[10] = Pc
         return X
 
     def _touched(self, T: Any) -> Any:
@@ -353,20 +363,20 @@ class CostModel:
         return E * (1.0 - (1.0 - k / E) ** np.asarray(T, dtype=float))
 
     def step_times(self, T: Any, S: Any, Ad: Any = 0.0, Ap: Any = 0.0, R: Any = 0.0,
-                   Aw: Any = None, Rw: Any = None) -> np.ndarray:
+                   Aw: Any = None, Rw: Any = None, Pc: Any = 0.0) -> np.ndarray:
         """Vectorised step time (s) over arrays of batch statistics."""
         if Aw is None:
             Aw = np.asarray(Ad) + np.asarray(Ap)
         if Rw is None:
             Rw = R
-        X = self._features(T, S, Ad, Ap, R, Aw, Rw)
+        X = self._features(T, S, Ad, Ap, R, Aw, Rw, Pc)
         flat = X.reshape(_NF, -1)
         t = np.maximum(self._C @ flat, self._M @ flat).sum(axis=0) + self._P @ flat
         return t.reshape(X.shape[1:])
 
     def _compile_scalar(self) -> Any:
         """Generate an unrolled pure-Python step_time: ~2 us a call, no numpy overhead."""
-        names = ["1.0", "T", "S", "h", "Ad", "Ap", "R", "Aw", "Rw", "U"]
+        names = ["1.0", "T", "S", "h", "Ad", "Ap", "R", "Aw", "Rw", "U", "Pc"]
 
         def form(vec: np.ndarray) -> str:
             terms = []
@@ -376,7 +386,7 @@ class CostModel:
                 terms.append(repr(float(c)) if i == 0 else f"{float(c)!r}*{names[i]}")
             return " + ".join(terms) if terms else "0.0"
 
-        lines = ["def step_time(T, S, Ad=0.0, Ap=0.0, R=0.0, Aw=None, Rw=None):"]
+        lines = ["def step_time(T, S, Ad=0.0, Ap=0.0, R=0.0, Aw=None, Rw=None, Pc=0.0):"]
         lines.append("    if Aw is None: Aw = Ad + Ap")
         lines.append("    if Rw is None: Rw = R")
         lines.append("    h = 1.0 if S > 0 else 0.0")
@@ -394,18 +404,18 @@ class CostModel:
         ns: dict[str, Any] = {}
         exec(compile("\n".join(lines), f"<step_time {self.model.id}>", "exec"), ns)  # noqa: S102
         fn = ns["step_time"]
-        fn.__doc__ = "Step time in seconds for batch statistics (T, S, Ad, Ap, R, Aw, Rw)."
+        fn.__doc__ = "Step time in seconds for batch statistics (T, S, Ad, Ap, R, Aw, Rw, Pc)."
         return fn
 
     def time(self, batch: StepBatch) -> float:
         """Step time (s) of a StepBatch."""
-        return self.step_time(batch.T, batch.S, batch.Ad, batch.Ap, batch.R, batch.Aw, batch.Rw)
+        return self.step_time(batch.T, batch.S, batch.Ad, batch.Ap, batch.R, batch.Aw, batch.Rw, batch.Pc)
 
     def breakdown(self, batch: StepBatch) -> dict[str, Any]:
         """Per-op FLOPs, bytes by kind, time and bound for one step (the slow, explanatory path)."""
         Aw = batch.Ad + batch.Ap if batch.Aw is None else batch.Aw
         Rw = batch.R if batch.Rw is None else batch.Rw
-        x = self._features(batch.T, batch.S, batch.Ad, batch.Ap, batch.R, Aw, Rw)
+        x = self._features(batch.T, batch.S, batch.Ad, batch.Ap, batch.R, Aw, Rw, batch.Pc)
         ops = []
         tot = {"compute": 0.0, "memory": 0.0, "communication": 0.0, "overhead": 0.0}
         for op in self.ops:

@@ -111,7 +111,7 @@ def reference_simulate(cost, arrivals, input_len, output_len, *, max_num_seqs, m
             continue
         # ---- price the step from each sequence's (q, p)
         T = S = 0
-        Ad = Ap = R = Aw = Rw = 0.0
+        Ad = Ap = R = Aw = Rw = Pc = 0.0
         for s, q in batch:
             p = s.computed
             T += q
@@ -121,13 +121,14 @@ def reference_simulate(cost, arrivals, input_len, output_len, *, max_num_seqs, m
                 Aw += min(p + 0.5, window) if window else 0
             else:
                 Ap += q * (p + q / 2)
+                Pc += p
                 Aw += q * min(p + q / 2, window) if window else 0
             Rw += min(p + q, window) if window else 0
             if p + q >= s.prompt:
                 S += 1
         if not window:
             Aw, Rw = Ad + Ap, R
-        clock += cost.step_time(T, S, Ad, Ap, R, Aw, Rw)
+        clock += cost.step_time(T, S, Ad, Ap, R, Aw, Rw, Pc)
         for s, q in batch:
             s.computed += q
             if s.computed >= s.prompt:

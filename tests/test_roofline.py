@@ -181,10 +181,10 @@ def test_scalar_vector_breakdown_agree(model: str, dec: list[int], pre: list[tup
     b = _batch(model, dec, pre)
     if not emit:  # a step of prefill chunks that finish no prompt: no LM head rows
         b = dataclasses.replace(b, S=0.0)
-    scalar = c.step_time(b.T, b.S, b.Ad, b.Ap, b.R, b.Aw, b.Rw)
+    scalar = c.step_time(b.T, b.S, b.Ad, b.Ap, b.R, b.Aw, b.Rw, b.Pc)
     vector = c.step_times(np.array([b.T, b.T]), np.array([b.S, b.S]), np.array([b.Ad] * 2),
                           np.array([b.Ap] * 2), np.array([b.R] * 2), np.array([b.Aw] * 2),
-                          np.array([b.Rw] * 2))
+                          np.array([b.Rw] * 2), np.array([b.Pc] * 2))
     detail = c.breakdown(b)["time_ms"] / 1e3
     assert vector.shape == (2,)
     for v in (float(vector[0]), float(vector[1]), detail):
@@ -370,3 +370,18 @@ def test_cli_roofline_writes_png(tmp_path) -> None:
 def test_predict_static_validates() -> None:
     with pytest.raises(SpecError):
         predict_static(cost("llama-3.1-8b"), 0, 10, 10)
+
+
+def test_mla_prefill_on_cached_context_pays_decompression() -> None:
+    """A DeepSeek-V3 prefill chunk on top of cached tokens decompresses their latents:
+    2 r n_h (nope + v) FLOPs per cached token per layer, beyond the fresh-prompt cost."""
+    c = cost("deepseek-v3", A100, tp=8)
+    m = c.model
+    fresh = StepBatch.from_sequences([(512, 0)])
+    on_ctx = StepBatch.from_sequences([(512, 4096)])
+    ops_f = {o["name"]: o for o in c.breakdown(fresh)["ops"]}
+    ops_c = {o["name"]: o for o in c.breakdown(on_ctx)["ops"]}
+    ml = m.mla
+    expected = 2 * ml.kv_lora_rank * m.num_heads * (ml.qk_nope_head_dim + ml.v_head_dim) / 8 * 4096 * m.num_layers
+    assert ops_f["kv_up_proj_context"]["flops"] == 0
+    assert close(ops_c["kv_up_proj_context"]["flops"], expected, 1e-12)
