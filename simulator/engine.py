@@ -55,6 +55,7 @@ class EngineConfig:
     max_model_len: int | None = None
     kv_capacity_tokens: int | None = None  # override the memory model (tests, what-ifs)
     max_segment_steps: int = 4096
+    max_duration_s: float | None = None  # simulated-time cap: what is unfinished then is cut off
     debug: bool = False  # check conservation invariants while running
 
     def __post_init__(self) -> None:
@@ -66,6 +67,8 @@ class EngineConfig:
             raise SpecError(f"scheduler: {self.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
         if not (0 < self.gpu_memory_utilization <= 1):
             raise SpecError(f"gpu_memory_utilization: {self.gpu_memory_utilization!r} must be in (0, 1]")
+        if self.max_duration_s is not None and not (self.max_duration_s > 0):
+            raise SpecError(f"max_duration_s: {self.max_duration_s!r} must be > 0 seconds")
         if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.block_size:
             raise SpecError(f"kv_capacity_tokens: {self.kv_capacity_tokens!r} must be >= block_size")
 
@@ -606,6 +609,20 @@ class Replica:
         if self.cfg.debug:
             self.check()
 
+    def cut_off(self, reason: str) -> None:
+        """Time cap reached: whatever is still running or waiting is rejected with `reason`."""
+        for s in list(self.active):
+            r = self.rid[s]
+            self.free_blocks += self.blocks[s]
+            self._release(s)
+            self.out["status"][r] = REJECTED
+            self.out["reasons"][r] = reason
+        while self.waiting:
+            r = self.waiting.popleft()
+            self.out["status"][r] = REJECTED
+            self.out["reasons"][r] = reason
+        self.outstanding = 0
+
     def check(self) -> None:
         """Conservation invariants (debug mode): blocks and seats are all accounted for."""
         held = sum(self.blocks[s] for s in self.active)
@@ -756,12 +773,22 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
                 return max(p.clock for p in reps)
             min(busy, key=lambda p: p.clock).advance_until(math.inf, max_actions=1)
 
+    cap = cfg.max_duration_s
+    cut_reason = f"not finished within the simulated-time cap of {cap} s (max_duration_s)"
     for r in range(n):
         if closed is not None:
             t = next_release()
             arrivals[r] = t
         else:
             t = float(arrivals[r])
+        if cap is not None and t > cap:
+            # past the cap nothing more is served: the rest are cut off, with a reason
+            for q in range(r, n):
+                out["status"][q] = REJECTED
+                out["reasons"][q] = cut_reason
+            if closed is not None:
+                arrivals[r:] = t
+            break
         for p in reps:
             p.advance_until(t)
         if router == "round-robin":
@@ -777,12 +804,20 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         if progress is not None and (r % report_every == 0 or r == n - 1):
             progress(r + 1, n)
     for p in reps:
-        p.advance_until(math.inf)
+        p.advance_until(math.inf if cap is None else cap)
+        if cap is not None:
+            p.cut_off(cut_reason)
     if cfg.debug:
         for p in reps:
             p.check()
             if p.free_blocks != p.total_blocks or p.active or p.waiting:
                 raise AssertionError(f"replica {p.index}: work or KV left at the end")
+        done = out["status"] == COMPLETED
+        emitted = int(log.itl()[1].sum()) + int(done.sum())
+        if emitted != int(workload.output_len[done].sum()) and cap is None:
+            raise AssertionError(f"tokens emitted {emitted} != tokens requested by completed requests")
+        if not ((out["status"] == COMPLETED) | (out["status"] == REJECTED)).all():
+            raise AssertionError("a request ended neither completed nor rejected")
     itl_v, itl_c = log.itl()
     timeline = log.timeline()
     meta = {

@@ -63,6 +63,7 @@ class Scenario:
     goodput: dict = field(default_factory=dict)  # {"ttft": ms, "tpot": ms, "e2el": ms}
     seed: int = 0
     skip_bad_rows: bool = False
+    max_duration_s: float | None = None
     debug: bool = False
 
     def __post_init__(self) -> None:
@@ -139,7 +140,7 @@ class Scenario:
                             block_size=self.block_size, scheduler=self.scheduler,
                             gpu_memory_utilization=self.gpu_memory_utilization,
                             max_model_len=self.max_model_len, kv_capacity_tokens=self.kv_capacity_tokens,
-                            debug=self.debug)
+                            max_duration_s=self.max_duration_s, debug=self.debug)
 
     @property
     def slos_s(self) -> dict[str, float]:

@@ -272,3 +272,17 @@ def test_itl_store_folds_into_bounded_histogram():
     assert len(v2) < len(v1)
     for q in (1, 50, 90, 99):
         assert weighted_percentile(v2, c2, q) == pytest.approx(weighted_percentile(v1, c1, q), rel=1.5e-4)
+
+
+def test_time_cap_bounds_an_overloaded_run(cost):
+    """Far past saturation a simulated-time cap ends the run; the unfinished requests are
+    rejected with the cap as their reason, and the run is still accounted for."""
+    w = synthetic(5000, 1000.0, 1024, 256, seed=1)
+    res = simulate(cost, w, cfg(max_num_seqs=8, max_duration_s=10.0, debug=True))
+    done = res.status == COMPLETED
+    assert ((res.status == COMPLETED) | (res.status == REJECTED)).all()
+    assert 0 < done.sum() < 5000
+    assert np.nanmax(res.finish_s) <= 10.0 + 1.0  # the last step may end after the cap
+    assert any("time cap" in r for r in res.reasons.values())
+    s = summarize(res)
+    assert s["failed"] == 5000 - done.sum()
