@@ -399,6 +399,7 @@ SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--max-model-len",), {"type": int, "help": "Longest prompt+output accepted (default: the model's context)."}),
     (("--goodput",), {"multiple": True, "help": "SLOs in ms, vLLM syntax: --goodput ttft:500 --goodput tpot:50 (or 'ttft:500 tpot:50')."}),
     (("--seed",), {"type": int, "help": "Seed of every random draw. [default: 0]"}),
+    (("--max-duration-s",), {"type": float, "help": "Simulated-time cap (s): requests unfinished then are cut off, with that reason."}),
     (("--skip-bad-rows",), {"is_flag": True, "default": None, "help": "Skip malformed trace rows (counted in the summary)."}),
     (("--debug",), {"is_flag": True, "default": None, "help": "Check conservation invariants while simulating."}),
     (("-c", "--config"), {"type": click.Path(dir_okay=False), "help": "Scenario YAML with the same settings (flags override it)."}),
@@ -533,7 +534,308 @@ def simulate(out_dir: str | None, as_json: bool, quiet: bool, **kw: Any) -> None
 
 # [sweep]
 
+
+def _print_sweep(result: dict[str, Any]) -> None:
+    """Per curve: a table of the sampled points, then the knee/saturation/capacity lines."""
+    import math
+
+    def num(v: Any, fmt: str) -> str:
+        return format(v, fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else "-"
+
+    sc = result["scenario"]
+    click.echo(f"{result['model']} on {result['hardware']}  workload {result['workload']}  "
+               f"{sc['num_requests']} requests per point"
+               + (f"  SLOs {' '.join(f'{k}:{v:g}ms' for k, v in result['goodput_slos_ms'].items())}"
+                  if result["goodput_slos_ms"] else ""))
+    for info in result["curves"]:
+        click.echo("")
+        click.echo("{s:{c}^{n}}".format(s=f" {info['curve']} ", n=78, c="="))
+        click.echo(f"{'rate/s':>9} {'achieved/s':>10} {'p99 TTFT ms':>12} {'p99 TPOT ms':>12} "
+                   f"{'good frac':>9}  {'unstable':<8} point")
+        for p in result["points"]:
+            if p["curve"] != info["curve"]:
+                continue
+            flag = "UNSTABLE" if p.get("unstable") else ("sat" if p.get("saturated") else "")
+            click.echo(f"{p['rate']:9.4g} {num(p.get('achieved_rate'), '10.4g'):>10} "
+                       f"{num(p.get('p99_ttft_ms'), '12.1f'):>12} {num(p.get('p99_tpot_ms'), '12.2f'):>12} "
+                       f"{num(p.get('good_fraction'), '9.3f'):>9}  {flag:<8} {p.get('kind', '')}")
+        click.echo(f"  offline max throughput: {num(info['offline_max_throughput'], '.4g')} req/s "
+                   "(every request at t = 0)")
+        if info["saturation_rate"] is not None:
+            first = min(info["saturated_rates"])
+            click.echo(f"  saturation rate:        {info['saturation_rate']:.4g} req/s (max achieved; "
+                       f"saturated from offered {first:.4g} req/s)")
+        else:
+            click.echo(f"  saturation rate:        not reached; achieved up to "
+                       f"{num(info['saturation_lower_bound'], '.4g')} req/s")
+        click.echo(f"  max stable rate:        {num(info['max_stable_rate'], '.4g')} req/s "
+                   "(not unstable; first tokens keep within 5 % of arrivals)")
+        if info["knee"]:
+            click.echo(f"  knee:                   {info['knee']['rate']:.4g} req/s "
+                       f"({info['knee_metric']} {info['knee']['value']:.1f}; max curvature, Kneedle)")
+        else:
+            click.echo(f"  knee:                   none in {info['knee_metric']} (flat or straight curve, "
+                       "or fewer than 3 stable points)")
+        if info["slo_capacity"] is not None:
+            click.echo(f"  SLO capacity:           {info['slo_capacity']:.4g} req/s "
+                       f"(good fraction >= {info['slo_target']:g}; fails at {info['slo_capacity_upper']:.4g}; "
+                       f"tolerance {info['slo_tolerance']:.0%}, {info['bisection_probes']} bisection probes)")
+        else:
+            click.echo(f"  SLO capacity:           - ({info['slo_note']})")
+        for w in info["warnings"]:
+            click.echo(f"  warning: {w}")
+
+
+def _sweep_csv(points: list[dict[str, Any]]) -> Any:
+    """One row per point; nested values (SLOs, rejection reasons, notes) as JSON text."""
+    import pandas as pd
+
+    rows = [{k: (json.dumps(_clean(v)) if isinstance(v, (dict, list)) else v) for k, v in p.items()}
+            for p in points]
+    return pd.DataFrame(rows)
+
+
+@main.command("sweep")
+@scenario_options
+@click.option("--rates", default="auto", show_default=True,
+              help="Offered rates: 1,2,4,8 | START:STOP:COUNT | auto (0.1x-1.2x the offline max throughput).")
+@click.option("--sweep", "sweep_items", multiple=True, metavar="FIELD=V1,V2",
+              help="Vary a scenario setting, one curve per value (repeatable: cartesian product), e.g. tp=1,2,4.")
+@click.option("--slo-target", type=float, default=0.99, show_default=True,
+              help="SLO capacity: the good fraction (--goodput) that must be met.")
+@click.option("--tol", type=float, default=0.02, show_default=True,
+              help="SLO capacity: relative tolerance of the bisection.")
+@click.option("--knee-metric", type=click.Choice(["ttft", "tpot", "e2el"]), default="ttft", show_default=True,
+              help="p99 latency whose curve the knee is read from.")
+@click.option("--workers", type=int, default=None, help="Process-pool size. [default: CPU count]")
+@click.option("--serial", is_flag=True, help="Run every point in this process.")
+@click.option("--dask", "dask_address", metavar="ADDRESS", help="Run points on a Dask scheduler (pip install llmsim[dask]).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Write sweep.csv, sweep.json, latency.png and throughput.png here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result (points and per-curve results) as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float, tol: float, knee_metric: str,
+              workers: int | None, serial: bool, dask_address: str | None, out_dir: str | None,
+              as_json: bool, quiet: bool, **kw: Any) -> None:
+    """Sweep the offered rate: latency knee, saturation rate and SLO capacity (docs/sweep.md)."""
+    from . import sweep as sw
+
+    opts = _pop_scenario_opts(kw)
+    if opts.get("rate") is not None:
+        raise SpecError("--rate: a sweep sets the rate itself; use --rates (e.g. --rates 1,2,4 or auto)")
+    rate_list = sw.parse_rates(rates)
+    sweeps = sw.parse_sweep(sweep_items)
+    sc = scenario_from_options(opts)
+    with sw.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
+        result = sw.sweep(sc, rate_list, sweeps, ex, Progress("sweeping", quiet or as_json),
+                          slo_target=slo_target, tol=tol, knee_metric=knee_metric)
+    if out_dir:
+        from pathlib import Path
+
+        from . import plots
+
+        d = Path(out_dir)
+        write_csv(d / "sweep.csv", _sweep_csv(result["points"]))
+        write_json(d / "sweep.json", result)
+        write_atomic(d / "latency.png", plots.sweep_latency_png(result))
+        write_atomic(d / "throughput.png", plots.sweep_throughput_png(result))
+    if as_json:
+        echo_json(result)
+    else:
+        _print_sweep(result)
+        if out_dir:
+            click.echo(f"\nwrote {out_dir}/sweep.csv, sweep.json, latency.png, throughput.png")
+
 # [validate, calibrate]
+
+
+def _name_file_pairs(items: tuple[str, ...], option: str) -> dict[str, str]:
+    """--workload NAME=FILE items -> {name: file}; a bad item is a one-line error."""
+    from pathlib import Path
+
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise SpecError(f"{option}: {item!r} is not NAME=FILE (e.g. sharegpt=ShareGPT_V3.json)")
+        if not Path(path.strip()).is_file():
+            raise SpecError(f"{option}: {path.strip()!r} is not a file")
+        out[name.strip()] = path.strip()
+    return out
+
+
+def _hardware_spec_map(items: tuple[str, ...]) -> dict[str, Any]:
+    """--hardware-spec FILE items -> {hardware id: spec} (an overlay replaces its base id)."""
+    from .catalog import load_hardware
+
+    out = {}
+    for ref in items:
+        hw = load_hardware(ref)
+        out[hw.id] = hw
+    return out
+
+
+def _short(text: str, n: int = 70) -> str:
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _error_table(result: dict[str, Any]) -> str:
+    from .validate import summary_table
+
+    rows = summary_table(result)
+    for r in rows:
+        r["name"] = _short(str(r["name"]))
+    return _table(rows)
+
+
+def _skip_summary(skipped: list[dict[str, Any]]) -> list[str]:
+    counts: dict[str, list[str]] = {}
+    for s in skipped:
+        counts.setdefault(s["reason"], []).append(str(s["id"]))
+    return [f"skipped x{len(ids)}: {reason} (e.g. {ids[0]})"
+            for reason, ids in sorted(counts.items(), key=lambda kv: -len(kv[1]))]
+
+
+@main.command("validate")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--model", "-m", help="vLLM result JSON: the model served (the JSON does not record it).")
+@click.option("--hardware", "-H", help="vLLM result JSON: hardware id or overlay YAML.")
+@click.option("--tp", type=int, default=1, show_default=True, help="vLLM result JSON: tensor-parallel degree.")
+@click.option("--pp", type=int, default=1, show_default=True, help="vLLM result JSON: pipeline-parallel degree.")
+@click.option("--num-gpus", type=int, help="vLLM result JSON: GPUs in total [default: tp*pp].")
+@click.option("--weight-dtype", default="bf16", show_default=True, help="vLLM result JSON: weight format.")
+@click.option("--activation-dtype", default="bf16", show_default=True, help="vLLM result JSON: activation format.")
+@click.option("--kv-dtype", default="bf16", show_default=True, help="vLLM result JSON: KV-cache format.")
+@click.option("--input-len", type=int, help="vLLM result JSON: prompt tokens (random dataset).")
+@click.option("--output-len", type=int, help="vLLM result JSON: output tokens (random dataset).")
+@click.option("--max-num-seqs", type=int, help="vLLM result JSON: the server's --max-num-seqs.")
+@click.option("--max-num-batched-tokens", type=int, help="vLLM result JSON: the server's --max-num-batched-tokens.")
+@click.option("--workload", "-w", "workloads", multiple=True, metavar="NAME=FILE",
+              help="Map a dataset named in the rows (sharegpt, openorca) to a trace file (repeatable).")
+@click.option("--scenario", type=click.Choice(["static_batch", "offline_max_throughput", "online_poisson", "closed_loop"]),
+              help="Only rows of this scenario.")
+@click.option("--hardware-filter", help="Only rows of this hardware id.")
+@click.option("--hardware-spec", "hardware_specs", multiple=True, metavar="FILE",
+              help="Price rows of this YAML's (or calibration overlay's) hardware id with it (repeatable).")
+@click.option("--num-requests", type=int, help="Simulated rows: requests to simulate [default: the row's, else 1000].")
+@click.option("--skip-bad-rows", is_flag=True, help="Skip malformed CSV rows (listed with the reason) instead of stopping.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write validation.csv and scatter.png here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp: int, num_gpus: int | None,
+                 weight_dtype: str, activation_dtype: str, kv_dtype: str, input_len: int | None,
+                 output_len: int | None, max_num_seqs: int | None, max_num_batched_tokens: int | None,
+                 workloads: tuple[str, ...], scenario: str | None, hardware_filter: str | None,
+                 hardware_specs: tuple[str, ...], num_requests: int | None, skip_bad_rows: bool,
+                 out_dir: str | None, as_json: bool, quiet: bool) -> None:
+    """Compare predictions with measured numbers: a SCHEMA.md measurement CSV or a
+    `vllm bench serve` result JSON. Prints median / p90 absolute % error and mean signed % error
+    by source, scenario and hardware (error % = (predicted - measured) / measured * 100)."""
+    from pathlib import Path
+
+    from . import validate as V
+
+    specs = _hardware_spec_map(hardware_specs)
+    hw_id = hardware
+    if hardware and Path(hardware).is_file():
+        hw = _hardware_spec_map((hardware,))
+        specs.update(hw)
+        hw_id = next(iter(hw))
+    rows, skipped = V.load_rows(file, skip_bad_rows, model=model, hardware=hw_id, tp=tp, pp=pp,
+                                num_gpus=num_gpus, weight_dtype=weight_dtype,
+                                activation_dtype=activation_dtype, kv_dtype=kv_dtype,
+                                input_len=input_len, output_len=output_len, max_num_seqs=max_num_seqs,
+                                max_num_batched_tokens=max_num_batched_tokens)
+    result = V.validate(rows, scenario=scenario, hardware_filter=hardware_filter, skipped=skipped,
+                        hardware_specs=specs, workloads=_name_file_pairs(workloads, "--workload"),
+                        num_requests=num_requests, progress=Progress("validating", quiet or as_json))
+    result["file"] = str(file)
+    if out_dir:
+        from . import plots
+
+        d = Path(out_dir)
+        write_csv(d / "validation.csv", V.points_frame(result))
+        write_atomic(d / "scatter.png", plots.validation_scatter_png(
+            result["points"], f"llmsim vs {Path(file).name}: median APE {_pct(result['median_ape'])}, "
+                              f"p90 {_pct(result['p90_ape'])} ({result['predicted']} rows)"))
+    if as_json:
+        echo_json(result)
+        return
+    click.echo(f"{file}: {result['predicted']} of {result['rows']} rows predicted, {len(result['skipped'])} skipped")
+    if result["predicted"]:
+        click.echo(_error_table(result))
+    for line in _skip_summary(result["skipped"]):
+        click.echo(line)
+    if out_dir:
+        click.echo(f"wrote {out_dir}/validation.csv, scatter.png")
+
+
+def _pct(x: Any) -> str:
+    return "n/a" if x is None else f"{x:.1f} %"
+
+
+@main.command("calibrate")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--hardware", "-H", required=True, help="Hardware id (or YAML) whose rows in FILE to fit.")
+@click.option("--ops", type=click.Path(dir_okay=False), help="Vidur op times CSV: fit gemm_ramp_tokens and kernel_overhead_s.")
+@click.option("--allreduce", type=click.Path(dir_okay=False), help="Vidur all-reduce CSV: fit link_efficiency and link_latency_s.")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Overlay YAML to write (use it as --hardware).")
+@click.option("--objective", type=click.Choice(["msle", "median"]), default="msle", show_default=True,
+              help="Mean (msle) or median of squared log errors ln(predicted/measured)^2.")
+@click.option("--no-balance", is_flag=True, help="Weight rows equally (default: each source weighs the same).")
+@click.option("--keep-link-latency", is_flag=True, help="Keep the profile's link_latency_s (still report the all-reduce fit).")
+@click.option("--include-simulated", is_flag=True, help="Also fit to offline/online/closed-loop rows (re-simulates them: slow).")
+@click.option("--workload", "-w", "workloads", multiple=True, metavar="NAME=FILE", help="Map a dataset name to a trace file.")
+@click.option("--skip-bad-rows", is_flag=True, help="Skip malformed CSV rows instead of stopping.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+def calibrate_cmd(file: str, hardware: str, ops: str | None, allreduce: str | None, out: str, objective: str,
+                  no_balance: bool, keep_link_latency: bool, include_simulated: bool,
+                  workloads: tuple[str, ...], skip_bad_rows: bool, as_json: bool) -> None:
+    """Fit compute_efficiency, memory_efficiency and step_overhead_s (and, from Vidur files,
+    gemm_ramp_tokens, kernel_overhead_s, link_efficiency, link_latency_s) of one hardware
+    profile to measurements; write an overlay YAML that --hardware accepts."""
+    from pathlib import Path
+
+    from . import calibrate as C
+    from . import validate as V
+
+    rows, _ = V.read_measurements(file, skip_bad_rows)
+    res = C.calibrate(rows, hardware, ops=ops, allreduce=allreduce, objective=objective,
+                      balance_sources=not no_balance, include_simulated=include_simulated,
+                      fit_link_latency=not keep_link_latency, measurements_name=Path(file).name,
+                      workloads=_name_file_pairs(workloads, "--workload"))
+    write_atomic(out, C.overlay_yaml(res))
+    if as_json:
+        echo_json({**res, "overlay": str(out)})
+        return
+    click.echo(f"calibrated {res['hardware']} on {res['rows_used']} rows of {file} "
+               f"({res['objective']}{', sources weighted equally' if res['balance_sources'] else ''})")
+    prows = []
+    for k in C.ALL_PARAMS:
+        prows.append({"parameter": k, "before": f"{res['previous'][k]:.4g}", "after": f"{res['params'][k]:.4g}",
+                      "fitted from": ("tied to compute_efficiency" if k == "attention_efficiency"
+                                      and "attention_efficiency" in res["sources"] else "fixed")
+                      if k not in res["fitted"] else
+                      ("measurements" if k in ("compute_efficiency", "memory_efficiency", "step_overhead_s",
+                                               "attention_efficiency") else "vidur")})
+    click.echo(_table(prows))
+    for name, st in res["stages"].items():
+        if st:
+            click.echo(f"{name} stage: {st['points']} points, median APE {_pct(st['before']['median_ape'])} -> "
+                       f"{_pct(st['after']['median_ape'])}")
+    b, a = res["before"], res["after"]
+    click.echo(f"error on {a['predicted']} rows: median APE {_pct(b['median_ape'])} -> {_pct(a['median_ape'])}, "
+               f"p90 {_pct(b['p90_ape'])} -> {_pct(a['p90_ape'])}, mean signed "
+               f"{_pct(b['mean_signed_error'])} -> {_pct(a['mean_signed_error'])}")
+    if res["leave_one_source_out"]:
+        click.echo("leave-one-source-out (fit on the others, error on the held-out source):")
+        click.echo(_table([{"held-out source": _short(x["source"]), "rows": x["rows"],
+                            "median_ape_%": round(x["median_ape"], 1),
+                            "mean_signed_error_%": round(x["mean_signed_error"], 1)}
+                           for x in res["leave_one_source_out"]]))
+        click.echo(f"leave-one-source-out median APE (median over sources): "
+                   f"{_pct(res['leave_one_source_out_median_ape'])}")
+    click.echo(f"wrote {out}")
 
 # [plan, whatif]
 

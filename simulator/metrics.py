@@ -112,7 +112,8 @@ def summarize(res: SimResult, goodput: dict[str, float] | None = None,
     duration = max(last_finish - first_arrival, 0.0)
     out_tok = int(res.output_len[done].sum())
     in_tok = int(res.input_len[done].sum())
-    safe = duration if duration > 0 else float("nan")
+    # no completion: throughputs are 0, not NaN; a zero-length run with completions has no rate
+    safe = duration if duration > 0 else (float("inf") if n_done == 0 else float("nan"))
     s: dict[str, Any] = {
         "duration": duration,
         "completed": n_done,
