@@ -1,0 +1,520 @@
+"""Tests for simulator.workload: synthetic arrivals/lengths, trace readers, built-ins."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator.specs import SpecError
+from simulator.workload import (
+    BUILTIN_WORKLOADS,
+    Workload,
+    arrivals,
+    builtin,
+    lengths,
+    load_workload,
+    read_trace,
+    scale_to_rate,
+    synthetic,
+    take,
+    with_arrivals,
+    write_trace,
+)
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def _cv2(gaps: np.ndarray) -> float:
+    return float(gaps.var() / gaps.mean() ** 2)
+
+
+# --------------------------------------------------------------------------- arrivals
+
+
+def test_poisson_gaps_mean_and_cv() -> None:
+    a = arrivals(20_001, 4.0, rng=np.random.default_rng(1))
+    gaps = np.diff(a)
+    assert a[0] == 0.0
+    assert gaps.mean() == pytest.approx(0.25, rel=0.03)
+    assert math.sqrt(_cv2(gaps)) == pytest.approx(1.0, rel=0.05)
+
+
+def test_gamma_burstiness_half_gives_cv2_two() -> None:
+    gaps = np.diff(arrivals(20_001, 2.0, 0.5, np.random.default_rng(2), process="gamma"))
+    assert gaps.mean() == pytest.approx(0.5, rel=0.03)
+    assert _cv2(gaps) == pytest.approx(2.0, rel=0.1)
+
+
+def test_gamma_burstiness_four_is_smoother() -> None:
+    gaps = np.diff(arrivals(20_001, 2.0, 4.0, np.random.default_rng(3), process="gamma"))
+    assert _cv2(gaps) == pytest.approx(0.25, rel=0.1)
+
+
+def test_constant_and_infinite_rate() -> None:
+    a = arrivals(1000, 8.0, process="constant")
+    np.testing.assert_array_equal(a, np.arange(1000) / 8.0)
+    np.testing.assert_allclose(np.diff(a), 0.125, rtol=0, atol=1e-12)
+    for proc in ("poisson", "gamma", "constant"):
+        z = arrivals(50, math.inf, rng=np.random.default_rng(0), process=proc)
+        assert z.dtype == np.float64 and z.shape == (50,) and not z.any()
+
+
+def test_arrivals_reproducible_and_seed_sensitive() -> None:
+    a1 = arrivals(100, 3.0, rng=np.random.default_rng(7))
+    a2 = arrivals(100, 3.0, rng=np.random.default_rng(7))
+    a3 = arrivals(100, 3.0, rng=np.random.default_rng(8))
+    np.testing.assert_array_equal(a1, a2)
+    assert not np.array_equal(a1, a3)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"rate": 0.0},
+        {"rate": -1.0},
+        {"rate": float("nan")},
+        {"rate": 1.0, "burstiness": 0.0},
+        {"rate": 1.0, "burstiness": 0.5},  # poisson with burstiness != 1
+        {"rate": 1.0, "process": "weibull"},
+    ],
+)
+def test_arrivals_bad_options(kw: dict) -> None:
+    with pytest.raises(SpecError):
+        arrivals(10, **kw)
+
+
+# --------------------------------------------------------------------------- lengths
+
+
+def test_uniform_lengths_range_and_mean() -> None:
+    x = lengths(20_000, 1000, 0.3, "uniform", rng=np.random.default_rng(4))
+    assert x.dtype == np.int64
+    assert x.min() >= 700 and x.max() <= 1300
+    assert x.min() == 700 and x.max() == 1300  # 20k draws hit both ends
+    assert x.mean() == pytest.approx(1000, rel=0.01)
+
+
+def test_fixed_and_lognormal_lengths() -> None:
+    np.testing.assert_array_equal(lengths(5, 128), np.full(5, 128))
+    y = lengths(50_000, 500, dist="lognormal", sigma=0.8, rng=np.random.default_rng(5))
+    assert y.min() >= 1
+    assert y.mean() == pytest.approx(500, rel=0.03)
+    small = lengths(1000, 2, 0.9, "uniform", rng=np.random.default_rng(5))
+    assert small.min() >= 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (10, 0),
+        (10, 100.5),
+        (10, 100, 1.0, "uniform"),
+        (10, 100, 0.2, "fixed"),
+        (10, 100, 0, "zipf"),
+    ],
+)
+def test_lengths_bad_options(args: tuple) -> None:
+    with pytest.raises(SpecError):
+        lengths(*args)
+
+
+def test_synthetic_reproducible_and_common_lengths_across_rates() -> None:
+    w1 = synthetic(500, 5.0, 1024, 128, range_ratio=0.5, seed=3)
+    w2 = synthetic(500, 5.0, 1024, 128, range_ratio=0.5, seed=3)
+    w3 = synthetic(500, 5.0, 1024, 128, range_ratio=0.5, seed=4)
+    w4 = synthetic(500, 9.0, 1024, 128, range_ratio=0.5, seed=3)
+    for f in ("arrival_s", "input_len", "output_len"):
+        np.testing.assert_array_equal(getattr(w1, f), getattr(w2, f))
+        assert not np.array_equal(getattr(w1, f), getattr(w3, f))
+    np.testing.assert_array_equal(w1.input_len, w4.input_len)  # rate sweep keeps lengths
+    assert w1.num_requests == 500 and w1.concurrency is None
+    c = synthetic(10, math.inf, 100, 10, concurrency=4)
+    assert c.concurrency == 4 and not c.arrival_s.any() and c.offered_rate == math.inf
+    b = synthetic(2000, 5.0, 100, 10, burstiness=0.5, seed=1)
+    assert _cv2(np.diff(b.arrival_s)) > 1.5
+
+
+# --------------------------------------------------------------------------- Workload
+
+
+def test_workload_properties_and_immutability() -> None:
+    w = Workload(np.array([0.0, 1.0, 4.0]), np.array([10, 20, 30]), np.array([1, 2, 3]), name="x")
+    assert w.num_requests == 3
+    assert w.offered_rate == pytest.approx(0.5)
+    assert w.duration_s == 4.0
+    assert w.mean_input_len == 20.0 and w.mean_output_len == 2.0
+    with pytest.raises(ValueError):
+        w.arrival_s[0] = 5.0
+    assert Workload(np.zeros(1), [1], [1]).offered_rate == math.inf
+    assert "num_requests=3" in repr(w) and w.describe()["num_requests"] == 3
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ([0.0, 2.0, 1.0], [1, 1, 1], [1, 1, 1]),  # decreasing
+        ([0.0, float("nan")], [1, 1], [1, 1]),
+        ([0.0, 1.0], [1, 0], [1, 1]),  # zero prompt
+        ([0.0, 1.0], [1, 1], [1, 0]),  # zero output
+        ([0.0, 1.0], [1, 1], [1]),  # shapes
+        ([], [], []),
+        ([0.0], [1.5], [1]),
+        ([-1.0], [1], [1]),
+        ([0.0], ["a"], [1]),
+    ],
+)
+def test_workload_validation(args: tuple) -> None:
+    with pytest.raises(SpecError):
+        Workload(np.array(args[0]), np.array(args[1]), np.array(args[2]))
+
+
+def test_workload_bad_concurrency() -> None:
+    with pytest.raises(SpecError):
+        Workload(np.zeros(2), [1, 1], [1, 1], concurrency=0)
+
+
+# --------------------------------------------------------------------------- trace formats
+
+
+def test_simple_csv_sorted_and_exact(tmp_path: Path) -> None:
+    p = _write(
+        tmp_path,
+        "t.csv",
+        "arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,10,5\n0.5,20,6\n\n0.25,30,7\n",
+    )
+    w = read_trace(p)
+    np.testing.assert_array_equal(w.arrival_s, [0.0, 0.25, 0.5])
+    np.testing.assert_array_equal(w.input_len, [10, 30, 20])
+    np.testing.assert_array_equal(w.output_len, [5, 7, 6])
+    assert w.input_len.dtype == np.int64 and w.bad_rows == 0 and w.name == "t"
+
+
+def test_simple_csv_shifted_to_zero_and_stable(tmp_path: Path) -> None:
+    p = _write(
+        tmp_path, "t.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n2,1,1\n3,2,2\n2,3,3\n"
+    )
+    w = read_trace(p)
+    np.testing.assert_array_equal(w.arrival_s, [0.0, 0.0, 1.0])
+    np.testing.assert_array_equal(w.input_len, [1, 3, 2])  # ties keep file order
+
+
+def test_azure_csv_datetimes_to_seconds(tmp_path: Path) -> None:
+    p = _write(
+        tmp_path,
+        "AzureLLMInferenceTrace_conv.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n"
+        "2023-11-16 18:15:47.1805900,396,109\n"
+        "2023-11-16 18:16:46.6805901,879,55\n"
+        "2023-11-16 18:16:47,5,1\n",
+    )
+    w = read_trace(p)
+    np.testing.assert_array_equal(w.arrival_s, [0.0, 0.5, 60.0000001, 60.31941])
+    np.testing.assert_array_equal(w.input_len, [374, 396, 879, 5])
+    np.testing.assert_array_equal(w.output_len, [44, 109, 55, 1])
+
+
+def test_azure_2024_utc_offsets(tmp_path: Path) -> None:
+    p = _write(
+        tmp_path,
+        "a.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2024-05-10 00:00:00.009930+00:00,4808,10\n"
+        "2024-05-10 00:00:01.009930+00:00,3180,8\n",
+    )
+    np.testing.assert_array_equal(read_trace(p, fmt="azure").arrival_s, [0.0, 1.0])
+
+
+def test_mooncake_jsonl_ms_to_s(tmp_path: Path) -> None:
+    text = (
+        '{"timestamp": 0, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47]}\n'
+        '{"timestamp": 1500, "input_length": 100, "output_length": 3, "hash_ids": []}\n'
+    )
+    w = read_trace(_write(tmp_path, "mooncake_trace.jsonl", text))
+    np.testing.assert_array_equal(w.arrival_s, [0.0, 1.5])
+    np.testing.assert_array_equal(w.input_len, [6955, 100])
+    np.testing.assert_array_equal(w.output_len, [52, 3])
+    # Non-canonical lines (other key order, extra keys, blank lines) take the careful path.
+    text2 = text + '\n{"output_length": 1, "extra": "x", "input_length": 5, "timestamp": 2500.5}\n'
+    w2 = read_trace(_write(tmp_path, "m2.txt", text2))  # detected by the leading "{"
+    np.testing.assert_array_equal(w2.arrival_s, [0.0, 1.5, 2.5005])
+    np.testing.assert_array_equal(w2.input_len, [6955, 100, 5])
+
+
+def test_burstgpt_drops_failed(tmp_path: Path) -> None:
+    p = _write(
+        tmp_path,
+        "BurstGPT_1.csv",
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "5,ChatGPT,472,18,490,Conversation log\n"
+        "45,ChatGPT,1087,0,1087,Conversation log\n"
+        "118,GPT-4,417,276,693,API log\n"
+        "120,GPT-4,0,0,0,API log\n",
+    )
+    w = read_trace(p)
+    np.testing.assert_array_equal(w.arrival_s, [0.0, 113.0])
+    np.testing.assert_array_equal(w.input_len, [472, 417])
+    np.testing.assert_array_equal(w.output_len, [18, 276])
+    assert w.failed_in_trace == 2 and w.bad_rows == 0
+
+
+def test_write_trace_round_trip(tmp_path: Path) -> None:
+    w = synthetic(300, 7.0, 512, 64, range_ratio=0.4, seed=9)
+    write_trace(w, tmp_path / "rt.csv")
+    r = read_trace(tmp_path / "rt.csv")
+    np.testing.assert_array_equal(r.arrival_s, w.arrival_s)
+    np.testing.assert_array_equal(r.input_len, w.input_len)
+    np.testing.assert_array_equal(r.output_len, w.output_len)
+
+
+# --------------------------------------------------------------------------- malformed input
+
+_SIMPLE_HEAD = "arrived_at,num_prefill_tokens,num_decode_tokens\n"
+
+
+@pytest.mark.parametrize(
+    ("row", "column"),
+    [
+        ("1.0,abc,3", "num_prefill_tokens"),
+        ("1.0,5", "num_decode_tokens"),  # missing column
+        ("-1.0,5,3", "arrived_at"),
+        ("nan,5,3", "arrived_at"),
+        ("1.0,5,-3", "num_decode_tokens"),
+        ("1.0,0,3", "num_prefill_tokens"),
+        ("1.0,5,0", "num_decode_tokens"),
+        ("1.0,5.5,3", "num_prefill_tokens"),
+        ("inf,5,3", "arrived_at"),
+    ],
+)
+def test_malformed_row_names_line_and_column(tmp_path: Path, row: str, column: str) -> None:
+    p = _write(tmp_path, "bad.csv", _SIMPLE_HEAD + "0.0,1,1\n0.5,2,2\n" + row + "\n1.5,3,3\n")
+    with pytest.raises(SpecError) as e:
+        read_trace(p)
+    msg = str(e.value)
+    assert f"{p}:4:" in msg and repr(column) in msg and "\n" not in msg
+    w = read_trace(p, skip_bad_rows=True)
+    assert w.bad_rows == 1 and w.num_requests == 3
+
+
+def test_extra_fields_and_first_bad_line_reported(tmp_path: Path) -> None:
+    p = _write(tmp_path, "bad.csv", _SIMPLE_HEAD + "0,1,1\n1,2,2,9\n\n2,x,3\n3,3,3\n")
+    with pytest.raises(SpecError, match=r"bad\.csv:3: expected 3 fields"):
+        read_trace(p)
+    w = read_trace(p, skip_bad_rows=True)
+    assert w.bad_rows == 2
+    np.testing.assert_array_equal(w.input_len, [1, 3])
+    p2 = _write(tmp_path, "bad2.csv", _SIMPLE_HEAD + "0,1,1\n\n2,x,3\n1,2,2,9\n")
+    with pytest.raises(SpecError, match=r"bad2\.csv:4: column 'num_prefill_tokens'"):
+        read_trace(p2)
+
+
+def test_first_row_with_extra_fields_is_bad(tmp_path: Path) -> None:
+    # pandas alone would silently take the extra leading field as an index column.
+    p = _write(tmp_path, "x.csv", _SIMPLE_HEAD + "0,1,1,1\n1,2,2\n")
+    with pytest.raises(SpecError, match=r"x\.csv:2: expected 3 fields, saw 4"):
+        read_trace(p)
+    w = read_trace(p, skip_bad_rows=True)
+    assert w.bad_rows == 1
+    np.testing.assert_array_equal(w.input_len, [2])
+
+
+def test_blank_and_na_rows_are_ignored(tmp_path: Path) -> None:
+    for extra in ("", "0,4,4,4\n"):  # clean file (pandas) and line-by-line re-read agree
+        p = _write(tmp_path, "n.csv", _SIMPLE_HEAD + "0,1,1\n\n,,\nNA,nan,\n1,2,2\n" + extra)
+        w = read_trace(p, skip_bad_rows=True)
+        assert w.num_requests == 2 and w.bad_rows == len(extra) // 8
+
+
+def test_trailing_empty_fields_are_accepted(tmp_path: Path) -> None:
+    for body in ("0,1,1,\n1,2,2\n", "0,1,1\n1,2,2,,\n"):  # first row (pandas) and later rows
+        w = read_trace(_write(tmp_path, "tc.csv", _SIMPLE_HEAD + body))
+        assert w.num_requests == 2 and w.bad_rows == 0
+
+
+def test_azure_bare_year_is_not_a_timestamp(tmp_path: Path) -> None:
+    p = _write(
+        tmp_path,
+        "a.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,3,4\n2023,3,4\n",
+    )
+    with pytest.raises(SpecError, match=r"a\.csv:3: column 'TIMESTAMP': '2023' is not a date-time"):
+        read_trace(p)
+
+
+def test_line_numbers_after_skipped_field_count_lines(tmp_path: Path) -> None:
+    p = _write(tmp_path, "b.csv", _SIMPLE_HEAD + "0,1,1\n1,2,2,9\n1,2,2,9,9\n2,3,3\n3,4,-4\n")
+    with pytest.raises(SpecError, match=r"b\.csv:3:"):
+        read_trace(p)
+    p2 = _write(tmp_path, "b2.csv", _SIMPLE_HEAD + "0,1,1\n2,3,3\n3,4,-4\n4,4,4,4\n")
+    with pytest.raises(SpecError, match=r"b2\.csv:4: column 'num_decode_tokens'"):
+        read_trace(p2)
+
+
+def test_azure_bad_timestamp(tmp_path: Path) -> None:
+    p = _write(
+        tmp_path,
+        "a.csv",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,3,4\nyesterday,3,4\n",
+    )
+    with pytest.raises(SpecError, match=r"a\.csv:3: column 'TIMESTAMP'"):
+        read_trace(p)
+    assert read_trace(p, skip_bad_rows=True).bad_rows == 1
+
+
+def test_mooncake_bad_lines(tmp_path: Path) -> None:
+    good = '{"timestamp": 0, "input_length": 5, "output_length": 3}\n'
+    for bad, key in [
+        ("not json", "JSON"),
+        ('{"timestamp": 1, "input_length": 5}', "output_length"),
+        ('{"timestamp": -1, "input_length": 5, "output_length": 3}', "timestamp"),
+        ('{"timestamp": 1, "input_length": "5", "output_length": 3}', "input_length"),
+        ('{"timestamp": 1, "input_length": true, "output_length": 3}', "input_length"),
+        ("[1, 2]", "JSON object"),
+    ]:
+        p = _write(tmp_path, "m.jsonl", good + good + bad + "\n" + good)
+        with pytest.raises(SpecError) as e:
+            read_trace(p)
+        assert f"{p}:3:" in str(e.value) and key in str(e.value)
+        w = read_trace(p, skip_bad_rows=True)
+        assert w.bad_rows == 1 and w.num_requests == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("", "empty"),
+        ("\n\n", "empty"),
+        (_SIMPLE_HEAD, "no requests"),
+        ("a,b,c\n1,2,3\n", "unrecognised trace header"),
+        (_SIMPLE_HEAD + "x,y,z\n", "num_prefill_tokens|arrived_at"),
+    ],
+)
+def test_empty_and_unknown(tmp_path: Path, text: str, match: str) -> None:
+    with pytest.raises(SpecError, match=match):
+        read_trace(_write(tmp_path, "e.csv", text))
+
+
+def test_all_rows_bad_with_skip(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="no requests"):
+        read_trace(_write(tmp_path, "e.csv", _SIMPLE_HEAD + "x,1,1\n"), skip_bad_rows=True)
+
+
+def test_explicit_format_missing_column(tmp_path: Path) -> None:
+    p = _write(tmp_path, "s.csv", _SIMPLE_HEAD + "0,1,1\n")
+    with pytest.raises(SpecError, match=r"s\.csv:1: column 'TIMESTAMP' missing"):
+        read_trace(p, fmt="azure")
+    with pytest.raises(SpecError, match="trace format"):
+        read_trace(p, fmt="parquet")
+    with pytest.raises(SpecError, match="no such file"):
+        read_trace(tmp_path / "nope.csv")
+
+
+# Garbage in any format: read_trace returns a valid Workload or raises SpecError, nothing else.
+_HEADERS = [
+    "",
+    _SIMPLE_HEAD,
+    "TIMESTAMP,ContextTokens,GeneratedTokens\n",
+    "Timestamp,Model,Request tokens,Response tokens\n",
+    '{"timestamp": 0, "input_length": 5, "output_length": 3}\n',
+]
+_ALPHABET = st.sampled_from(
+    list('0123456789,.-+eE:" \n\r\t{}[]naifxTZ') + ["\x00", "\x1f", "\x0b", "é", "nan", "inf"]
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    header=st.sampled_from(_HEADERS),
+    body=st.one_of(st.lists(_ALPHABET, max_size=80).map("".join), st.text(max_size=60)),
+    raw=st.binary(max_size=60),
+    use_raw=st.booleans(),
+    skip=st.booleans(),
+    ext=st.sampled_from([".csv", ".jsonl", ".txt"]),
+)
+def test_garbage_never_crashes(
+    tmp_path: Path, header: str, body: str, raw: bytes, use_raw: bool, skip: bool, ext: str
+) -> None:
+    p = tmp_path / f"g{ext}"
+    p.write_bytes(header.encode() + (raw if use_raw else body.encode("utf-8", "surrogatepass")))
+    try:
+        w = read_trace(p, skip_bad_rows=skip)
+    except SpecError as e:
+        assert "\n" not in str(e)
+        return
+    assert isinstance(w, Workload) and w.num_requests >= 1
+    assert np.all(np.diff(w.arrival_s) >= 0) and w.arrival_s[0] == 0.0
+    assert w.input_len.min() >= 1 and w.output_len.min() >= 1
+
+
+# --------------------------------------------------------------------------- built-ins and transforms
+
+
+def test_builtins_stats() -> None:
+    conv, code = builtin("azure-conv"), builtin("azure-code")
+    assert conv.num_requests == 19366 and code.num_requests == 8819
+    assert conv.offered_rate == pytest.approx(5.53, rel=0.01)
+    assert code.offered_rate == pytest.approx(2.566, rel=0.01)
+    assert conv.mean_input_len == pytest.approx(1155, rel=0.01)
+    assert conv.mean_output_len == pytest.approx(211, rel=0.01)
+    assert code.mean_input_len == pytest.approx(2048, rel=0.01)
+    assert code.mean_output_len == pytest.approx(28, rel=0.02)
+    assert conv.name == "azure-conv" and conv.bad_rows == 0
+    assert set(BUILTIN_WORKLOADS) == {"azure-conv", "azure-code"}
+    assert all("CC-BY-4.0" in d for _, d in BUILTIN_WORKLOADS.values())
+
+
+def test_load_workload(tmp_path: Path) -> None:
+    assert load_workload("azure-code") is builtin("azure-code")
+    assert load_workload("Azure_Conv").num_requests == 19366
+    p = _write(tmp_path, "t.csv", _SIMPLE_HEAD + "0,1,1\nx,1,1\n")
+    assert load_workload(str(p), skip_bad_rows=True).bad_rows == 1
+    with pytest.raises(
+        SpecError, match="did you mean 'azure-conv'.*built-ins: azure-conv, azure-code"
+    ):
+        load_workload("azure-cnv")
+
+
+def test_scale_to_rate() -> None:
+    w = builtin("azure-conv")
+    for rate in (0.5, 10.0, 123.4):
+        s = scale_to_rate(w, rate)
+        assert s.offered_rate == pytest.approx(rate, rel=1e-9)
+        assert _cv2(np.diff(s.arrival_s)) == pytest.approx(_cv2(np.diff(w.arrival_s)), rel=1e-6)
+        np.testing.assert_array_equal(s.input_len, w.input_len)
+    assert not scale_to_rate(w, math.inf).arrival_s.any()
+    with pytest.raises(SpecError, match="same instant"):
+        scale_to_rate(Workload(np.zeros(3), [1, 1, 1], [1, 1, 1]), 2.0)
+
+
+def test_with_arrivals_keeps_lengths() -> None:
+    w = builtin("azure-code")
+    s = with_arrivals(w, 20.0, burstiness=0.5, seed=1)
+    np.testing.assert_array_equal(s.output_len, w.output_len)
+    assert s.offered_rate == pytest.approx(20.0, rel=0.05)
+    np.testing.assert_array_equal(s.arrival_s, with_arrivals(w, 20.0, 0.5, seed=1).arrival_s)
+
+
+def test_take_and_tile() -> None:
+    w = Workload(np.array([0.0, 1.0, 2.0]), [1, 2, 3], [4, 5, 6])
+    t = take(w, 2)
+    np.testing.assert_array_equal(t.arrival_s, [0.0, 1.0])
+    t = take(w, 7)
+    np.testing.assert_array_equal(t.arrival_s, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    np.testing.assert_array_equal(t.input_len, [1, 2, 3, 1, 2, 3, 1])
+    assert t.offered_rate == pytest.approx(w.offered_rate)
+    big = take(builtin("azure-code"), 20_000)
+    assert big.num_requests == 20_000
+    assert big.offered_rate == pytest.approx(builtin("azure-code").offered_rate, rel=0.01)
+    one = take(Workload(np.zeros(1), [3], [4]), 3)
+    assert not one.arrival_s.any()
