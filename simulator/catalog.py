@@ -66,10 +66,12 @@ def read_yaml(path: Path) -> Any:
 def _catalog_dir(kind: str) -> Path:
     """Folder of the built-in catalog (`hardware_specs` or `model_specs`), installed or not."""
     try:
-        p = Path(str(resources.files(f"simulator.{kind}")))
-        if p.is_dir() and any(p.glob("*.yaml")):
-            return p
-    except (ModuleNotFoundError, TypeError):
+        # installed: the YAML files ship as data of simulator.<kind> (a namespace package,
+        # whose files() may be a MultiplexedPath: take the folder of a file inside it)
+        for entry in resources.files(f"simulator.{kind}").iterdir():
+            if entry.name.endswith(".yaml"):
+                return Path(str(entry)).parent
+    except (ModuleNotFoundError, TypeError, FileNotFoundError, NotADirectoryError):
         pass
     return Path(__file__).resolve().parent.parent / kind
 

@@ -144,3 +144,240 @@ def timeline_png(timeline: Any, title: str = "") -> bytes:
         ax.grid(alpha=0.3)
     fig.suptitle(title or "engine timeline")
     return _png_bytes(fig)
+
+
+# ---- sweep charts (llmsim sweep) ----------------------------------------------------------
+
+
+def _sweep_title(result: dict[str, Any], what: str) -> str:
+    """'<what>: model on hardware (tp, replicas), workload, n requests, SLOs'."""
+    sc = result.get("scenario") or {}
+    par = []
+    if sc.get("tp", 1) != 1:
+        par.append(f"tp={sc['tp']}")
+    if sc.get("pp", 1) != 1:
+        par.append(f"pp={sc['pp']}")
+    if sc.get("replicas", 1) != 1:
+        par.append(f"{sc['replicas']} replicas")
+    head = f"{what}: {result.get('model')} on {result.get('hardware')}" + (f" ({', '.join(par)})" if par else "")
+    wl = str(result.get("workload", sc.get("workload", "")))
+    if wl.lower() in ("random", "synthetic"):
+        wl = f"random {sc.get('input_len')} in / {sc.get('output_len')} out"
+        if sc.get("range_ratio"):
+            wl += f" ±{sc['range_ratio']:g}"
+    tail = f"workload {wl}, {sc.get('num_requests', '?')} requests"
+    slos = result.get("goodput_slos_ms") or {}
+    if slos:
+        tail += ", SLO " + " ".join(f"{k}≤{v:g} ms" for k, v in slos.items())
+    swept = result.get("sweep") or {}
+    if swept:
+        tail += "; sweep " + ", ".join(swept)
+    return f"{head}\n{tail}"
+
+
+def _sweep_curves(result: dict[str, Any]) -> list[tuple[dict[str, Any], list[dict[str, Any]], str]]:
+    """(curve info, its points sorted by offered rate, colour) for each curve."""
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
+              "tab:pink", "tab:gray", "tab:olive", "tab:cyan"]
+    out = []
+    for i, info in enumerate(result.get("curves", [])):
+        pts = sorted((p for p in result.get("points", []) if p.get("curve") == info["curve"]),
+                     key=lambda p: p["rate"])
+        out.append((info, pts, colors[i % len(colors)]))
+    return out
+
+
+def _finite(v: Any) -> bool:
+    import math
+
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _rate_markers(ax: Any, info: dict[str, Any], color: str, text: bool) -> None:
+    """Vertical lines at the knee (dotted), SLO capacity (dash-dot) and saturation (solid)."""
+    marks = []
+    if info.get("knee"):
+        marks.append((info["knee"]["rate"], ":", "knee"))
+    if info.get("slo_capacity") is not None:
+        marks.append((info["slo_capacity"], "-.", "SLO capacity"))
+    if info.get("saturation_rate") is not None:
+        marks.append((info["saturation_rate"], "-", "saturation"))
+    for x, ls, name in marks:
+        ax.axvline(x, color=color, ls=ls, lw=1.2, alpha=0.7)
+        if text:
+            ax.annotate(f"{name} {x:.3g}", (x, 1.0), xycoords=("data", "axes fraction"),
+                        xytext=(2, -4), textcoords="offset points", rotation=90, fontsize=7,
+                        color=color, ha="left", va="top")
+
+
+def sweep_latency_png(result: dict[str, Any]) -> bytes:
+    """Latency vs offered rate from a `simulator.sweep.sweep` result (PNG bytes).
+
+    Two panels, TTFT and TPOT: p99 solid, p50 dashed, one colour per curve; saturated points
+    (unstable, or achieved < 0.95 x offered) drawn as x. Vertical lines mark each curve's
+    knee (dotted), SLO capacity (dash-dot) and saturation rate (solid); horizontal grey lines
+    the goodput SLOs. The y axis is logarithmic when a panel spans more than 30x.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    fig = Figure(figsize=(13, 5.5))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2, sharex=True)
+    curves = _sweep_curves(result)
+    slos = result.get("goodput_slos_ms") or {}
+    for ax, key, name in ((axes[0], "ttft", "TTFT"), (axes[1], "tpot", "TPOT")):
+        ys: list[float] = []
+        for info, pts, color in curves:
+            for pct, ls in (("p99", "-"), ("p50", "--")):
+                xy = [(p["rate"], p.get(f"{pct}_{key}_ms"), bool(p.get("saturated")))
+                      for p in pts if _finite(p.get(f"{pct}_{key}_ms"))]
+                if not xy:
+                    continue
+                ax.plot([a for a, _, _ in xy], [b for _, b, _ in xy], ls=ls, color=color, lw=1.5,
+                        label=f"{info['curve']}" if pct == "p99" and len(curves) > 1 else None)
+                ok = [(a, b) for a, b, s in xy if not s]
+                bad = [(a, b) for a, b, s in xy if s]
+                if ok:
+                    ax.plot(*zip(*ok, strict=True), "o", color=color, ms=3.5)
+                if bad:
+                    ax.plot(*zip(*bad, strict=True), "x", color=color, ms=7, mew=1.5)
+                ys += [b for _, b, _ in xy]
+            _rate_markers(ax, info, color, text=ax is axes[0])
+        if key in slos:
+            ax.axhline(slos[key], color="dimgray", ls="--", lw=1)
+            ax.annotate(f"{name} SLO {slos[key]:g} ms", (0.99, slos[key]), xycoords=("axes fraction", "data"),
+                        xytext=(0, 3), textcoords="offset points", fontsize=8, color="dimgray", ha="right")
+            ys.append(slos[key])
+        pos = [y for y in ys if y > 0]
+        if pos and max(pos) / min(pos) > 30:
+            ax.set_yscale("log")
+        ax.set_xlabel("offered rate (requests/s, nominal)")
+        ax.set_ylabel(f"{name} (ms)")
+        ax.set_title(f"{name}: p99 (solid) and p50 (dashed)", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+    legend = [Line2D([], [], color="black", ls="-", label="p99"),
+              Line2D([], [], color="black", ls="--", label="p50"),
+              Line2D([], [], color="black", ls="", marker="x", label="saturated point"),
+              Line2D([], [], color="gray", ls=":", label="knee"),
+              Line2D([], [], color="gray", ls="-.", label="SLO capacity"),
+              Line2D([], [], color="gray", ls="-", label="saturation rate")]
+    if len(curves) > 1:
+        legend = [Line2D([], [], color=c, lw=2, label=i["curve"]) for i, _, c in curves] + legend
+    fig.legend(handles=legend, fontsize=8, loc="lower center", ncol=min(len(legend), 6),
+               bbox_to_anchor=(0.5, 0.0), frameon=False)
+    fig.suptitle(_sweep_title(result, "Latency vs offered rate"), fontsize=11)
+    fig.tight_layout(rect=(0, 0.04 * (1 + (len(legend) - 1) // 6), 1, 1))
+    return _png_bytes(fig)
+
+
+def sweep_throughput_png(result: dict[str, Any]) -> bytes:
+    """Achieved request throughput and goodput vs offered rate (PNG bytes).
+
+    One colour per curve: achieved throughput solid with dots, request goodput dashed with
+    squares (only with SLOs), the offline max throughput a dotted horizontal line; the
+    black dotted y = x line is 'every offered request served'. Vertical lines as in
+    `sweep_latency_png` (knee, SLO capacity, saturation rate).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    fig = Figure(figsize=(9, 6))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    curves = _sweep_curves(result)
+    top = 0.0
+    for info, pts, color in curves:
+        xs = [p["rate"] for p in pts]
+        ach = [p.get("achieved_rate") if _finite(p.get("achieved_rate")) else float("nan") for p in pts]
+        ax.plot(xs, ach, "-o", color=color, ms=4, lw=1.5)
+        gp = [p.get("request_goodput") for p in pts]
+        if any(_finite(g) for g in gp):
+            ax.plot(xs, [g if _finite(g) else float("nan") for g in gp], "--s", color=color, ms=3.5, lw=1.2)
+        off = info.get("offline_max_throughput")
+        if _finite(off):
+            ax.axhline(off, color=color, ls=":", lw=1)
+            ax.annotate(f"offline max {off:.3g} req/s", (0.01, off), xycoords=("axes fraction", "data"),
+                        xytext=(0, 3), textcoords="offset points", fontsize=8, color=color)
+            top = max(top, off)
+        _rate_markers(ax, info, color, text=True)
+        top = max([top, *xs, *[a for a in ach if _finite(a)]])
+    ax.plot([0, top * 1.05], [0, top * 1.05], color="black", ls=":", lw=1)
+    ax.set_xlim(0, top * 1.05)
+    ax.set_ylim(0, top * 1.1)
+    ax.set_xlabel("offered rate (requests/s, nominal; a Poisson sample's own rate differs by ~1/sqrt(n))")
+    ax.set_ylabel("requests/s")
+    ax.grid(True, alpha=0.3)
+    legend = [Line2D([], [], color="black", marker="o", label="achieved request throughput"),
+              Line2D([], [], color="black", ls="--", marker="s", label="request goodput (meets every SLO)"),
+              Line2D([], [], color="black", ls=":", label="y = x (all offered load served)"),
+              Line2D([], [], color="gray", ls=":", label="knee / offline max (horizontal)"),
+              Line2D([], [], color="gray", ls="-.", label="SLO capacity"),
+              Line2D([], [], color="gray", ls="-", label="saturation rate")]
+    if len(curves) > 1:
+        legend = [Line2D([], [], color=c, lw=2, label=i["curve"]) for i, _, c in curves] + legend
+    ax.legend(handles=legend, fontsize=8, loc="lower right")
+    ax.set_title(_sweep_title(result, "Throughput vs offered rate"), fontsize=11)
+    fig.tight_layout()
+    return _png_bytes(fig)
+
+
+def validation_scatter_png(points: list[dict[str, Any]], title: str = "") -> bytes:
+    """Predicted vs measured, log-log, one panel per unit (ms; tokens/s; req/s): the y = x
+    line, +-10 % and +-25 % bands, colour by hardware, marker by scenario (PNG bytes).
+
+    `points` are `validate()` points (measured, predicted, metric, hardware, scenario)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    from .validate import METRICS
+
+    units = [u for u in ("ms", "tokens/s", "req/s") if any(METRICS.get(p["metric"]) == u for p in points)]
+    if not units:
+        units = ["ms"]
+    hws = sorted({p["hardware"] for p in points})
+    scs = sorted({p["scenario"] for p in points})
+    colors = {h: plt.get_cmap("tab10")(i % 10) for i, h in enumerate(hws)}
+    markers = dict(zip(scs, "o^sDvP*X", strict=False))
+    names = {"ms": "latency metrics (ms)", "tokens/s": "token throughput metrics (tokens/s)",
+             "req/s": "request throughput (req/s)"}
+    fig, axes = plt.subplots(1, len(units), figsize=(6.2 * len(units), 6), squeeze=False)
+    for ax, unit in zip(axes[0], units, strict=True):
+        pts = [p for p in points if METRICS.get(p["metric"]) == unit]
+        vals = [v for p in pts for v in (p["measured"], p["predicted"])] or [1.0, 10.0]
+        lo, hi = min(vals) / 1.6, max(vals) * 1.6
+        x = np.logspace(np.log10(lo), np.log10(hi), 50)
+        ax.fill_between(x, x / 1.25, x * 1.25, color="0.92", label="±25 %")
+        ax.fill_between(x, x / 1.10, x * 1.10, color="0.80", label="±10 %")
+        ax.plot(x, x, color="black", lw=1, label="y = x")
+        for h in hws:
+            for s in scs:
+                sel = [p for p in pts if p["hardware"] == h and p["scenario"] == s]
+                if sel:
+                    ax.scatter([p["measured"] for p in sel], [p["predicted"] for p in sel], s=28,
+                               color=colors[h], marker=markers.get(s, "o"), edgecolor="black",
+                               linewidth=0.4, alpha=0.85, zorder=3)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_aspect("equal")
+        ax.set_xlabel(f"measured ({unit})")
+        ax.set_ylabel(f"predicted ({unit})")
+        ax.set_title(f"{names[unit]}: {len(pts)} rows", fontsize=10)
+        ax.grid(True, which="both", alpha=0.25)
+    handles = [Line2D([], [], color="black", lw=1, label="y = x"),
+               Patch(color="0.80", label="±10 %"), Patch(color="0.92", label="±25 %")]
+    handles += [Line2D([], [], ls="", marker="o", color=colors[h], markeredgecolor="black", label=h) for h in hws]
+    handles += [Line2D([], [], ls="", marker=markers.get(s, "o"), color="0.6", markeredgecolor="black", label=s)
+                for s in scs]
+    axes[0][-1].legend(handles=handles, loc="upper left", fontsize=8, framealpha=0.9)
+    fig.suptitle(title or "llmsim predictions vs measurements")
+    return _png_bytes(fig)

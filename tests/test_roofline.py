@@ -324,7 +324,8 @@ def test_cli_predict_json_dense_tp2() -> None:
 
 
 def test_cli_predict_json_moe_and_efficiency_override() -> None:
-    d = _predict_json("--model", "mixtral-8x7b", "--hardware", H100, "--tp", "2")
+    d = _predict_json("--model", "mixtral-8x7b", "--hardware", H100, "--tp", "2",
+                      "--efficiency", "step_overhead_s=0")
     assert "moe_experts" in {o["name"] for o in d["decode"]["ops"]}
     slow = _predict_json("--model", "mixtral-8x7b", "--hardware", H100, "--tp", "2",
                          "--efficiency", "step_overhead_s=0.01")

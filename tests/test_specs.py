@@ -101,8 +101,10 @@ def test_hardware_entries_complete(hid):
     h = hardware_catalog()[hid]
     assert "bf16" in h.peak_flops_per_s
     assert h.price_per_gpu_hour_usd and h.sources
-    assert "indicative" in h.notes and "assumption" in h.notes.lower()
-    assert h.efficiency.compute_efficiency == 1.0 and h.efficiency.memory_efficiency == 1.0
+    assert "indicative" in h.notes  # the price is marked as indicative
+    # fitted or derived defaults, each with a recorded source
+    assert 0 < h.efficiency.compute_efficiency <= 1 and 0 < h.efficiency.memory_efficiency <= 1
+    assert h.efficiency.sources
     # dense peaks: fp8 at most twice bf16, bf16 >= fp32
     if "fp8" in h.peak_flops_per_s:
         assert h.peak_flops_per_s["fp8"] <= 2.05 * h.peak_flops_per_s["bf16"]
