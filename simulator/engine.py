@@ -133,6 +133,9 @@ class _Log:
         self.itl_weights: list[int] = []  # tokens emitted per step in that segment
         self.itl_stored = 0
         self.itl_hist: dict[int, int] | None = None  # bin index -> count, once folded
+        # decode segments whose step durations lie on a line: d0 + slope * j, j < n, seen by w
+        self.line_d0, self.line_slope = array("d"), array("d")
+        self.line_n, self.line_w = array("q"), array("q")
         self.tl = {k: array("d") for k in ("time_s", "replica", "batch_size", "kv_utilization", "queue_length")}
         self.tl_max = timeline_max_points
         self.tl_stride = 1
@@ -178,9 +181,27 @@ class _Log:
         if self.itl_stored > self.ITL_EXACT_LIMIT:
             self._fold()
 
+    def segment_line(self, d0: float, slope: float, n: int, weight: int) -> None:
+        """n decode steps lasting d0 + slope * j, each seen by `weight` sequences (4 numbers,
+        not n: the common case costs no array)."""
+        self.line_d0.append(d0)
+        self.line_slope.append(slope)
+        self.line_n.append(n)
+        self.line_w.append(weight)
+        self.itl_stored += n
+        if self.itl_stored > self.ITL_EXACT_LIMIT:
+            self._fold()
+
     def _exact(self) -> tuple[np.ndarray, np.ndarray]:
         vals = [np.frombuffer(self.gap_v, dtype=float) if len(self.gap_v) else np.zeros(0)]
         cnts = [np.frombuffer(self.gap_n, dtype=np.int64) if len(self.gap_n) else np.zeros(0, dtype=np.int64)]
+        if len(self.line_n):
+            n = np.frombuffer(self.line_n, dtype=np.int64)
+            starts = np.cumsum(n) - n
+            j = np.arange(int(n.sum()), dtype=float) - np.repeat(starts, n)
+            vals.append(np.repeat(np.frombuffer(self.line_d0, dtype=float), n)
+                        + np.repeat(np.frombuffer(self.line_slope, dtype=float), n) * j)
+            cnts.append(np.repeat(np.frombuffer(self.line_w, dtype=np.int64), n))
         for ch, w in zip(self.itl_chunks, self.itl_weights, strict=True):
             vals.append(ch)
             cnts.append(np.full(len(ch), w, dtype=np.int64))
@@ -198,6 +219,8 @@ class _Log:
         self.itl_hist = hist
         self.gap_v, self.gap_n = array("d"), array("q")
         self.itl_chunks, self.itl_weights = [], []
+        self.line_d0, self.line_slope = array("d"), array("d")
+        self.line_n, self.line_w = array("q"), array("q")
         self.itl_stored = 0
 
     def itl(self) -> tuple[np.ndarray, np.ndarray]:
@@ -372,23 +395,34 @@ class Replica:
         R0 = float(c_sum + B)
         W = self.window
         dt = None
+        line = None  # (d0, slope): step j of the segment lasts d0 + slope * j
+        clock = self.clock
         if W is None:
             st = self.step_time
             d0 = st(B, B, Ad0, 0.0, R0)
             if t_limit != math.inf:
                 # steps only lengthen as context grows: at most (t_limit - clock)/d0 + 1 start in time
-                k_max = max(1, min(k_max, int((t_limit - self.clock) / d0) + 1))
-            if k_max <= 2:
-                dt = np.array([d0, st(B, B, Ad0 + B, 0.0, R0 + B)][:k_max])
+                k_max = max(1, min(k_max, int((t_limit - clock) / d0) + 1))
+            if k_max == 1:
+                line = (d0, 0.0)
             else:
                 # with T = B fixed only the attention terms grow, linearly in the step index:
-                # price the first, second and last step and use the line when it fits exactly
+                # price the second and the last step and use the line when it fits exactly
                 d1 = st(B, B, Ad0 + B, 0.0, R0 + B)
-                dl = st(B, B, Ad0 + B * (k_max - 1), 0.0, R0 + B * (k_max - 1))
                 slope = d1 - d0
+                dl = d1 if k_max == 2 else st(B, B, Ad0 + B * (k_max - 1), 0.0, R0 + B * (k_max - 1))
                 if abs(d0 + slope * (k_max - 1) - dl) <= 1e-12 * dl:
-                    dt = d0 + slope * np.arange(k_max, dtype=float)
-        if dt is None:
+                    line = (d0, slope)
+        if line is not None:
+            d0, slope = line
+            # steps that start before t_limit: start_j = clock + j d0 + slope j (j-1)/2
+            n = k_max
+            if t_limit != math.inf:
+                n = 1
+                while n < k_max and clock + n * d0 + slope * n * (n - 1) / 2 < t_limit:
+                    n += 1
+            t_end = clock + n * d0 + slope * n * (n - 1) / 2
+        else:
             i = np.arange(k_max, dtype=float)
             Ad = Ad0 + B * i
             R = R0 + B * i
@@ -399,11 +433,11 @@ class Replica:
             else:
                 Aw, Rw = Ad, R
             dt = self.cost.step_times(float(B), float(B), Ad, 0.0, R, Aw, Rw)
-        ends = self.clock + np.cumsum(dt)
-        n = int(np.searchsorted(ends[:-1], t_limit, side="left")) + 1 if k_max > 1 else 1
-        n = min(n, k_max)
-        dt = dt[:n]
-        t_end = float(ends[n - 1])
+            ends = clock + np.cumsum(dt)
+            n = int(np.searchsorted(ends[:-1], t_limit, side="left")) + 1 if k_max > 1 else 1
+            n = min(n, k_max)
+            dt = dt[:n]
+            t_end = float(ends[n - 1])
         # apply n decode steps to every active slot
         blk = self.blocks
         got = 0
@@ -422,7 +456,10 @@ class Replica:
                 done.append(s)
         self.free_blocks -= got
         lg = self.log
-        lg.segment(dt, B)
+        if line is not None:
+            lg.segment_line(line[0], line[1], n, B)
+        else:
+            lg.segment(dt, B)
         lg.steps += n
         lg.batch_token_sum += B * n
         lg.busy_s += t_end - self.clock
