@@ -136,7 +136,7 @@ class _Log:
         # decode segments whose step durations lie on a line: d0 + slope * j, j < n, seen by w
         self.line_d0, self.line_slope = array("d"), array("d")
         self.line_n, self.line_w = array("q"), array("q")
-        self.tl = {k: array("d") for k in ("time_s", "replica", "batch_size", "kv_utilization", "queue_length")}
+        self.tl = array("d")  # flat rows of TL_COLUMNS
         self.tl_max = timeline_max_points
         self.tl_stride = 1
         self.tl_skip = 0
@@ -151,6 +151,8 @@ class _Log:
             self.gap_n.append(count)
             self.itl_stored += 1
 
+    TL_COLUMNS = ("time_s", "replica", "batch_size", "kv_utilization", "queue_length")
+
     def record(self, t: float, replica: int, batch: int, kv: float, queue: int) -> None:
         if kv > self.peak_kv:
             self.peak_kv = kv
@@ -158,19 +160,16 @@ class _Log:
         if self.tl_skip < self.tl_stride:
             return
         self.tl_skip = 0
-        tl = self.tl
-        if len(tl["time_s"]) >= self.tl_max:
-            for k in tl:  # decimate: keep every other point, sample half as often from now on
-                tl[k] = tl[k][::2]
+        if len(self.tl) >= 5 * self.tl_max:
+            # decimate: keep every other row, sample half as often from now on
+            rows = np.frombuffer(self.tl, dtype=float).reshape(-1, 5)[::2]
+            self.tl = array("d", rows.ravel().tobytes())
             self.tl_stride *= 2
-        tl["time_s"].append(t)
-        tl["replica"].append(replica)
-        tl["batch_size"].append(batch)
-        tl["kv_utilization"].append(kv)
-        tl["queue_length"].append(queue)
+        self.tl.extend((t, replica, batch, kv, queue))
 
     def timeline(self) -> pd.DataFrame:
-        df = pd.DataFrame({k: np.frombuffer(v, dtype=float) if len(v) else np.zeros(0) for k, v in self.tl.items()})
+        rows = np.frombuffer(self.tl, dtype=float).reshape(-1, 5) if len(self.tl) else np.zeros((0, 5))
+        df = pd.DataFrame(rows, columns=list(self.TL_COLUMNS))
         return df.astype({"replica": np.int64, "batch_size": np.int64, "queue_length": np.int64})
 
     def segment(self, dts: np.ndarray, weight: int) -> None:

@@ -286,3 +286,15 @@ def test_time_cap_bounds_an_overloaded_run(cost):
     assert any("time cap" in r for r in res.reasons.values())
     s = summarize(res)
     assert s["failed"] == 5000 - done.sum()
+
+
+def test_timeline_is_decimated_to_a_bound():
+    from simulator.engine import _Log
+
+    lg = _Log(timeline_max_points=100)
+    for i in range(1000):
+        lg.record(float(i), 0, i % 7, 0.5, 3)
+    tl = lg.timeline()
+    assert len(tl) <= 100
+    assert tl["time_s"].is_monotonic_increasing and tl["time_s"].iloc[0] == 0.0
+    assert set(tl.columns) == {"time_s", "replica", "batch_size", "kv_utilization", "queue_length"}
