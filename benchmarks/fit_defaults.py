@@ -162,6 +162,14 @@ def main(argv: list[str] | None = None) -> int:
             continue
         b = {k: v for k, v in blocks[base].items() if k != "sources"}
         b["sources"] = {k: f"copied from {base} (no measurements of {hw}): {why}" for k in b}
+        # the ramp bound depends on this chip's own FLOP/s-to-bandwidth ratio (see calibrate.RAMP_CAP)
+        spec = hardware_catalog()[hw]
+        bound = C.RAMP_CAP * spec.flops("bf16") * b["compute_efficiency"] / (
+            spec.hbm_bandwidth_bytes_per_s * b["memory_efficiency"])
+        if b.get("gemm_ramp_tokens", 0) > bound:
+            b["gemm_ramp_tokens"] = float(f"{bound:.4g}")
+            b["sources"]["gemm_ramp_tokens"] += (f"; capped to {b['gemm_ramp_tokens']} for this chip so small "
+                                                 f"GEMMs stay bandwidth-bound (calibrate.RAMP_CAP)")
         blocks[hw] = b
     if args.dry_run:
         print(yaml.safe_dump(blocks, sort_keys=False, width=100))

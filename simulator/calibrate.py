@@ -44,6 +44,9 @@ from .validate import STATIC_METRICS, SkipRow, Validator, error_stats, validate
 
 #: parameters the static fit may vary (the others stay fixed at the profile's values)
 STATIC_PARAMS = ("compute_efficiency", "memory_efficiency", "step_overhead_s")
+#: the GEMM ramp's compute floor may reach at most this fraction of a GEMM's weight-read time
+RAMP_CAP = 0.5
+
 ALL_PARAMS = ("compute_efficiency", "memory_efficiency", "attention_efficiency", "gemm_ramp_tokens",
               "kernel_overhead_s", "step_overhead_s", "link_efficiency", "link_latency_s")
 _EFF_FIELDS = {f.name for f in dataclasses.fields(Efficiency)} - {"sources"}
@@ -314,8 +317,10 @@ def _loss(pred: np.ndarray, meas: np.ndarray, weights: np.ndarray, objective: st
 def fit(predict: Callable[[dict[str, float]], np.ndarray], measured: np.ndarray,
         start: Mapping[str, float], names: Sequence[str], *, weights: np.ndarray | None = None,
         objective: str = "msle", tie_attention: bool = True,
-        starts: Sequence[Mapping[str, float]] = ()) -> tuple[dict[str, float], float]:
-    """Minimise the objective over parameters `names` (others fixed at `start`)."""
+        starts: Sequence[Mapping[str, float]] = (),
+        adjust: Callable[[dict[str, float]], None] | None = None) -> tuple[dict[str, float], float]:
+    """Minimise the objective over parameters `names` (others fixed at `start`); `adjust`
+    may enforce a physical constraint on every trial parameter set (in place)."""
     if objective not in OBJECTIVES:
         raise SpecError(f"objective: {objective!r} is not one of {', '.join(OBJECTIVES)}")
     w = np.ones(len(measured)) if weights is None else np.asarray(weights, dtype=float)
@@ -326,6 +331,8 @@ def fit(predict: Callable[[dict[str, float]], np.ndarray], measured: np.ndarray,
             p[n] = _to_value(n, float(xi))
         if tie_attention and "compute_efficiency" in names:
             p["attention_efficiency"] = p["compute_efficiency"]
+        if adjust is not None:
+            adjust(p)
         return p
 
     def f(x: np.ndarray) -> float:
@@ -528,6 +535,17 @@ def calibrate(rows: Sequence[Mapping[str, Any]], hardware: str | HardwareSpec, *
             if fit_link_latency:
                 fixed["link_latency_s"] = r["params"]["link_latency_s"]
                 sources["link_latency_s"] = sources["link_efficiency"]
+    ramp_fit = fixed["gemm_ramp_tokens"]
+
+    def cap_ramp(p: dict[str, float]) -> None:
+        """Keep the GEMM ramp's compute floor f T0 / (P eta_c) at most half a GEMM's
+        weight-read time: T0 <= RAMP_CAP * P_bf16 eta_c / (hbm_bw eta_m). Otherwise a fitted
+        ramp makes batch-1 decode compute-bound, which it is not (it is bandwidth-bound,
+        and faster HBM must make it faster: PERFORMANCE_MODEL.md)."""
+        bound = RAMP_CAP * hw0.flops("bf16") * p["compute_efficiency"] / (
+            hw0.hbm_bandwidth_bytes_per_s * p["memory_efficiency"])
+        p["gemm_ramp_tokens"] = min(ramp_fit, bound)
+
     hw_fixed = apply_params(hw0, fixed)
     validator = Validator(hardware_specs={hw_id: hw_fixed}, workloads=workloads)
     fs = StaticFitSet(mine, validator)
@@ -547,17 +565,20 @@ def calibrate(rows: Sequence[Mapping[str, Any]], hardware: str | HardwareSpec, *
         w = _source_weights([fs.sources[i] for i in sub], balance_sources)
         if sim_rows:
             return _fit_with_sim(fs, sub, w, sim_rows, hw_fixed, fit_start, names, objective,
-                                 tie_attention, starts, workloads)
+                                 tie_attention, starts, workloads, cap_ramp)
 
         def pred(p: dict[str, float]) -> np.ndarray:
             return fs.predict(p)[sub]
 
         p, _ = fit(pred, fs.measured[sub], fit_start, names, weights=w, objective=objective,
-                   tie_attention=tie_attention, starts=starts)
+                   tie_attention=tie_attention, starts=starts, adjust=cap_ramp)
         return p
 
     all_mask = np.ones(len(fs.rows), dtype=bool)
     fitted = do_fit(all_mask)
+    if "gemm_ramp_tokens" in sources and fitted["gemm_ramp_tokens"] < ramp_fit:
+        sources["gemm_ramp_tokens"] += (f"; capped from {ramp_fit:.4g} to {fitted['gemm_ramp_tokens']:.4g} "
+                                        f"so small GEMMs stay bandwidth-bound (T0 <= {RAMP_CAP} P eta_c/(bw eta_m))")
     hw_after = apply_params(hw0, fitted)
     used = sorted({r["source"] for r in fs.rows})
     n_used = len(fs.rows) + len(sim_rows)
@@ -615,7 +636,8 @@ def _brief(v: Mapping[str, Any]) -> dict[str, Any]:
 
 def _fit_with_sim(fs: StaticFitSet, sub: np.ndarray, w: np.ndarray, sim_rows: list, hw: HardwareSpec,
                   start: dict, names: Sequence[str], objective: str, tie: bool, starts: list,
-                  workloads: Mapping[str, str] | None) -> dict[str, float]:
+                  workloads: Mapping[str, str] | None,
+                  adjust: Callable[[dict[str, float]], None] | None = None) -> dict[str, float]:
     """The slow path: simulated rows re-run the engine at every trial parameter set."""
     meas_sim = np.array([r["value"] for r in sim_rows], dtype=float)
     w_all = np.concatenate([w, _source_weights([r["source"] for r in sim_rows], True) * (w.sum() / max(len(sim_rows), 1))])
@@ -631,7 +653,7 @@ def _fit_with_sim(fs: StaticFitSet, sub: np.ndarray, w: np.ndarray, sim_rows: li
         return np.concatenate([fs.predict(p)[sub], np.array(out)])
 
     p, _ = fit(pred, np.concatenate([fs.measured[sub], meas_sim]), start, names, weights=w_all,
-               objective=objective, tie_attention=tie, starts=starts[:0])
+               objective=objective, tie_attention=tie, starts=starts[:0], adjust=adjust)
     return p
 
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.catalog import load_hardware, load_model
+from simulator.catalog import hardware_catalog, load_hardware, load_model
 from simulator.cli import main
 from simulator.roofline import (
     CostModel,
@@ -386,3 +386,24 @@ def test_mla_prefill_on_cached_context_pays_decompression() -> None:
     expected = 2 * ml.kv_lora_rank * m.num_heads * (ml.qk_nope_head_dim + ml.v_head_dim) / 8 * 4096 * m.num_layers
     assert ops_f["kv_up_proj_context"]["flops"] == 0
     assert close(ops_c["kv_up_proj_context"]["flops"], expected, 1e-12)
+
+
+@pytest.mark.parametrize("hw_id", sorted(hardware_catalog()))
+def test_catalog_defaults_keep_small_gemms_bandwidth_bound(hw_id: str) -> None:
+    """The fitted GEMM ramp must not make batch-1 decode compute-bound: its compute floor
+    f T0 / (P eta_c) stays at most RAMP_CAP of a GEMM's weight-read time on every chip."""
+    from simulator.calibrate import RAMP_CAP
+
+    h = hardware_catalog()[hw_id]
+    e = h.efficiency
+    bound = RAMP_CAP * h.flops("bf16") * e.compute_efficiency / (h.hbm_bandwidth_bytes_per_s * e.memory_efficiency)
+    assert e.gemm_ramp_tokens <= bound * (1 + 1e-3)
+    c = make_cost_model("llama-3.1-8b", h)
+    assert c.breakdown(StepBatch.from_sequences([(1, 1024)]))["bound"] == "memory"
+
+
+def test_more_bandwidth_means_faster_decode_with_catalog_defaults() -> None:
+    """H200 = H100 compute with 1.43x the HBM bandwidth: batch-1 decode must be faster."""
+    tpot = {h: predict_static(make_cost_model("llama-3.1-70b", h, tp=4), 1, 1024, 64)["tpot_ms"]
+            for h in ("h100-sxm", "h200-sxm")}
+    assert tpot["h200-sxm"] < 0.9 * tpot["h100-sxm"]
