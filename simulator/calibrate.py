@@ -576,9 +576,10 @@ def calibrate(rows: Sequence[Mapping[str, Any]], hardware: str | HardwareSpec, *
 
     all_mask = np.ones(len(fs.rows), dtype=bool)
     fitted = do_fit(all_mask)
-    if "gemm_ramp_tokens" in sources and fitted["gemm_ramp_tokens"] < ramp_fit:
-        sources["gemm_ramp_tokens"] += (f"; capped from {ramp_fit:.4g} to {fitted['gemm_ramp_tokens']:.4g} "
-                                        f"so small GEMMs stay bandwidth-bound (T0 <= {RAMP_CAP} P eta_c/(bw eta_m))")
+    if fitted["gemm_ramp_tokens"] < ramp_fit:
+        sources["gemm_ramp_tokens"] = (sources.get("gemm_ramp_tokens", "the profile's value") +
+                                       f"; capped from {ramp_fit:.4g} to {fitted['gemm_ramp_tokens']:.4g} "
+                                       f"so small GEMMs stay bandwidth-bound (T0 <= {RAMP_CAP} P eta_c/(bw eta_m))")
     hw_after = apply_params(hw0, fitted)
     used = sorted({r["source"] for r in fs.rows})
     n_used = len(fs.rows) + len(sim_rows)

@@ -233,6 +233,16 @@ def _first(cfg: dict, *names: str, default: Any = None) -> Any:
     return default
 
 
+def _count(v: Any) -> Any:
+    """An optional HF count: null/0/false -> 0, a whole float -> int; anything else is passed
+    on unchanged for the spec's type check to report (never a TypeError here)."""
+    if v is None or v is False or v == 0:
+        return 0
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
 def import_hf_config(path: Path | str, model_id: str | None = None) -> ModelSpec:
     """Build a ModelSpec from a Hugging Face config.json, reading its real field names.
 
@@ -261,7 +271,7 @@ def import_hf_config(path: Path | str, model_id: str | None = None) -> ModelSpec
 def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
     """Map HF config fields onto a ModelSpec (see PERFORMANCE_MODEL.md's notation table)."""
     archs = cfg.get("architectures") or []
-    arch = archs[0] if isinstance(archs, list) and archs else str(cfg.get("model_type", "?"))
+    arch = str(archs[0]) if isinstance(archs, list) and archs else str(cfg.get("model_type", "?"))
     if cfg.get("is_encoder_decoder"):
         raise SpecError(f"architectures: {arch} is encoder-decoder; llmsim models decoder-only transformers")
     required = {
@@ -294,7 +304,8 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
     fields["mlp"] = "gated" if gated else "plain"
     inter = _first(cfg, "intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim")
     if inter is None:
-        inter = 4 * H  # GPT-J, Falcon: n_inner null means 4*H
+        # GPT-J, Falcon: n_inner null means 4*H (a non-integer H is reported by the type check)
+        inter = 4 * H if isinstance(H, int) and not isinstance(H, bool) else H
     fields["intermediate_size"] = inter
     fields["max_context"] = _first(cfg, "max_position_embeddings", "n_positions", "seq_length", default=4096)
     fields["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
@@ -313,10 +324,10 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
             "num_experts": experts,
             "experts_per_token": k,
             "expert_intermediate_size": _first(cfg, "moe_intermediate_size", "intermediate_size"),
-            "num_shared_experts": int(cfg.get("n_shared_experts") or 0),
-            "first_dense_layers": int(cfg.get("first_k_dense_replace") or 0),
+            "num_shared_experts": _count(cfg.get("n_shared_experts")),
+            "first_dense_layers": _count(cfg.get("first_k_dense_replace")),
         }
-        if cfg.get("shared_expert_intermediate_size"):
+        if cfg.get("shared_expert_intermediate_size") and isinstance(moe["num_shared_experts"], int):
             moe["num_shared_experts"] = max(1, moe["num_shared_experts"])
             moe["shared_expert_intermediate_size"] = cfg["shared_expert_intermediate_size"]
         if cfg.get("mlp_only_layers"):

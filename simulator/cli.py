@@ -612,12 +612,22 @@ def _sweep_csv(points: list[dict[str, Any]]) -> Any:
 @click.option("--dask", "dask_address", metavar="ADDRESS", help="Run points on a Dask scheduler (pip install llmsim[dask]).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Write sweep.csv, sweep.json, latency.png and throughput.png here.")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False),
+              help="Continue the sweep whose finished points are kept in DIR (an interrupted run "
+                   "names it); only the missing points run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result (points and per-curve results) as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float, tol: float, knee_metric: str,
               workers: int | None, serial: bool, dask_address: str | None, out_dir: str | None,
-              as_json: bool, quiet: bool, **kw: Any) -> None:
-    """Sweep the offered rate: latency knee, saturation rate and SLO capacity (docs/sweep.md)."""
+              resume_dir: str | None, as_json: bool, quiet: bool, **kw: Any) -> None:
+    """Sweep the offered rate: latency knee, saturation rate and SLO capacity (docs/sweep.md).
+
+    Every finished point is kept as it completes (in --resume DIR, else --out DIR, else a
+    temporary folder); after Ctrl-C, rerun with --resume DIR to run only the missing points.
+    """
+    import shutil
+    import tempfile
+
     from . import sweep as sw
 
     opts = _pop_scenario_opts(kw)
@@ -626,9 +636,26 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float, tol: 
     rate_list = sw.parse_rates(rates)
     sweeps = sw.parse_sweep(sweep_items)
     sc = scenario_from_options(opts)
-    with sw.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
-        result = sw.sweep(sc, rate_list, sweeps, ex, Progress("sweeping", quiet or as_json),
-                          slo_target=slo_target, tol=tol, knee_metric=knee_metric)
+    header = sw.PointStore.make_header(sc, sweeps)
+    if resume_dir:
+        store = sw.PointStore.resume(resume_dir, header)
+        if store.loaded and not (quiet or as_json):
+            click.echo(f"resuming: {store.loaded} points kept in {resume_dir}", err=True)
+    else:
+        store = sw.PointStore.open(out_dir or tempfile.mkdtemp(prefix="llmsim-sweep-"), header)
+    keep_dir = str(store.dir)
+    try:
+        with sw.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
+            result = sw.sweep(sc, rate_list, sweeps, ex, Progress("sweeping", quiet or as_json),
+                              slo_target=slo_target, tol=tol, knee_metric=knee_metric, store=store)
+    except KeyboardInterrupt:
+        store.close()
+        click.echo(f"\ninterrupted: {len(store)} points kept in {keep_dir}; "
+                   f"rerun with --resume {keep_dir}", err=True)
+        raise click.exceptions.Exit(130) from None
+    store.close()
+    if not (resume_dir or out_dir):
+        shutil.rmtree(keep_dir, ignore_errors=True)  # finished: the temporary keep is not needed
     if out_dir:
         from pathlib import Path
 
@@ -817,7 +844,9 @@ def calibrate_cmd(file: str, hardware: str, ops: str | None, allreduce: str | No
                                       and "attention_efficiency" in res["sources"] else "fixed")
                       if k not in res["fitted"] else
                       ("measurements" if k in ("compute_efficiency", "memory_efficiency", "step_overhead_s",
-                                               "attention_efficiency") else "vidur")})
+                                               "attention_efficiency")
+                       else "capped: stays bandwidth-bound" if "capped" in res["sources"].get(k, "")
+                       and not ops else "vidur")})
     click.echo(_table(prows))
     for name, st in res["stages"].items():
         if st:
@@ -838,6 +867,338 @@ def calibrate_cmd(file: str, hardware: str, ops: str | None, allreduce: str | No
     click.echo(f"wrote {out}")
 
 # [plan, whatif]
+
+
+_LIST_OPTS = ("--hardware", "--tp", "--kv-dtype", "--weight-dtype")
+
+
+def _scenario_options_except(*drop: str) -> Any:
+    """The shared scenario options minus `drop` (plan/whatif redefine some as lists)."""
+    def deco(fn: Any) -> Any:
+        for decls, kw in reversed(SCENARIO_OPTIONS):
+            if decls[0] not in drop:
+                fn = click.option(*decls, **kw)(fn)
+        return fn
+    return deco
+
+
+def _csv_list(text: str | None, option: str, conv: Any = str) -> list[Any] | None:
+    """'a,b,c' -> [conv(a), conv(b), conv(c)] (None when not given)."""
+    if text is None:
+        return None
+    out = []
+    for tok in str(text).split(","):
+        tok = tok.strip()
+        if not tok:
+            continue
+        try:
+            v = conv(tok)
+        except ValueError:
+            raise SpecError(f"{option}: {tok!r} is not a valid value") from None
+        if v not in out:
+            out.append(v)
+    if not out:
+        raise SpecError(f"{option}: no values given")
+    return out
+
+
+def _prices(items: tuple[str, ...]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        hw, sep, val = item.partition("=")
+        if not sep or not hw.strip():
+            raise SpecError(f"--price {item!r}: expected HARDWARE=USD_PER_GPU_HOUR, e.g. h100-sxm=3.5")
+        try:
+            out[hw.strip()] = float(val)
+        except ValueError:
+            raise SpecError(f"--price {item!r}: {val.strip()!r} is not a number of $ per GPU-hour") from None
+    return out
+
+
+def _executor_options(fn: Any) -> Any:
+    for decls, kw in reversed([
+        (("--slo-target",), {"type": float, "default": 0.99, "show_default": True,
+                             "help": "SLO capacity: the good fraction (--goodput) that must be met."}),
+        (("--tol",), {"type": float, "default": 0.02, "show_default": True,
+                      "help": "SLO capacity: relative tolerance of the bisection."}),
+        (("--workers",), {"type": int, "default": None, "help": "Process-pool size. [default: CPU count]"}),
+        (("--serial",), {"is_flag": True, "help": "Run every simulation in this process."}),
+        (("--dask", "dask_address"), {"metavar": "ADDRESS", "help": "Run simulations on a Dask scheduler."}),
+    ]):
+        fn = click.option(*decls, **kw)(fn)
+    return fn
+
+
+def _fmt(v: Any, fmt: str, dash: str = "-") -> str:
+    import math
+
+    return format(v, fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else dash
+
+
+def _print_plan(r: dict[str, Any]) -> None:
+    slos = " ".join(f"{k}:{v:g}ms" for k, v in r["goodput_slos_ms"].items())
+    click.echo(f"plan: {r['model']} at {r['rate']:g} req/s of {r['workload']} "
+               f"(mean {r['mean_input_tokens']:.0f} in / {r['mean_output_tokens']:.0f} out tokens), "
+               f"SLOs {slos} for >= {r['slo_target']:g} of requests, headroom {r['headroom']:.0%}, "
+               f"{r['num_requests_per_point']} requests per simulation")
+    rows = [{"rank": c["rank"], "hardware": c["hardware"], "tp": c["tp"],
+             **({"pp": c["pp"]} if c["pp"] != 1 else {}),
+             "weights": c["weight_dtype"], "kv": c["kv_dtype"],
+             "req/s/replica": _fmt(c["slo_capacity"], ".3g"), "replicas": c["replicas"], "GPUs": c["gpus"],
+             "$/h": _fmt(c["cost_per_hour_usd"], ".2f"),
+             "$/M out tok": _fmt(c["cost_per_million_output_tokens_usd"], ".3f")} for c in r["candidates"]]
+    click.echo("")
+    click.echo(_table(rows) if rows else "no feasible candidate")
+    if r["infeasible"]:
+        click.echo("")
+        click.echo("infeasible:")
+        for c in r["infeasible"]:
+            click.echo(f"  {c['hardware']} tp={c['tp']} weights {c['weight_dtype']} kv {c['kv_dtype']}: {c['reason']}")
+    for c in r["candidates"]:
+        for w in c.get("warnings") or []:
+            click.echo(f"warning: {c['hardware']} tp={c['tp']}: {w}")
+    if r["best"]:
+        b = r["best"]
+        click.echo(f"\ncheapest: {b['replicas']} x {b['hardware']} tp={b['tp']} ({b['gpus']} GPUs), "
+                   f"${_fmt(b['cost_per_hour_usd'], '.2f')}/h, "
+                   f"${_fmt(b['cost_per_million_output_tokens_usd'], '.3f')} per million output tokens")
+
+
+@main.command("plan")
+@_scenario_options_except(*_LIST_OPTS, "--rate", "--replicas", "--router", "--concurrency")
+@click.option("--rate", "-r", "target_rate", required=True, type=float, help="Request rate to serve (req/s, all replicas).")
+@click.option("--hardware", "-H", "hw_list", help="Candidate accelerators, comma-separated. [default: h100-sxm]")
+@click.option("--tp", "tp_list", help="Candidate TP degrees, comma-separated, e.g. 1,2,4,8. [default: 1]")
+@click.option("--kv-dtype", "kv_list", help="Candidate KV-cache formats, comma-separated. [default: bf16]")
+@click.option("--weight-dtype", "wd_list", help="Candidate weight formats, comma-separated. [default: the model's]")
+@click.option("--headroom", type=float, default=0.2, show_default=True,
+              help="Fraction of each replica's SLO capacity kept free.")
+@click.option("--price", "price_items", multiple=True, metavar="HW=USD",
+              help="$/GPU-hour override, e.g. h100-sxm=3.5 (repeatable).")
+@_executor_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write plan.json, plan.csv and plan.png here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_list: str | None, wd_list: str | None,
+             headroom: float, price_items: tuple[str, ...], slo_target: float, tol: float, workers: int | None,
+             serial: bool, dask_address: str | None, out_dir: str | None, as_json: bool, quiet: bool,
+             **kw: Any) -> None:
+    """Cheapest deployment (hardware x TP x dtypes x replicas) that serves --rate within the SLOs (docs/plan.md)."""
+    import pandas as pd
+
+    from . import plan as pl
+    from . import sweep as sw
+
+    sc = scenario_from_options(_pop_scenario_opts(kw))
+    with sw.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
+        result = pl.plan(sc, target_rate, hardware=_csv_list(hw_list, "--hardware"),
+                         tps=_csv_list(tp_list, "--tp", int), kv_dtypes=_csv_list(kv_list, "--kv-dtype"),
+                         weight_dtypes=_csv_list(wd_list, "--weight-dtype"), headroom=headroom,
+                         prices=_prices(price_items), slo_target=slo_target, tol=tol, executor=ex,
+                         progress=Progress("planning", quiet or as_json))
+    if out_dir:
+        from pathlib import Path
+
+        from . import plots
+
+        d = Path(out_dir)
+        write_json(d / "plan.json", result)
+        write_csv(d / "plan.csv", pd.DataFrame(pl.table_rows(result)))
+        write_atomic(d / "plan.png", plots.plan_png(result))
+    if as_json:
+        echo_json(result)
+    else:
+        _print_plan(result)
+        if out_dir:
+            click.echo(f"wrote {out_dir}/plan.json, plan.csv, plan.png")
+
+
+@main.group("whatif")
+def whatif_group() -> None:
+    """What-if analyses: KV-cache format, speculative decoding, hardware (docs/plan.md)."""
+
+
+def _whatif_out(out_dir: str | None, stem: str, result: dict[str, Any], rows: list[dict[str, Any]], png: bytes) -> None:
+    from pathlib import Path
+
+    import pandas as pd
+
+    d = Path(out_dir)
+    write_json(d / f"{stem}.json", result)
+    flat = [{k: (json.dumps(_clean(v)) if isinstance(v, (dict, list)) else v) for k, v in r.items()} for r in rows]
+    write_csv(d / f"{stem}.csv", pd.DataFrame(flat))
+    write_atomic(d / f"{stem}.png", png)
+
+
+@whatif_group.command("kv-dtype")
+@_scenario_options_except("--kv-dtype")
+@click.option("--values", default="bf16,fp8,int4", show_default=True, help="KV-cache formats to compare (ratios to the first).")
+@click.option("--seq-len", type=int, default=None, help="Sequence length concurrency is counted at. [default: mean prompt+output]")
+@click.option("--static-only", is_flag=True, help="Skip the simulations (no saturation rate / SLO capacity).")
+@_executor_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write kv_dtype.json, kv_dtype.csv, kv_dtype.png here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def whatif_kv_cmd(values: str, seq_len: int | None, static_only: bool, slo_target: float, tol: float,
+                  workers: int | None, serial: bool, dask_address: str | None, out_dir: str | None,
+                  as_json: bool, quiet: bool, **kw: Any) -> None:
+    """KV-cache quantization: capacity, concurrency, TPOT, saturation and SLO capacity per format."""
+    from . import sweep as sw
+    from . import whatif as wi
+
+    sc = scenario_from_options(_pop_scenario_opts(kw))
+    vals = _csv_list(values, "--values")
+    with sw.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
+        r = wi.kv_dtype_whatif(sc, vals, seq_len=seq_len, load=not static_only, executor=ex,
+                               progress=Progress("what-if", quiet or as_json), slo_target=slo_target, tol=tol)
+    if out_dir:
+        from . import plots
+
+        _whatif_out(out_dir, "kv_dtype", r, r["values"], plots.kv_dtype_png(r))
+    if as_json:
+        echo_json(r)
+        return
+    click.echo(f"KV-cache format what-if: {r['model']} on {r['hardware']} tp={r['tp']}, {r['workload']} "
+               f"(mean {r['mean_input_tokens']} in / {r['mean_output_tokens']} out; sequences of {r['seq_len']} tokens)")
+    rows = []
+    for v in r["values"]:
+        q = v["ratios"]
+        rows.append({"kv": v["kv_dtype"], "KV tokens": v["kv_capacity_tokens"],
+                     "x": _fmt(q["kv_capacity_tokens"], ".2f"), "seqs": v["max_concurrent_sequences"],
+                     "TPOT b=1 ms": _fmt(v.get("tpot_ms_batch1"), ".2f"),
+                     "batch": v.get("capacity_batch", "-"), "TPOT@batch ms": _fmt(v.get("tpot_ms_capacity_batch"), ".2f"),
+                     "decode tok/s": _fmt(v.get("decode_tokens_per_s_capacity_batch"), ".0f"),
+                     "x ": _fmt(q["decode_tokens_per_s_capacity_batch"], ".2f"),
+                     "sat req/s": _fmt(v.get("saturation_rate"), ".3g"), "x  ": _fmt(q["saturation_rate"], ".2f"),
+                     "SLO cap req/s": _fmt(v.get("slo_capacity_rate"), ".3g"),
+                     "x   ": _fmt(q["slo_capacity_rate"], ".2f")})
+    click.echo(_table(rows))
+    click.echo("(x = ratio to the first format; batch = min(max_num_seqs, concurrent sequences))")
+    for v in r["values"]:
+        if v.get("reason"):
+            click.echo(f"{v['kv_dtype']}: {v['reason']}")
+        if v.get("slo_note") and v.get("slo_capacity_rate") is None and not static_only:
+            click.echo(f"{v['kv_dtype']}: SLO capacity: {v['slo_note']}")
+        for w in v.get("warnings") or []:
+            click.echo(f"warning: {v['kv_dtype']}: {w}")
+    if out_dir:
+        click.echo(f"wrote {out_dir}/kv_dtype.json, kv_dtype.csv, kv_dtype.png")
+
+
+@whatif_group.command("speculative")
+@scenario_options
+@click.option("--draft-model", required=True, help="Draft model (catalog id, YAML or HF config.json).")
+@click.option("--gamma", type=int, default=4, show_default=True, help="Draft tokens proposed per step.")
+@click.option("--acceptance", type=float, default=0.7, show_default=True, help="Per-token acceptance rate in [0, 1].")
+@click.option("--draft-tp", type=int, default=None, help="Draft TP degree. [default: the target's when it divides the draft's heads, else 1]")
+@click.option("--max-batch", type=int, default=256, show_default=True, help="Static comparison over batch sizes 1..N.")
+@click.option("--static-only", is_flag=True, help="Skip the simulations under load.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write speculative.json, speculative.csv, speculative.png here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def whatif_spec_cmd(draft_model: str, gamma: int, acceptance: float, draft_tp: int | None, max_batch: int,
+                    static_only: bool, out_dir: str | None, as_json: bool, quiet: bool, **kw: Any) -> None:
+    """Speculative decoding: TPOT vs batch size (where it stops paying) and plain vs speculative under load."""
+    from . import whatif as wi
+
+    if max_batch < 1:
+        raise SpecError(f"--max-batch {max_batch}: must be >= 1")
+    sc = scenario_from_options(_pop_scenario_opts(kw))
+    r = wi.speculative_whatif(sc, draft_model, gamma, acceptance, batch_sizes=range(1, max_batch + 1),
+                              draft_tp=draft_tp, load=not static_only)
+    if out_dir:
+        from . import plots
+
+        _whatif_out(out_dir, "speculative", r, r["static"], plots.speculative_png(r))
+    if as_json:
+        echo_json(r)
+        return
+    click.echo(f"speculative decoding what-if: {r['model']} on {r['hardware']} tp={r['tp']}, draft {r['draft_model']} "
+               f"tp={r['draft_tp']}, gamma={r['gamma']}, acceptance={r['acceptance']:g} "
+               f"-> {r['expected_tokens_per_step']:.3f} tokens per verify step; context {r['context_tokens']:.0f}")
+    shown = [x for x in r["static"] if x["batch_size"] in (1, 2, 4, 8, 16, 32, 64, 128, 256, r["crossover_batch"])]
+    click.echo(_table([{"batch": x["batch_size"], "plain TPOT ms": _fmt(x["plain_tpot_ms"], ".2f"),
+                        "spec TPOT ms": _fmt(x["speculative_tpot_ms"], ".2f"),
+                        "draft ms": _fmt(x["draft_ms"], ".2f"), "verify ms": _fmt(x["verify_ms"], ".2f"),
+                        "speedup": _fmt(x["speedup"], ".2f")} for x in shown]))
+    if r["crossover_batch"] is None:
+        click.echo(f"speculative decoding pays at every batch size up to {r['static'][-1]['batch_size']}")
+    else:
+        click.echo(f"speculative decoding stops paying at batch {r['crossover_batch']} "
+                   f"(speculative TPOT >= plain TPOT)")
+    for w in r["warnings"]:
+        click.echo(f"warning: {w}")
+    click.echo(f"KV capacity: plain {r['kv_capacity_tokens']['plain']} tokens, with the draft "
+               f"{r['kv_capacity_tokens']['speculative']} tokens")
+    if "under_load" in r:
+        u = r["under_load"]
+        rate = r.get("rate")
+        click.echo(f"\nunder load ({'at ' + format(rate, 'g') + ' req/s' if rate else 'trace timing'}; "
+                   "offline = every request at t = 0):")
+        click.echo(_table([{"": name, "p50 TTFT ms": _fmt(u[name]["at_rate"]["p50_ttft_ms"], ".1f"),
+                            "p99 TTFT ms": _fmt(u[name]["at_rate"]["p99_ttft_ms"], ".1f"),
+                            "mean TPOT ms": _fmt(u[name]["at_rate"]["mean_tpot_ms"], ".2f"),
+                            "p99 TPOT ms": _fmt(u[name]["at_rate"]["p99_tpot_ms"], ".2f"),
+                            "good frac": _fmt(u[name]["at_rate"]["good_fraction"], ".3f"),
+                            "offline req/s": _fmt(u[name]["offline_max_throughput"], ".3g"),
+                            "offline tok/s": _fmt(u[name]["offline_output_throughput"], ".0f")}
+                           for name in ("plain", "speculative")]))
+        click.echo(f"note: {r['approximation']}")
+    if out_dir:
+        click.echo(f"wrote {out_dir}/speculative.json, speculative.csv, speculative.png")
+
+
+@whatif_group.command("hardware")
+@_scenario_options_except("--hardware")
+@click.option("--hardware", "-H", "hw_list", required=True, help="Accelerators to compare, comma-separated.")
+@click.option("--price", "price_items", multiple=True, metavar="HW=USD",
+              help="$/GPU-hour override, e.g. h100-sxm=3.5 (repeatable).")
+@click.option("--static-only", is_flag=True, help="Skip the simulations (fit and price only).")
+@_executor_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write hardware.json, hardware.csv, hardware.png here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def whatif_hw_cmd(hw_list: str, price_items: tuple[str, ...], static_only: bool, slo_target: float, tol: float,
+                  workers: int | None, serial: bool, dask_address: str | None, out_dir: str | None,
+                  as_json: bool, quiet: bool, **kw: Any) -> None:
+    """The same workload on each accelerator: fit, latency, saturation, SLO capacity, cost."""
+    from . import sweep as sw
+    from . import whatif as wi
+
+    sc = scenario_from_options(_pop_scenario_opts(kw))
+    with sw.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
+        r = wi.hardware_whatif(sc, _csv_list(hw_list, "--hardware"), prices=_prices(price_items),
+                               load=not static_only, executor=ex, progress=Progress("what-if", quiet or as_json),
+                               slo_target=slo_target, tol=tol)
+    if out_dir:
+        from . import plots
+
+        _whatif_out(out_dir, "hardware", r, r["hardware"], plots.hardware_png(r))
+    if as_json:
+        echo_json(r)
+        return
+    rate = r.get("rate")
+    click.echo(f"hardware what-if: {r['model']} tp={r['tp']}, {r['workload']}"
+               + (f" at {rate:g} req/s" if rate else " (trace timing)"))
+    click.echo(_table([{"hardware": h["hardware"], "fits": "yes" if h.get("fits") else "no",
+                        "KV tokens": h.get("kv_capacity_tokens", "-"),
+                        "p50 TTFT": _fmt(h.get("p50_ttft_ms"), ".1f"), "p99 TTFT": _fmt(h.get("p99_ttft_ms"), ".1f"),
+                        "p50 TPOT": _fmt(h.get("p50_tpot_ms"), ".2f"), "p99 TPOT": _fmt(h.get("p99_tpot_ms"), ".2f"),
+                        "sat req/s": _fmt(h.get("saturation_rate"), ".3g"),
+                        "SLO cap req/s": _fmt(h.get("slo_capacity_rate"), ".3g"),
+                        "$/h": _fmt(h.get("cost_per_hour_usd"), ".2f"),
+                        "$/M tok": _fmt(h.get("cost_per_million_output_tokens_usd"), ".3f"),
+                        "$/M tok @cap": _fmt(h.get("cost_per_million_output_tokens_at_slo_capacity_usd"), ".3f")}
+                       for h in r["hardware"]]))
+    click.echo("(latencies in ms at the base rate; $/M tok = $/h over the output tokens served at the base rate; "
+               "@cap: at the SLO capacity)")
+    for h in r["hardware"]:
+        if h.get("reason"):
+            click.echo(f"{h['hardware']}: {h['reason']}")
+        for w in h.get("warnings") or []:
+            click.echo(f"warning: {h['hardware']}: {w}")
+    if out_dir:
+        click.echo(f"wrote {out_dir}/hardware.json, hardware.csv, hardware.png")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -69,6 +69,10 @@ class EngineConfig:
             raise SpecError(f"gpu_memory_utilization: {self.gpu_memory_utilization!r} must be in (0, 1]")
         if self.max_duration_s is not None and not (self.max_duration_s > 0):
             raise SpecError(f"max_duration_s: {self.max_duration_s!r} must be > 0 seconds")
+        for name in ("max_model_len", "kv_capacity_tokens"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
+                raise SpecError(f"{name}: {v!r} must be an integer >= 1 (or omitted)")
         if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.block_size:
             raise SpecError(f"kv_capacity_tokens: {self.kv_capacity_tokens!r} must be >= block_size")
 
@@ -144,6 +148,7 @@ class _Log:
         self.batch_token_sum = 0.0  # sum over steps of sequences in the step
         self.busy_s = 0.0
         self.peak_kv = 0.0
+        self.cut_gaps = 0  # inter-token gaps of requests cut off by max_duration_s (debug ledger)
 
     def gap(self, value: float, count: int) -> None:
         if count:
@@ -255,7 +260,9 @@ class Replica:
         self.free_blocks = total_blocks
         self.max_model_len = max_model_len
         self.window = cost.model.sliding_window.window if cost.model.sliding_window else None
-        n = cfg.max_num_seqs
+        # seats: never more than max_num_seqs, KV blocks (each sequence holds >= 1) or requests,
+        # so a huge --max-num-seqs costs no memory
+        n = max(1, min(cfg.max_num_seqs, total_blocks, wl.num_requests))
         self.rid = [-1] * n
         self.computed = [0] * n  # tokens whose KV is in cache
         self.prompt = [0] * n  # tokens to prefill before emitting (input + generated, after preemption)
@@ -401,7 +408,9 @@ class Replica:
             d0 = st(B, B, Ad0, 0.0, R0)
             if t_limit != math.inf:
                 # steps only lengthen as context grows: at most (t_limit - clock)/d0 + 1 start in time
-                k_max = max(1, min(k_max, int((t_limit - clock) / d0) + 1))
+                fit = (t_limit - clock) / d0  # may overflow to inf for far-off limits
+                if fit < k_max:
+                    k_max = max(1, int(fit) + 1)
             if k_max == 1:
                 line = (d0, 0.0)
             else:
@@ -649,12 +658,15 @@ class Replica:
         """Time cap reached: whatever is still running or waiting is rejected with `reason`."""
         for s in list(self.active):
             r = self.rid[s]
+            self.log.cut_gaps += max(self.generated[s] - 1, 0)
             self.free_blocks += self.blocks[s]
             self._release(s)
             self.out["status"][r] = REJECTED
             self.out["reasons"][r] = reason
         while self.waiting:
             r = self.waiting.popleft()
+            self.log.cut_gaps += max(self.gen_so_far.pop(r, 0) - 1, 0)
+            self.last_tok_of.pop(r, None)
             self.out["status"][r] = REJECTED
             self.out["reasons"][r] = reason
         self.outstanding = 0
@@ -664,7 +676,7 @@ class Replica:
         held = sum(self.blocks[s] for s in self.active)
         if held + self.free_blocks != self.total_blocks:
             raise AssertionError(f"replica {self.index}: blocks held {held} + free {self.free_blocks} != {self.total_blocks}")
-        if len(self.active) + len(self.free_slots) != self.cfg.max_num_seqs:
+        if len(self.active) + len(self.free_slots) != len(self.rid):
             raise AssertionError(f"replica {self.index}: seat accounting broken")
         for s in self.active:
             if self.blocks[s] * self.bs < self.computed[s]:
@@ -788,7 +800,10 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         if closed is not None:
             heapq.heappush(release, t)
 
-    reps = [Replica(i, cost, cfg, blocks, mml, workload, out, log, on_finish) for i in range(replicas)]
+    # every router sends request r to one of the first r + 1 replicas (an idle replica with
+    # the lowest index wins ties), so replicas beyond n would stay idle: do not build them
+    reps = [Replica(i, cost, cfg, blocks, mml, workload, out, log, on_finish)
+            for i in range(min(replicas, n))]
     rr = 0
     if closed is not None:
         for _ in range(min(closed, n)):
@@ -828,7 +843,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         for p in reps:
             p.advance_until(t)
         if router == "round-robin":
-            target = reps[rr % replicas]
+            target = reps[rr % len(reps)]
             rr += 1
         elif router == "least-outstanding":
             target = min(reps, key=lambda p: (p.outstanding, p.index))
@@ -843,17 +858,33 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         p.advance_until(math.inf if cap is None else cap)
         if cap is not None:
             p.cut_off(cut_reason)
+    done = out["status"] == COMPLETED
+    if not all(math.isfinite(p.clock) for p in reps) or not (
+            np.isfinite(out["finish_s"][done]).all() and np.isfinite(out["first_token_s"][done]).all()):
+        raise SpecError("simulated time overflowed (step times or arrival gaps beyond float range); "
+                        "check the efficiency overheads and the rate")
     if cfg.debug:
         for p in reps:
             p.check()
-            if p.free_blocks != p.total_blocks or p.active or p.waiting:
+            if p.free_blocks != p.total_blocks or p.active or p.waiting or p.outstanding:
                 raise AssertionError(f"replica {p.index}: work or KV left at the end")
-        done = out["status"] == COMPLETED
-        emitted = int(log.itl()[1].sum()) + int(done.sum())
-        if emitted != int(workload.output_len[done].sum()) and cap is None:
-            raise AssertionError(f"tokens emitted {emitted} != tokens requested by completed requests")
+            if p.gen_so_far or p.last_tok_of:
+                raise AssertionError(f"replica {p.index}: state of preempted requests left at the end")
         if not ((out["status"] == COMPLETED) | (out["status"] == REJECTED)).all():
             raise AssertionError("a request ended neither completed nor rejected")
+        rejected = np.flatnonzero(out["status"] == REJECTED)
+        if len(rejected) != len(out["reasons"]) or not all(out["reasons"].get(int(r)) for r in rejected):
+            raise AssertionError("a rejected request has no reason (or a served one has one)")
+        # every later token is one inter-token gap: completed requests emitted all their tokens,
+        # requests cut off by the time cap the ones counted when they were cut off
+        gaps = int(log.itl()[1].sum())
+        want = int(workload.output_len[done].sum()) - int(done.sum()) + log.cut_gaps
+        if gaps != want:
+            raise AssertionError(f"inter-token gaps {gaps} != {want} (tokens requested by completed "
+                                 "requests minus first tokens, plus the gaps of requests cut off)")
+        arr_d, first_d, fin_d = arrivals[done], out["first_token_s"][done], out["finish_s"][done]
+        if not ((arr_d < first_d) & (first_d <= fin_d)).all():
+            raise AssertionError("a completed request has first token not after arrival or finish before first token")
     itl_v, itl_c = log.itl()
     timeline = log.timeline()
     meta = {

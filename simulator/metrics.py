@@ -29,6 +29,8 @@ def parse_goodput(items: Any) -> dict[str, float]:
         items = items.replace(",", " ").split()
     if isinstance(items, dict):
         items = [f"{k}:{v}" for k, v in items.items()]
+    if not isinstance(items, (list, tuple)):
+        raise SpecError(f"goodput: {items!r} is not KEY:MS items (KEY one of {', '.join(SLO_KEYS)}), e.g. ttft:500")
     out: dict[str, float] = {}
     for it in items:
         m = re.fullmatch(r"\s*([a-zA-Z_]+)\s*[:=]\s*([0-9.eE+-]+)\s*", str(it))

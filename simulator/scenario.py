@@ -25,7 +25,7 @@ from .catalog import load_model, read_yaml
 from .engine import ROUTERS, SCHEDULERS, EngineConfig, SimResult, simulate
 from .metrics import parse_goodput, summarize
 from .roofline import CostModel, make_cost_model
-from .specs import DTYPES, SpecError, _did_you_mean
+from .specs import DTYPES, HardwareSpec, ModelSpec, SpecError, _did_you_mean
 
 DEFAULT_WORKLOAD = "azure-conv"
 
@@ -94,6 +94,21 @@ class Scenario:
         need(self.activation_dtype in DTYPES, "activation_dtype", f"is not one of {', '.join(DTYPES)}")
         need(is_num(self.gpu_memory_utilization) and 0 < self.gpu_memory_utilization <= 1,
              "gpu_memory_utilization", "must be in (0, 1]")
+        # every other field's type too: a scenario YAML can hold anything (issue 9)
+        need(isinstance(self.model, (str, ModelSpec)) and bool(self.model), "model",
+             "must be a model id, alias or file path")
+        need(isinstance(self.hardware, (str, HardwareSpec)) and bool(self.hardware), "hardware",
+             "must be a hardware id or file path")
+        for name in ("max_model_len", "kv_capacity_tokens"):
+            need(getattr(self, name) is None or (is_int(getattr(self, name)) and getattr(self, name) >= 1),
+                 name, "must be an integer >= 1 (or omitted)")
+        need(self.max_duration_s is None or (is_num(self.max_duration_s) and self.max_duration_s > 0),
+             "max_duration_s", "must be a number of seconds > 0 (or omitted)")
+        for name in ("ideal", "skip_bad_rows", "debug"):
+            need(isinstance(getattr(self, name), bool), name, "must be true or false")
+        need(isinstance(self.efficiency, dict), "efficiency", "must be a mapping of efficiency fields")
+        need(isinstance(self.goodput, (dict, str, list, tuple)), "goodput",
+             "must be a mapping like {ttft: 500, tpot: 50} (ms)")
         if isinstance(self.goodput, dict):
             object.__setattr__(self, "goodput", {k: v for k, v in self.goodput.items()})
         parse_goodput(self.goodput)  # validates
@@ -169,8 +184,12 @@ class Scenario:
             workload: wl.Workload | None = None) -> tuple[SimResult, dict[str, Any]]:
         """Simulate; returns (per-request result, vLLM-style summary)."""
         cost = self.cost_model()
-        w = workload if workload is not None else self.make_workload()
-        res = simulate(cost, w, self.engine_config(), self.replicas, self.router, progress)
+        try:
+            w = workload if workload is not None else self.make_workload()
+            res = simulate(cost, w, self.engine_config(), self.replicas, self.router, progress)
+        except MemoryError:
+            raise SpecError(f"num_requests: {self.num_requests} requests do not fit in this machine's "
+                            "memory (about 80 bytes each); simulate fewer") from None
         summary = summarize(res, self.slos_s)
         summary["workload"] = w.name or str(self.workload)
         summary["model"] = cost.model.id

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -230,10 +231,15 @@ class Executor:
     name = "serial"
 
     def map(self, fn: Callable[..., Any], tasks: Sequence[tuple],
-            done: Callable[[], None] | None = None) -> list[Any]:
+            done: Callable[[], None] | None = None,
+            on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
+        """`on_result(i, result)` is called as each task finishes (before `done()`), so a
+        caller can keep finished results even if a later task is interrupted."""
         out = []
-        for args in tasks:
+        for i, args in enumerate(tasks):
             out.append(fn(*args))
+            if on_result:
+                on_result(i, out[-1])
             if done:
                 done()
         return out
@@ -263,9 +269,10 @@ class PoolExecutor(Executor):
         self._pool: Any = None
 
     def map(self, fn: Callable[..., Any], tasks: Sequence[tuple],
-            done: Callable[[], None] | None = None) -> list[Any]:
+            done: Callable[[], None] | None = None,
+            on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
         if len(tasks) <= 1:
-            return super().map(fn, tasks, done)
+            return super().map(fn, tasks, done, on_result)
         import concurrent.futures as cf
         import multiprocessing
 
@@ -276,6 +283,8 @@ class PoolExecutor(Executor):
         try:
             for f in cf.as_completed(futs):
                 out[futs[f]] = f.result()
+                if on_result:
+                    on_result(futs[f], out[futs[f]])
                 if done:
                     done()
         except BaseException:
@@ -308,7 +317,8 @@ class DaskExecutor(Executor):
         self.address = address
 
     def map(self, fn: Callable[..., Any], tasks: Sequence[tuple],
-            done: Callable[[], None] | None = None) -> list[Any]:
+            done: Callable[[], None] | None = None,
+            on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
         from distributed import as_completed
 
         futs = [self.client.submit(fn, *args, pure=False) for args in tasks]
@@ -317,6 +327,8 @@ class DaskExecutor(Executor):
         try:
             for f in as_completed(futs):
                 out[index[f.key]] = f.result()
+                if on_result:
+                    on_result(index[f.key], out[index[f.key]])
                 if done:
                     done()
         except BaseException:
@@ -338,6 +350,139 @@ def make_executor(serial: bool = False, workers: int | None = None, dask: str | 
     if serial or workers == 1:
         return Executor()
     return PoolExecutor(workers)
+
+
+# --------------------------------------------------------------------------- kept points
+
+
+class PointStore:
+    """Finished sweep points kept on disk, so an interrupted sweep can resume (`--resume DIR`).
+
+    ``DIR/points.jsonl``: a header line ``{"llmsim_sweep_points": 1, "scenario": ..., "sweep":
+    ...}`` (the requested sweep), then one line per finished point ``{"key": ..., "summary":
+    ...}``, appended with flush + fsync as each point completes. A point's key is its
+    curve's full scenario dict and its rate (canonical JSON), so a kept point is reused only
+    for exactly the same simulation. A torn last line (the process killed mid-write) is
+    ignored. `open` starts a fresh file; `resume` loads one and refuses it when its header's
+    scenario or sweep differs from the requested one.
+    """
+
+    FILE = "points.jsonl"
+
+    def __init__(self, path: Any, header: dict[str, Any], points: dict[str, Any], append: bool) -> None:
+        from pathlib import Path
+
+        self.dir = Path(path)
+        self.header = header
+        self.points = points
+        self.loaded = len(points)
+        self._fh = open(self.dir / self.FILE, "a" if append else "w", encoding="utf-8")
+        if not append:
+            self._write(header)
+
+    @staticmethod
+    def make_header(scenario: Scenario, sweeps: Sequence[tuple[str, Sequence[Any]]]) -> dict[str, Any]:
+        return json.loads(_canon({"llmsim_sweep_points": 1, "scenario": scenario.as_dict(),
+                                  "sweep": [[k, list(v)] for k, v in sweeps]}))
+
+    @staticmethod
+    def key(scenario_dict: dict[str, Any], rate: float) -> str:
+        return _canon([scenario_dict, float(rate)])
+
+    @classmethod
+    def open(cls, path: Any, header: dict[str, Any]) -> PointStore:
+        """A fresh store in `path` (created if needed; an old points file there is replaced)."""
+        from pathlib import Path
+
+        d = Path(path)
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            return cls(d, header, {}, append=False)
+        except OSError as e:
+            raise SpecError(f"{d}: cannot keep sweep points there ({e.strerror or e})") from None
+
+    @classmethod
+    def resume(cls, path: Any, header: dict[str, Any]) -> PointStore:
+        """The store kept in `path`; SpecError if there is none or it is another sweep's."""
+        from pathlib import Path
+
+        d = Path(path)
+        f = d / cls.FILE
+        where = f"--resume {path}"
+        if not f.is_file():
+            raise SpecError(f"{where}: no kept sweep points there ({cls.FILE} missing)")
+        try:
+            lines = f.read_text(encoding="utf-8").split("\n")
+        except (OSError, UnicodeDecodeError) as e:
+            raise SpecError(f"{where}: cannot read {cls.FILE} ({e})") from None
+        try:
+            saved = json.loads(lines[0])
+            if not isinstance(saved, dict) or saved.get("llmsim_sweep_points") != 1:
+                raise ValueError
+        except ValueError:
+            raise SpecError(f"{where}: {cls.FILE} is not an llmsim sweep points file") from None
+        for part in ("scenario", "sweep"):
+            if saved.get(part) != header[part]:
+                diff = _differences(saved.get(part), header[part])
+                raise SpecError(f"{where}: the kept points belong to a different {part} ({diff}); "
+                                "rerun with the same options, or without --resume to start over")
+        points: dict[str, Any] = {}
+        for i, line in enumerate(lines[1:], start=2):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                points[rec["key"]] = rec["summary"]
+            except (ValueError, KeyError, TypeError):
+                if i == len(lines) or (i == len(lines) - 1 and not lines[-1].strip()):
+                    continue  # a torn last line: that point is simply run again
+                raise SpecError(f"{where}: {cls.FILE}:{i}: not a kept point (corrupt file)") from None
+        # rewrite without a torn tail, then append from there
+        store = cls.open(d, saved)
+        for k, v in points.items():
+            store.add(k, v)
+        store.loaded = len(points)
+        return store
+
+    def _write(self, obj: Any) -> None:
+        self._fh.write(_canon(obj, sort=False) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def add(self, key: str, summary: dict[str, Any]) -> None:
+        self.points[key] = summary
+        self._write({"key": key, "summary": summary})
+
+    def get(self, key: str) -> Any:
+        return self.points.get(key)
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+
+
+def _plain(o: Any) -> Any:
+    """JSON fallback: numpy scalars as Python numbers, tuples/sets as lists."""
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+
+
+def _canon(obj: Any, sort: bool = True) -> str:
+    """Exact JSON (floats round-trip; NaN/inf as NaN/Infinity), keys sorted for keys/headers."""
+    return json.dumps(obj, sort_keys=sort, default=_plain, separators=(",", ":"))
+
+
+def _differences(a: Any, b: Any) -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        return ", ".join(f"{k}: kept {a.get(k)!r}, asked {b.get(k)!r}" for k in keys[:3])
+    return f"kept {a!r}, asked {b!r}"
 
 
 # --------------------------------------------------------------------------- analysis
@@ -449,13 +594,15 @@ def _auto_grid(x_max: float) -> list[float]:
 def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
           sweeps: Sequence[tuple[str, Sequence[Any]]] = (), executor: Executor | None = None,
           progress: Callable[[int, int], None] | None = None, *, slo_target: float = 0.99,
-          tol: float = 0.02, knee_metric: str = "ttft") -> dict[str, Any]:
+          tol: float = 0.02, knee_metric: str = "ttft", store: PointStore | None = None) -> dict[str, Any]:
     """Sweep `scenario` over offered rates, once per combination of `sweeps`.
 
     `rates`: a list of req/s or "auto" (offline run, then 12 points from 0.1x to 1.2x the
     offline max throughput, denser near it; the top rate is doubled up to 3 times if the
     curve has not saturated). `executor`: where points run (default serial). `progress`:
-    called as (done, total) simulations. Returns {"points": [...], "curves": [...], ...};
+    called as (done, total) simulations. `store`: a `PointStore` that keeps every finished
+    point (and supplies the ones a previous, interrupted run kept: those are not run again;
+    the result is identical to an uninterrupted run's). Returns {"points": [...], "curves": [...], ...};
     see the module docstring and docs/sweep.md for the definitions.
     """
     if isinstance(rates, str) or rates is None:
@@ -483,8 +630,22 @@ def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
     dicts = [sc.as_dict() for _, _, sc in curves]
 
     def run(tasks: list[tuple[int, float]]) -> list[dict[str, Any]]:
-        count.add(len(tasks))
-        return ex.map(run_point, [(dicts[c], r) for c, r in tasks], count)
+        if store is None:
+            count.add(len(tasks))
+            return ex.map(run_point, [(dicts[c], r) for c, r in tasks], count)
+        keys = [PointStore.key(dicts[c], r) for c, r in tasks]
+        out = [store.get(k) for k in keys]
+        todo = [i for i, s in enumerate(out) if s is None]
+        count.done += len(tasks) - len(todo)  # kept points count as done
+        count.add(len(todo))
+
+        def keep(j: int, summary: dict[str, Any]) -> None:
+            store.add(keys[todo[j]], summary)
+
+        got = ex.map(run_point, [(dicts[tasks[i][0]], tasks[i][1]) for i in todo], count, on_result=keep)
+        for i, s in zip(todo, got, strict=True):
+            out[i] = s
+        return out
 
     # offline max throughput of every curve
     offline = [s["request_throughput"] for s in run([(c, math.inf) for c in range(len(curves))])]
@@ -625,4 +786,4 @@ def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
 
 
 __all__ = ["parse_rates", "parse_sweep", "run_point", "sweep", "knee_point", "is_saturated", "meets_slo", "window_rates",
-           "Executor", "SerialExecutor", "PoolExecutor", "DaskExecutor", "make_executor"]
+           "PointStore", "Executor", "SerialExecutor", "PoolExecutor", "DaskExecutor", "make_executor"]

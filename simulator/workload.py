@@ -265,7 +265,10 @@ def arrivals(
         gaps = g.gamma(b, 1.0 / (rate * b), size=n - 1)
     out = np.empty(n, dtype=np.float64)
     out[0] = 0.0
-    np.cumsum(gaps, out=out[1:])
+    with np.errstate(over="ignore"):
+        np.cumsum(gaps, out=out[1:])
+    if not math.isfinite(out[-1]):
+        raise SpecError(f"rate: {rate!r} requests/s is too small: the arrival times overflow")
     return out
 
 
@@ -387,6 +390,8 @@ def scale_to_rate(w: Workload, rate: float) -> Workload:
         )
     else:
         factor = (w.num_requests - 1) / (rate * w.duration_s)
+        if not (math.isfinite(factor) and math.isfinite(a[0] + (w.num_requests - 1) / rate)):
+            raise SpecError(f"rate: {rate!r} requests/s is too small: the arrival times overflow")
         new = a[0] + (a - a[0]) * factor
         new[-1] = a[0] + (w.num_requests - 1) / rate
         new = np.maximum.accumulate(new)  # guard rounding

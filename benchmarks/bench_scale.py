@@ -1,0 +1,147 @@
+"""Scale: peak memory and time of very long runs (not a test; figures in docs/reliability.md).
+
+(a) trace replay: the built-in azure-conv trace tiled to 1,000,000 requests (`take`, which
+    keeps its own timing, ~5.5 req/s), written to a temporary simple-form CSV, read back with
+    `read_trace` and simulated on llama-3.1-8b / h100-sxm (stable: ~5.5 req/s offered).
+(b) synthetic: 10,000,000 requests, prompt 256 uniform +-50 %, output 16..32 tokens, Poisson at
+    40 req/s on llama-3.1-8b / h100-sxm (stable), summarised with `summarize`.
+
+Each case runs in a fresh subprocess, so its peak RSS (`resource.getrusage`, ru_maxrss) is
+its own; the process's RSS after imports is printed as the baseline. Also printed: the
+memory bound of docs/reliability.md (per-request numpy records + bounded ITL store +
+bounded timeline) for the case's request count.
+
+    python benchmarks/bench_scale.py            # both cases
+    python benchmarks/bench_scale.py a          # only (a); `b` only (b)
+    python benchmarks/bench_scale.py b --n 2000000   # a smaller (b)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def _rss_mb() -> float:
+    """Current RSS (MB), from /proc (Linux) or psutil."""
+    try:
+        import psutil
+
+        return psutil.Process().memory_info().rss / 1e6
+    except ImportError:  # pragma: no cover
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3  # kB on Linux
+
+
+#: bytes per request the engine and its result keep (see docs/reliability.md)
+BYTES_PER_REQUEST = {
+    "workload arrival_s, input_len, output_len (float64, int64, int64)": 24,
+    "engine arrival copy + SimResult arrival copy (float64 x 2)": 16,
+    "first_token_s, finish_s (float64)": 16,
+    "preemptions, replica (int64)": 16,
+    "status (int8)": 1,
+}
+#: bounded stores: ITL exact store (<= 4 M gaps, transient x ~8 while folding) + timeline (200k x 5 float64, x2 while decimating)
+ITL_BOUND_MB = 4_000_000 * 16 * 8 / 1e6
+TIMELINE_BOUND_MB = 200_000 * 5 * 8 * 2 / 1e6
+
+
+def bound_mb(n: int) -> float:
+    return n * sum(BYTES_PER_REQUEST.values()) / 1e6 + ITL_BOUND_MB + TIMELINE_BOUND_MB
+
+
+def case_a(n: int) -> dict:
+    from simulator import workload as W
+    from simulator.engine import EngineConfig, simulate
+    from simulator.metrics import summarize
+    from simulator.roofline import make_cost_model
+
+    base_rss = _rss_mb()
+    t0, c0 = time.perf_counter(), time.process_time()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.csv")
+        W.write_trace(W.take(W.builtin("azure-conv"), n), path)
+        size = os.path.getsize(path)
+        t1 = time.perf_counter()
+        w = W.read_trace(path)
+        t_read = time.perf_counter() - t1
+    rss_loaded = _rss_mb()
+    cost = make_cost_model("llama-3.1-8b", "h100-sxm")
+    t2, c2 = time.perf_counter(), time.process_time()
+    res = simulate(cost, w, EngineConfig())
+    t_sim, c_sim = time.perf_counter() - t2, time.process_time() - c2
+    s = summarize(res)
+    return {"case": f"(a) azure-conv tiled to {n:,} requests, trace file replay", "n": n,
+            "trace_file_mb": size / 1e6, "read_trace_s": t_read,
+            "simulate_wall_s": t_sim, "simulate_cpu_s": c_sim,
+            "total_wall_s": time.perf_counter() - t0, "total_cpu_s": time.process_time() - c0,
+            "rss_after_imports_mb": base_rss, "rss_after_read_mb": rss_loaded, "peak_rss_mb": _peak_mb(),
+            "steps": s["steps"], "completed": s["completed"], "failed": s["failed"],
+            "simulated_hours": s["duration"] / 3600, "unstable": s["unstable"],
+            "mean_ttft_ms": s["mean_ttft_ms"], "itl_distinct_values": int(len(res.itl_values_s)),
+            "timeline_rows": int(len(res.timeline)), "bound_mb": bound_mb(n)}
+
+
+def case_b(n: int) -> dict:
+    from simulator import workload as W
+    from simulator.engine import EngineConfig, simulate
+    from simulator.metrics import summarize
+    from simulator.roofline import make_cost_model
+
+    base_rss = _rss_mb()
+    t0, c0 = time.perf_counter(), time.process_time()
+    w = W.synthetic(n, 40.0, 256, 24, range_ratio=0.33, seed=0)
+    t_gen = time.perf_counter() - t0
+    rss_loaded = _rss_mb()
+    cost = make_cost_model("llama-3.1-8b", "h100-sxm")
+    t2, c2 = time.perf_counter(), time.process_time()
+    res = simulate(cost, w, EngineConfig())
+    t_sim, c_sim = time.perf_counter() - t2, time.process_time() - c2
+    s = summarize(res)
+    return {"case": f"(b) synthetic {n:,} requests, 256 in / 16-32 out, Poisson 40 req/s", "n": n,
+            "generate_s": t_gen, "simulate_wall_s": t_sim, "simulate_cpu_s": c_sim,
+            "total_wall_s": time.perf_counter() - t0, "total_cpu_s": time.process_time() - c0,
+            "rss_after_imports_mb": base_rss, "rss_after_generate_mb": rss_loaded, "peak_rss_mb": _peak_mb(),
+            "steps": s["steps"], "completed": s["completed"], "failed": s["failed"],
+            "simulated_hours": s["duration"] / 3600, "unstable": s["unstable"],
+            "mean_ttft_ms": s["mean_ttft_ms"], "itl_distinct_values": int(len(res.itl_values_s)),
+            "timeline_rows": int(len(res.timeline)), "bound_mb": bound_mb(n)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("cases", nargs="*", default=["a", "b"], choices=["a", "b"])
+    ap.add_argument("--n", type=int, default=None, help="requests (default 1M for a, 10M for b)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        fn, n = (case_a, args.n or 1_000_000) if args.cases == ["a"] else (case_b, args.n or 10_000_000)
+        print(json.dumps(fn(n)))
+        return
+    for c in args.cases:
+        cmd = [sys.executable, __file__, c, "--child"] + (["--n", str(args.n)] if args.n else [])
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            print(out.stderr, file=sys.stderr)
+            sys.exit(out.returncode)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        print(r.pop("case"))
+        for k, v in r.items():
+            print(f"  {k:<24} {v:,.3f}" if isinstance(v, float) else f"  {k:<24} {v}")
+        print(f"  peak RSS - baseline     {r['peak_rss_mb'] - r['rss_after_imports_mb']:,.0f} MB "
+              f"({(r['peak_rss_mb'] - r['rss_after_imports_mb']) * 1e6 / r['n']:.0f} B/request); "
+              f"stated bound {r['bound_mb']:,.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

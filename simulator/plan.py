@@ -1,0 +1,319 @@
+"""Capacity planning: the cheapest deployment that serves a request rate within SLOs.
+
+`plan(base, rate, hardware=[...], tps=[...], kv_dtypes=[...], weight_dtypes=[...])` takes one
+`Scenario` (model, workload, engine limits, goodput SLOs) and, for every candidate
+replica shape (hardware x TP x weight dtype x KV dtype):
+
+1. **memory**: does the model fit (`CostModel.memory`)? If not, the candidate is listed as
+   infeasible with the memory model's message and the smallest TP that fits. A workload
+   request longer than the replica's KV capacity also makes it infeasible.
+2. **SLO capacity of one replica**: the highest offered rate at which the good fraction
+   stays >= `slo_target` and the point is not saturated, found by `simulator.sweep.sweep`
+   (auto rate grid, then bisection to `tol`; docs/sweep.md). When the SLOs already fail at
+   the lowest grid rate (0.1 x the offline max throughput) the candidate is swept again at
+   0.1 %, 1 %, 3 % and 10 % of that throughput; failing at 0.1 % too means the SLO cannot
+   be met even with the replica almost idle (e.g. a TTFT SLO below one prefill): capacity
+   0, listed as infeasible with that reason.
+3. **replicas** = ceil(R / (capacity x (1 - headroom))), **GPUs** = replicas x tp x pp,
+   **$/hour** = GPUs x $/GPU-hour (the catalog's `price_per_gpu_hour_usd`, or `prices`),
+   **$ per million output tokens** = $/hour / (R x mean output tokens per request x 3600) x 1e6.
+
+Feasible candidates are ranked cheapest first ($/hour, then fewer GPUs, then more capacity).
+Candidates run through the sweep executor: all candidates whose shapes form a cartesian
+product go into one `sweep` call, so their grid points and their bisection probes run in
+parallel (in lockstep) on a process pool or a Dask cluster.
+
+Pure: no printing, no files (the CLI does that).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .catalog import load_hardware
+from .scenario import Scenario
+from .specs import SpecError
+from .sweep import Executor, sweep
+
+#: Fractions of the offline max throughput probed when the SLOs fail at the lowest grid rate.
+LOW_LOAD_FRACTIONS = (0.001, 0.01, 0.03, 0.1)
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def replicas_needed(rate: float, capacity: float, headroom: float) -> int:
+    """ceil(rate / (capacity x (1 - headroom))), at least 1 (a 1e-9 slack absorbs float error)."""
+    return max(1, math.ceil(rate / (capacity * (1.0 - headroom)) - 1e-9))
+
+
+def cost_per_million_tokens(cost_per_hour: float, rate: float, mean_output_tokens: float) -> float:
+    """$/hour over the output tokens served per hour at `rate` req/s, per million tokens."""
+    return cost_per_hour / (rate * mean_output_tokens * 3600.0) * 1e6
+
+
+def normalise_prices(prices: dict[str, float] | None) -> dict[str, float]:
+    """{hardware ref or id: $/GPU-hour} -> {catalog id: price}; unknown hardware or a price
+    that is not a positive number raises SpecError."""
+    out: dict[str, float] = {}
+    for ref, price in (prices or {}).items():
+        if not _num(price) or price <= 0:
+            raise SpecError(f"price {ref}: {price!r} must be a positive number of $ per GPU-hour")
+        out[load_hardware(str(ref)).id] = float(price)
+    return out
+
+
+def _as_list(values: Any, default: Any) -> list[Any]:
+    if values is None:
+        return [default]
+    if isinstance(values, (str, int)):
+        values = [values]
+    out: list[Any] = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    if not out:
+        return [default]
+    return out
+
+
+def _blocks(keys: list[tuple[str, int, str, str]]) -> list[tuple[list[str], list[int], list[str], list[str]]]:
+    """Partition candidate keys (hw, tp, weight, kv) into cartesian blocks (one sweep each)."""
+    # (weight, kv) -> hw -> tps
+    by_dtype: dict[tuple[str, str], dict[str, list[int]]] = {}
+    for hw, tp, wd, kv in keys:
+        by_dtype.setdefault((wd, kv), {}).setdefault(hw, []).append(tp)
+    # hardware sharing a TP set -> one block per (weight, kv)
+    stage1: dict[tuple[tuple[str, ...], tuple[int, ...], str], list[str]] = {}
+    for (wd, kv), per_hw in by_dtype.items():
+        groups: dict[tuple[int, ...], list[str]] = {}
+        for hw, tps in per_hw.items():
+            groups.setdefault(tuple(tps), []).append(hw)
+        for tps, hws in groups.items():
+            stage1.setdefault((tuple(hws), tps, wd), []).append(kv)
+    # merge weight dtypes that share (hardware, tps, kv set)
+    stage2: dict[tuple[tuple[str, ...], tuple[int, ...], tuple[str, ...]], list[str]] = {}
+    for (hws, tps, wd), kvs in stage1.items():
+        stage2.setdefault((hws, tps, tuple(kvs)), []).append(wd)
+    return [(list(h), list(t), list(w), list(k)) for (h, t, k), w in stage2.items()]
+
+
+class _Offset:
+    """Progress over several sweep calls: (done, total) accumulated across calls."""
+
+    def __init__(self, progress: Callable[[int, int], None] | None) -> None:
+        self.progress = progress
+        self.base_done = 0
+        self.base_total = 0
+        self.last = (0, 0)
+
+    def __call__(self, done: int, total: int) -> None:
+        self.last = (done, total)
+        if self.progress:
+            self.progress(self.base_done + done, self.base_total + total)
+
+    def next_call(self) -> None:
+        self.base_done += self.last[0]
+        self.base_total += self.last[1]
+        self.last = (0, 0)
+
+
+def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps: Sequence[int] | None = None,
+         kv_dtypes: Sequence[str | None] | None = None, weight_dtypes: Sequence[str | None] | None = None,
+         headroom: float = 0.2, prices: dict[str, float] | None = None, slo_target: float = 0.99,
+         tol: float = 0.02, executor: Executor | None = None,
+         progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Rank deployments of `base` that serve `rate` req/s within its goodput SLOs.
+
+    `hardware`, `tps`, `kv_dtypes`, `weight_dtypes`: the candidate values (default: the
+    scenario's own). `headroom`: the fraction of each replica's SLO capacity kept free.
+    `prices`: $/GPU-hour overrides by hardware id. Returns a JSON-able dict with
+    `candidates` (feasible, cheapest first), `infeasible` (with `reason`) and `best`.
+    """
+    if not (_num(rate) and rate > 0):
+        raise SpecError(f"rate: {rate!r} must be a finite number of requests/s > 0")
+    if not base.goodput:
+        raise SpecError("plan needs goodput SLOs (e.g. --goodput ttft:2000 --goodput tpot:100): "
+                        "a replica's capacity is the highest rate that meets them")
+    if not (_num(headroom) and 0 <= headroom < 1):
+        raise SpecError(f"headroom: {headroom!r} must be a fraction in [0, 1)")
+    if base.concurrency is not None:
+        raise SpecError("concurrency: plan needs an open loop (arrivals at a rate); drop --concurrency")
+    price_map = normalise_prices(prices)
+    hw_refs = [str(h) for h in _as_list(hardware, base.hardware)]
+    hw_specs = {ref: load_hardware(ref) for ref in hw_refs}  # a bad name fails the whole plan
+    tp_list = _as_list(tps, base.tp)
+    for tp in tp_list:
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            raise SpecError(f"tp: {tp!r} must be an integer >= 1")
+    kv_list = _as_list(kv_dtypes, base.kv_dtype)
+    wd_list = _as_list(weight_dtypes, base.weight_dtype)
+    base1 = base.replace(replicas=1, rate=None)
+    wl = base1.make_workload()
+    mean_in = float(wl.input_len.mean())
+    mean_out = float(wl.output_len.mean())
+    longest = int((wl.input_len + wl.output_len).max())
+    seq_len = max(1, round(mean_in + mean_out))
+
+    feasible_keys: list[tuple[str, int, str, str]] = []
+    rows: dict[tuple[str, int, str, str], dict[str, Any]] = {}
+    infeasible: list[dict[str, Any]] = []
+    for ref in hw_refs:
+        hw = hw_specs[ref]
+        for tp in tp_list:
+            for wd in wd_list:
+                for kv in kv_list:
+                    row: dict[str, Any] = {
+                        "hardware": hw.id, "hardware_ref": ref, "tp": tp, "pp": base.pp,
+                        "weight_dtype": wd, "kv_dtype": kv, "gpus_per_replica": tp * base.pp,
+                    }
+                    try:
+                        sc = base1.replace(hardware=ref, tp=tp, weight_dtype=wd, kv_dtype=kv)
+                        cost = sc.cost_model()
+                    except SpecError as e:
+                        infeasible.append({**row, "fits": False, "reason": str(e), "smallest_tp_that_fits": None})
+                        continue
+                    wd_r, kv_r = cost.dtypes.weight, cost.dtypes.kv
+                    key = (ref, tp, wd_r, kv_r)
+                    if key in rows or any(r.get("_key") == key for r in infeasible):
+                        continue  # the same shape named twice (e.g. default dtype and its name)
+                    row.update(weight_dtype=wd_r, kv_dtype=kv_r, _key=key)
+                    mem = cost.memory(sc.gpu_memory_utilization, sc.max_num_batched_tokens, sc.max_num_seqs,
+                                      seq_len=seq_len)
+                    row.update(fits=mem.fits, kv_capacity_tokens=mem.kv_capacity_tokens,
+                               max_concurrent_sequences=mem.max_concurrent_sequences,
+                               weights_gb_per_gpu=mem.weights_bytes_per_gpu / 1e9,
+                               smallest_tp_that_fits=mem.smallest_tp_that_fits,
+                               notes=list(cost.notes))
+                    kv_cap = sc.kv_capacity_tokens or mem.kv_capacity_tokens
+                    if not mem.fits:
+                        infeasible.append({**row, "reason": mem.message})
+                    elif longest > kv_cap:
+                        infeasible.append({**row, "reason": (
+                            f"the longest request needs {longest} KV tokens; one replica holds {kv_cap}")})
+                    else:
+                        rows[key] = row
+                        feasible_keys.append(key)
+
+    # SLO capacity of one replica per candidate, through the sweep executor
+    prog = _Offset(progress)
+    ex = executor or Executor()
+    curves: dict[tuple[str, int, str, str], dict[str, Any]] = {}
+    for hws, tpl, wds, kvs in _blocks(feasible_keys):
+        res = sweep(base1, "auto", [("hardware", hws), ("tp", tpl), ("weight_dtype", wds), ("kv_dtype", kvs)],
+                    ex, prog, slo_target=slo_target, tol=tol)
+        prog.next_call()
+        for info in res["curves"]:
+            v = info["values"]
+            curves[(v["hardware"], v["tp"], v["weight_dtype"], v["kv_dtype"])] = info
+    for key in feasible_keys:
+        info = curves[key]
+        row = rows[key]
+        row.update(offline_max_throughput=info["offline_max_throughput"],
+                   saturation_rate=info["saturation_rate"], slo_capacity=info["slo_capacity"],
+                   slo_capacity_upper=info["slo_capacity_upper"], slo_note=info["slo_note"],
+                   bisection_probes=info["bisection_probes"], warnings=list(info["warnings"]))
+        if info["slo_capacity"] is None and "already at the lowest" in (info["slo_note"] or ""):
+            x = info["offline_max_throughput"]
+            low = sorted({float(f"{f * x:.4g}") for f in LOW_LOAD_FRACTIONS})
+            sc = base1.replace(hardware=key[0], tp=key[1], weight_dtype=key[2], kv_dtype=key[3])
+            res = sweep(sc, low, (), ex, prog, slo_target=slo_target, tol=tol)
+            prog.next_call()
+            info2 = res["curves"][0]
+            row.update(slo_capacity=info2["slo_capacity"], slo_capacity_upper=info2["slo_capacity_upper"],
+                       slo_note=info2["slo_note"], bisection_probes=row["bisection_probes"] + info2["bisection_probes"])
+            row["warnings"] += info2["warnings"]
+            if info2["slo_capacity"] is None:
+                pts = [p for p in res["points"] if p["rate"] == low[0]]
+                worst = _worst_slo(pts[0] if pts else {}, base.goodput)
+                row["slo_capacity"] = 0.0
+                row["reason"] = (f"SLOs unmeetable even at low load: good fraction "
+                                 f"{(pts[0].get('good_fraction') or 0.0) if pts else 0.0:.3f} < {slo_target:g} "
+                                 f"at {low[0]:.4g} req/s (0.1 % of the offline max throughput)" + worst)
+        elif info["slo_capacity"] is None:  # every sampled rate met the SLOs: a lower bound
+            row["slo_capacity"] = info["max_stable_rate"]
+            row["warnings"].append(f"capacity is above the highest sampled rate; using {info['max_stable_rate']:.4g} "
+                                   "req/s (a lower bound)")
+
+    for key in feasible_keys:
+        row = rows[key]
+        cap, x = row["slo_capacity"], row["offline_max_throughput"]
+        if _num(cap) and _num(x) and cap >= x > 0:
+            row["warnings"].append(
+                f"SLO capacity {cap:.4g} req/s is not below the offline max throughput {x:.4g} req/s: "
+                f"with {base.num_requests} requests per run no queue builds up before the run ends, so "
+                "the capacity is overstated; raise --num-requests")
+
+    # replicas, GPUs and cost
+    candidates: list[dict[str, Any]] = []
+    for key in feasible_keys:
+        row = rows[key]
+        cap = row["slo_capacity"]
+        if not (_num(cap) and cap > 0):
+            row.setdefault("reason", f"no SLO capacity ({row.get('slo_note')})")
+            infeasible.append(row)
+            continue
+        n = replicas_needed(rate, cap, headroom)
+        hw = hw_specs[key[0]]
+        price, source = (price_map[hw.id], "override") if hw.id in price_map else (
+            hw.price_per_gpu_hour_usd, "catalog" if hw.price_per_gpu_hour_usd else None)
+        gpus = n * row["gpus_per_replica"]
+        per_hour = gpus * price if price else None
+        row.update(status="feasible", usable_capacity=cap * (1.0 - headroom), replicas=n, gpus=gpus,
+                   price_per_gpu_hour_usd=price, price_source=source, cost_per_hour_usd=per_hour,
+                   cost_per_million_output_tokens_usd=(cost_per_million_tokens(per_hour, rate, mean_out)
+                                                       if per_hour else None))
+        if price is None:
+            row["warnings"].append(f"{hw.id} has no catalog price; give one with --price {hw.id}=USD")
+        candidates.append(row)
+    candidates.sort(key=lambda r: (r["cost_per_hour_usd"] is None, r["cost_per_hour_usd"] or 0.0, r["gpus"],
+                                   -r["slo_capacity"], r["hardware"], r["tp"]))
+    for i, r in enumerate(candidates, 1):
+        r["rank"] = i
+    for r in infeasible:
+        r["status"] = "infeasible"
+    for r in (*candidates, *infeasible):
+        r.pop("_key", None)
+    return {
+        "model": base.model,
+        "workload": str(base.workload),
+        "rate": float(rate),
+        "headroom": headroom,
+        "slo_target": slo_target,
+        "tolerance": tol,
+        "goodput_slos_ms": dict(base.goodput),
+        "num_requests_per_point": base.num_requests,
+        "mean_input_tokens": mean_in,
+        "mean_output_tokens": mean_out,
+        "prices_overridden": price_map,
+        "scenario": base1.as_dict(),
+        "candidates": candidates,
+        "infeasible": infeasible,
+        "best": candidates[0] if candidates else None,
+    }
+
+
+def _worst_slo(point: dict[str, Any], slos_ms: dict[str, float]) -> str:
+    """'; p99 ttft 2400 ms vs SLO 500 ms, ...' for the SLOs the point's p99 misses."""
+    bad = []
+    for k, v in slos_ms.items():
+        got = point.get(f"p99_{k}_ms")
+        if _num(got) and got > v:
+            bad.append(f"p99 {k.upper()} {got:.4g} ms > SLO {v:g} ms")
+    return ("; " + ", ".join(bad)) if bad else ""
+
+
+def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Flat rows (feasible then infeasible) for a CSV or a table."""
+    cols = ("rank", "status", "hardware", "tp", "pp", "weight_dtype", "kv_dtype", "slo_capacity", "replicas",
+            "gpus", "price_per_gpu_hour_usd", "cost_per_hour_usd", "cost_per_million_output_tokens_usd",
+            "kv_capacity_tokens", "max_concurrent_sequences", "offline_max_throughput", "saturation_rate",
+            "smallest_tp_that_fits", "reason")
+    return [{c: r.get(c) for c in cols} for r in (*result["candidates"], *result["infeasible"])]
+
+
+__all__ = ["plan", "replicas_needed", "cost_per_million_tokens", "normalise_prices", "table_rows",
+           "LOW_LOAD_FRACTIONS"]

@@ -1,0 +1,246 @@
+"""`llmsim plan` and the what-ifs: KV capacity under KV quantization, the plan's ranking and
+replica arithmetic, speculative decoding priced by the step-cost function, models that do
+not fit, and the commands' JSON and files."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from simulator.cli import main
+from simulator.plan import plan
+from simulator.scenario import Scenario
+from simulator.whatif import (
+    SpeculativeCostModel,
+    expected_tokens,
+    hardware_whatif,
+    kv_dtype_whatif,
+    make_speculative_cost,
+    speculative_whatif,
+)
+
+IN_LEN, OUT_LEN = 256, 32
+
+
+def _small(**kw) -> Scenario:
+    """llama-3.1-8b, fixed-length random requests, few of them (fast sweeps)."""
+    base = dict(model="llama-3.1-8b", hardware="h100-sxm", workload="random", input_len=IN_LEN,
+                output_len=OUT_LEN, range_ratio=0.0, num_requests=200, seed=1)
+    return Scenario(**{**base, **kw})
+
+
+# --------------------------------------------------------------------------- KV quantization
+
+
+def test_kv_capacity_doubles_from_bf16_to_fp8():
+    for model, hw, tp in (("llama-3.1-8b", "h100-sxm", 1), ("llama-3.1-70b", "h100-sxm", 2),
+                          ("qwen3-30b-a3b", "a100-sxm-80gb", 1)):
+        sc = Scenario(model=model, hardware=hw, tp=tp)
+        bf = sc.cost_model().memory()
+        f8 = sc.replace(kv_dtype="fp8").cost_model().memory()
+        assert bf.fits and f8.fits
+        assert bf.weights_bytes_per_gpu == f8.weights_bytes_per_gpu  # the same budget after weights
+        assert f8.kv_capacity_tokens / bf.kv_capacity_tokens == pytest.approx(2.0, rel=0.02)
+    r = kv_dtype_whatif(_small(), ["bf16", "fp8", "int4"], load=False)
+    rat = {v["kv_dtype"]: v["ratios"] for v in r["values"]}
+    assert rat["fp8"]["kv_capacity_tokens"] == pytest.approx(2.0, rel=0.02)
+    assert rat["int4"]["kv_capacity_tokens"] == pytest.approx(4.0, rel=0.02)
+    assert rat["fp8"]["max_concurrent_sequences"] == pytest.approx(2.0, rel=0.02)
+    # fewer KV bytes never make a step slower; at batch 1 the gain is small
+    assert 0.9 < rat["fp8"]["tpot_ms_batch1"] <= 1.0
+
+
+# --------------------------------------------------------------------------- plan
+
+
+@pytest.fixture(scope="module")
+def two_hw_plan():
+    """h100 and a100 both meet a loose SLO; prices make either one the cheaper."""
+    sc = _small(goodput={"ttft": 3000, "tpot": 200})
+    cheap_h100 = plan(sc, 1.0, hardware=["h100-sxm", "a100-sxm-80gb"], tps=[1],
+                      prices={"h100-sxm": 1.0, "a100-sxm-80gb": 10.0})
+    return sc, cheap_h100
+
+
+def test_plan_picks_the_cheaper_of_two_feasible_candidates(two_hw_plan):
+    sc, r = two_hw_plan
+    assert [c["hardware"] for c in r["candidates"]] == ["h100-sxm", "a100-sxm-80gb"]
+    assert r["best"]["hardware"] == "h100-sxm" and not r["infeasible"]
+    # swap the prices: the a100 becomes the cheaper one (both need one replica at 1 req/s)
+    r2 = plan(sc, 1.0, hardware=["h100-sxm", "a100-sxm-80gb"], tps=[1],
+              prices={"h100-sxm": 10.0, "a100-sxm-80gb": 1.0})
+    assert r2["best"]["hardware"] == "a100-sxm-80gb"
+    assert [c["cost_per_hour_usd"] for c in r2["candidates"]] == sorted(c["cost_per_hour_usd"] for c in r2["candidates"])
+    assert r2["best"]["price_source"] == "override"
+
+
+def test_plan_picks_the_only_feasible_candidate():
+    # TPOT SLO 9.5 ms: the H100's batch-1 TPOT is ~8.5 ms, the A100's ~10.8 ms (never met)
+    sc = _small(goodput={"ttft": 3000, "tpot": 9.5})
+    r = plan(sc, 1.0, hardware=["a100-sxm-80gb", "h100-sxm"], tps=[1], prices={"a100-sxm-80gb": 0.1})
+    assert [c["hardware"] for c in r["candidates"]] == ["h100-sxm"]
+    (bad,) = r["infeasible"]
+    assert bad["hardware"] == "a100-sxm-80gb" and bad["slo_capacity"] == 0.0
+    assert "unmeetable even at low load" in bad["reason"] and "TPOT" in bad["reason"]
+
+
+def test_replicas_gpus_and_cost_by_hand():
+    sc = _small(goodput={"ttft": 3000, "tpot": 200})
+    R, h = 150.0, 0.25
+    r = plan(sc, R, hardware=["h100-sxm"], tps=[1, 2], headroom=h)
+    assert len(r["candidates"]) == 2
+    for c in r["candidates"]:
+        cap = c["slo_capacity"]
+        assert cap > 0
+        n = math.ceil(R / (cap * (1 - h)))
+        assert c["replicas"] == n and n >= 2
+        assert c["gpus"] == n * c["tp"]
+        assert c["cost_per_hour_usd"] == pytest.approx(c["gpus"] * 2.5)  # catalog price of h100-sxm
+        assert c["cost_per_million_output_tokens_usd"] == pytest.approx(
+            c["cost_per_hour_usd"] / (R * OUT_LEN * 3600) * 1e6)
+        # the capacity is the sweep's verified good rate: below its verified bad rate
+        assert c["slo_capacity"] < c["slo_capacity_upper"]
+
+
+def test_model_that_does_not_fit_is_listed_with_reason():
+    sc = Scenario(model="llama-3.1-70b", workload="random", input_len=IN_LEN, output_len=OUT_LEN,
+                  num_requests=50, goodput={"ttft": 2000})
+    r = plan(sc, 5.0, hardware=["h100-sxm"], tps=[1])
+    assert r["candidates"] == [] and r["best"] is None
+    (bad,) = r["infeasible"]
+    assert "does not fit" in bad["reason"] and bad["smallest_tp_that_fits"] == 2
+    hw = hardware_whatif(sc, ["a100-sxm-40gb"], load=False)
+    (row,) = hw["hardware"]
+    assert row["fits"] is False and "does not fit" in row["reason"]
+
+
+# --------------------------------------------------------------------------- speculative decoding
+
+
+def _target70() -> Scenario:
+    return Scenario(model="llama-3.1-70b", hardware="h100-sxm", tp=4, workload="random", input_len=IN_LEN,
+                    output_len=OUT_LEN, num_requests=100, rate=4.0, seed=2)
+
+
+def test_expected_tokens():
+    assert expected_tokens(4, 0.0) == 1.0
+    assert expected_tokens(4, 1.0) == 5.0
+    assert expected_tokens(3, 0.5) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+
+
+def test_speculative_with_acceptance_zero_is_never_faster():
+    sc = _target70()
+    r = speculative_whatif(sc, "llama-3.1-8b", gamma=4, acceptance=0.0, batch_sizes=[1, 2, 8, 32, 64, 128, 256])
+    assert all(x["speculative_tpot_ms"] >= x["plain_tpot_ms"] for x in r["static"])
+    assert r["crossover_batch"] == 1 and r["pays_at_batch1"] is False
+    u = r["under_load"]
+    assert u["speculative"]["at_rate"]["mean_tpot_ms"] >= u["plain"]["at_rate"]["mean_tpot_ms"]
+    assert u["speculative"]["offline_max_throughput"] <= u["plain"]["offline_max_throughput"]
+    # the step-cost wrapper itself, on decode-only and mixed (chunked-prefill) steps
+    spec = make_speculative_cost(sc, "llama-3.1-8b", 4, 0.0)
+    plain = spec.target.step_time
+    for B, p, chunk, cached in ((1, 300, 0, 0), (16, 1000, 0, 0), (64, 2000, 512, 0), (200, 500, 2048, 1024)):
+        T, Ad, R = B + chunk, B * (p + 0.5), B * (p + 1) + chunk + cached
+        Ap = chunk * (cached + chunk / 2)
+        S = B + (1 if chunk else 0)
+        assert spec.step_time(T, S, Ad, Ap, R, None, None, cached if chunk else 0.0) >= plain(
+            T, S, Ad, Ap, R, None, None, cached if chunk else 0.0)
+
+
+def test_decode_count_is_recovered_from_step_statistics():
+    spec = make_speculative_cost(_target70(), "llama-3.1-8b", 3, 0.6)
+    assert isinstance(spec, SpeculativeCostModel)
+    B, p = 24, 700.0
+    got = spec.step_time(B, B, B * (p + 0.5), 0.0, B * (p + 1))
+    assert got == pytest.approx(spec.round_time(B, B * p) / expected_tokens(3, 0.6))
+    # vectorised form agrees with the scalar one
+    arr = spec.step_times([B, B], [B, B], [B * (p + 0.5), B * (p + 1.5)], 0.0, [B * (p + 1), B * (p + 2)])
+    assert arr[0] == pytest.approx(got)
+
+
+def test_speculative_pays_at_batch1_and_stops_paying_at_large_batch():
+    r = speculative_whatif(_target70(), "llama-3.1-8b", gamma=4, acceptance=0.8, load=False)
+    assert r["pays_at_batch1"] is True and r["speedup_batch1"] > 1.2
+    assert r["crossover_batch"] is not None and 1 < r["crossover_batch"] <= 256
+    assert r["static"][-1]["pays"] is False
+    # the draft's weights and KV come out of the target's KV budget
+    assert r["kv_capacity_tokens"]["speculative"] < r["kv_capacity_tokens"]["plain"]
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+SMALL = ["-m", "llama-3.1-8b", "-w", "random", "--input-len", str(IN_LEN), "--output-len", str(OUT_LEN),
+         "-n", "60", "--seed", "1"]
+
+
+def _run(args: list[str]):
+    res = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return res
+
+
+def test_cli_plan_json_and_out(tmp_path):
+    args = ["plan", *SMALL, "-r", "20", "--goodput", "ttft:3000", "--goodput", "tpot:200",
+            "-H", "h100-sxm,a100-sxm-80gb", "--tp", "1,2", "--price", "h100-sxm=3.0", "--serial", "-q"]
+    r = json.loads(_run([*args, "--json"]).output)
+    assert r["candidates"] and r["best"]["rank"] == 1
+    assert r["prices_overridden"] == {"h100-sxm": 3.0}
+    out = tmp_path / "plan"
+    text = _run([*args, "--out", str(out)]).output
+    assert "rank" in text and "$/M out tok" in text and "cheapest:" in text
+    for name in ("plan.json", "plan.csv", "plan.png"):
+        assert (out / name).stat().st_size > 0
+    assert (out / "plan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_plan_needs_goodput():
+    res = CliRunner().invoke(main, ["plan", *SMALL, "-r", "5"])
+    assert res.exit_code == 2 and "goodput" in res.output
+
+
+def test_cli_whatif_kv_dtype(tmp_path):
+    out = tmp_path / "kv"
+    res = _run(["whatif", "kv-dtype", *SMALL, "-H", "h100-sxm", "--values", "bf16,fp8",
+                "--goodput", "ttft:3000", "--serial", "-q", "--json", "--out", str(out)])
+    r = json.loads(res.output)
+    for v in r["values"]:
+        for key in ("kv_capacity_tokens", "max_concurrent_sequences", "tpot_ms_batch1", "saturation_rate",
+                    "slo_capacity_rate"):
+            assert key in v
+    assert r["values"][1]["ratios"]["kv_capacity_tokens"] == pytest.approx(2.0, rel=0.02)
+    for name in ("kv_dtype.json", "kv_dtype.csv", "kv_dtype.png"):
+        assert (out / name).stat().st_size > 0
+
+
+def test_cli_whatif_speculative(tmp_path):
+    out = tmp_path / "spec"
+    res = _run(["whatif", "speculative", "-m", "llama-3.1-70b", "--tp", "4", "-w", "random", "--input-len", "256",
+                "--output-len", "32", "-n", "40", "-r", "2", "--draft-model", "llama-3.1-8b", "--gamma", "4",
+                "--acceptance", "0.7", "--max-batch", "64", "--json", "--out", str(out)])
+    r = json.loads(res.output)
+    assert len(r["static"]) == 64 and "under_load" in r
+    for name in ("speculative.json", "speculative.csv", "speculative.png"):
+        assert (out / name).stat().st_size > 0
+    text = _run(["whatif", "speculative", "-m", "llama-3.1-70b", "--tp", "4", "--draft-model", "llama-3.1-8b",
+                 "--static-only"]).output
+    assert "stops paying at batch" in text
+
+
+def test_cli_whatif_hardware(tmp_path):
+    out = tmp_path / "hw"
+    res = _run(["whatif", "hardware", *SMALL, "-r", "5", "-H", "h100-sxm,a100-sxm-80gb,l4", "--goodput", "ttft:3000",
+                "--serial", "-q", "--json", "--out", str(out)])
+    r = json.loads(res.output)
+    assert [h["hardware"] for h in r["hardware"]] == ["h100-sxm", "a100-sxm-80gb", "l4"]
+    h100 = r["hardware"][0]
+    for key in ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms", "saturation_rate",
+                "slo_capacity_rate", "cost_per_hour_usd", "cost_per_million_output_tokens_usd"):
+        assert key in h100
+    for name in ("hardware.json", "hardware.csv", "hardware.png"):
+        assert (out / name).stat().st_size > 0
+    text = _run(["whatif", "hardware", *SMALL, "-H", "h100-sxm", "--static-only"]).output
+    assert "h100-sxm" in text
