@@ -1,9 +1,9 @@
 """Wall time of the README example sweep (not a test):
 
-    llmsim sweep -m llama-3.1-8b -H h100-sxm -w azure-conv --rates auto -n 500 \\
+    llmsim sweep -m llama-3.1-8b -H h100-sxm -w azure-conv --rates auto -n 2000 \\
         --goodput ttft:2000 --goodput tpot:100
 
-    python benchmarks/bench_sweep.py [--serial | --workers N] [-n 500]
+    python benchmarks/bench_sweep.py [--serial | --workers N] [-n 2000]
 
 Runs it through the Python API (`simulator.sweep.sweep`) with the same executor choice as
 the command (default: a process pool of os.cpu_count() workers, pool start-up included) and
@@ -24,7 +24,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--serial", action="store_true", help="run every point in this process")
     ap.add_argument("--workers", type=int, default=None, help="process-pool size [os.cpu_count()]")
-    ap.add_argument("-n", "--num-requests", type=int, default=500)
+    ap.add_argument("-n", "--num-requests", type=int, default=2000)
     args = ap.parse_args()
 
     sc = Scenario(model="llama-3.1-8b", hardware="h100-sxm", workload="azure-conv",
