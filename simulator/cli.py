@@ -29,6 +29,9 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
+        except MemoryError:
+            click.echo("error: out of memory: reduce --num-requests, --replicas or the sweep size", err=True)
+            ctx.exit(2)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -301,17 +304,21 @@ def roofline(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | No
              kv_dtype: str | None, ideal: bool, efficiency: tuple[str, ...], batch_size: int,
              input_len: int, out: str) -> None:
     """Write a log-log roofline chart with the prefill and decode ops placed on it."""
-    from .plots import roofline_chart
+    from pathlib import Path
+
+    from .plots import roofline_bytes
 
     for name, v in (("batch_size", batch_size), ("input_len", input_len)):
         if v < 1:
             raise SpecError(f"{name}: {v!r} must be an integer >= 1")
     cost = _build_cost(model, hardware, tp, pp, weight_dtype, activation_dtype, kv_dtype, ideal, efficiency)
+    fmt = Path(out).suffix.lstrip(".").lower() or "png"
     try:
-        path = roofline_chart(cost, batch_size, input_len, out)
+        data = roofline_bytes(cost, batch_size, input_len, fmt)
+        write_atomic(out, data)
     except (OSError, ValueError) as e:
         raise SpecError(f"--out {out}: cannot write ({e})") from None
-    click.echo(f"wrote {path}")
+    click.echo(f"wrote {out}")
 
 # [simulate]
 

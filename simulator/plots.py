@@ -89,6 +89,15 @@ def roofline_chart(cost: CostModel, batch_size: int, input_len: int, path: str |
     return out
 
 
+def roofline_bytes(cost: CostModel, batch_size: int, input_len: int, fmt: str = "png") -> bytes:
+    """The roofline chart of `roofline_chart` as bytes in `fmt` (png, svg, pdf), so the
+    caller can write it atomically."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        return roofline_chart(cost, batch_size, input_len, Path(d) / f"roofline.{fmt}").read_bytes()
+
+
 def _clusters(pts: list[dict[str, Any]], tol: float = 0.06) -> list[tuple[float, float, list[str], str]]:
     """Group points that would sit on top of each other (within `tol` decades on both axes)
     so that each group gets one label listing its ops."""
