@@ -268,7 +268,6 @@ class Replica:
         self.prompt = [0] * n  # tokens to prefill before emitting (input + generated, after preemption)
         self.generated = [0] * n
         self.outlen = [0] * n
-        self.blocks = [0] * n
         self.order = [0] * n
         self.last_tok = [0.0] * n
         self.free_slots = list(range(n - 1, -1, -1))
@@ -354,8 +353,8 @@ class Replica:
         r = self.waiting[0]
         p = self._prompt_of(r)
         first = p if cfg.scheduler == "prefill-priority" else min(p, cfg.max_num_batched_tokens - B)
-        comp, blk, bs = self.computed, self.blocks, self.bs
-        need_next = sum(1 for s in a if comp[s] >= blk[s] * bs)
+        comp, bs = self.computed, self.bs
+        need_next = sum(1 for s in a if comp[s] % bs == 0)  # last block full: the next token needs one
         return self.blocks_for(first) + need_next > self.free_blocks
 
     def _prompt_of(self, r: int) -> int:
@@ -372,15 +371,11 @@ class Replica:
             return
         bs = self.bs
         comp, gen, outl = self.computed, self.generated, self.outlen
-        c_sum = 0
-        k_fin = 1 << 62
+        cs_ = [comp[s] for s in a]
+        c_sum = sum(cs_)
+        k_fin = min([outl[s] - gen[s] for s in a])
         hist = [0] * (bs + 2)  # hist[f]: slots whose last block holds f tokens (1..bs)
-        for s in a:
-            c = comp[s]
-            c_sum += c
-            rem = outl[s] - gen[s]
-            if rem < k_fin:
-                k_fin = rem
+        for c in cs_:
             hist[(c - 1) % bs + 1] += 1
         # KV: after i = q*bs + r steps the batch needs B*q + #{fill >= bs - r + 1} new blocks
         free = self.free_blocks
@@ -446,23 +441,19 @@ class Replica:
             n = min(n, k_max)
             dt = dt[:n]
             t_end = float(ends[n - 1])
-        # apply n decode steps to every active slot
-        blk = self.blocks
-        got = 0
+        # apply n decode steps to every active slot; a slot holds ceil(computed / bs) blocks,
+        # so the blocks taken are B * (n // bs) + #{fill >= bs - n % bs + 1}
         last = self.last_tok
         done = []
         for s in a:
-            c = comp[s] + n
-            comp[s] = c
+            comp[s] += n
             g = gen[s] + n
             gen[s] = g
-            nb = -(-c // bs)
-            got += nb - blk[s]
-            blk[s] = nb
             last[s] = t_end
             if g >= outl[s]:
                 done.append(s)
-        self.free_blocks -= got
+        r = n % bs
+        self.free_blocks -= B * (n // bs) + (sum(hist[bs - r + 1: bs + 1]) if r else 0)
         lg = self.log
         if line is not None:
             lg.segment_line(line[0], line[1], n, B)
@@ -483,7 +474,7 @@ class Replica:
         sched: list[tuple[int, int]] = []  # (slot, new tokens)
         preempted = False
         prefill_priority = cfg.scheduler == "prefill-priority"
-        comp, prompt, blk, bs = self.computed, self.prompt, self.blocks, self.bs
+        comp, prompt, bs = self.computed, self.prompt, self.bs
         # prefill-priority: if anything waits and can be admitted, run a prefill-only step
         if prefill_priority and self.waiting and self._can_admit_head(budget):
             sched = self._admit(budget, whole_prompts=True)
@@ -497,7 +488,7 @@ class Replica:
                 need = 1 if rem <= 0 else (min(rem, budget) if not prefill_priority else rem)
                 if need > budget:
                     continue
-                nb = -(-(comp[s] + need) // bs) - blk[s]
+                nb = -(-(comp[s] + need) // bs) + (-comp[s] // bs)  # ceil(new) - ceil(old)
                 ok = True
                 while nb > self.free_blocks:
                     order = self.order
@@ -509,7 +500,6 @@ class Replica:
                         break
                 if not ok:
                     continue
-                blk[s] += nb
                 self.free_blocks -= nb
                 sched.append((s, need))
                 budget -= need
@@ -551,7 +541,6 @@ class Replica:
             self.generated[s] = self.gen_so_far.pop(r, 0)
             self.last_tok[s] = self.last_tok_of.pop(r, 0.0)
             self.outlen[s] = int(self.wl_out[r])
-            self.blocks[s] = nb
             self.free_blocks -= nb
             self.order[s] = self.admit_counter
             self.admit_counter += 1
@@ -563,7 +552,7 @@ class Replica:
 
     def _preempt(self, s: int) -> None:
         r = self.rid[s]
-        self.free_blocks += self.blocks[s]
+        self.free_blocks += -(-self.computed[s] // self.bs)  # a slot holds ceil(computed / bs)
         self.gen_so_far[r] = self.generated[s]
         self.last_tok_of[r] = self.last_tok[s]
         self.out["preemptions"][r] += 1
@@ -573,7 +562,6 @@ class Replica:
     def _release(self, s: int) -> None:
         if self.computed[s] < self.prompt[s]:
             self.n_prefilling -= 1
-        self.blocks[s] = 0
         self.rid[s] = -1
         self.active.remove(s)
         self.free_slots.append(s)
@@ -643,7 +631,7 @@ class Replica:
         r = self.rid[s]
         self.out["finish_s"][r] = self.clock
         self.out["status"][r] = COMPLETED
-        self.free_blocks += self.blocks[s]
+        self.free_blocks += -(-self.computed[s] // self.bs)  # a slot holds ceil(computed / bs)
         self._release(s)
         self.outstanding -= 1
         self.on_finish(r, self.clock)
@@ -659,7 +647,7 @@ class Replica:
         for s in list(self.active):
             r = self.rid[s]
             self.log.cut_gaps += max(self.generated[s] - 1, 0)
-            self.free_blocks += self.blocks[s]
+            self.free_blocks += -(-self.computed[s] // self.bs)  # a slot holds ceil(computed / bs)
             self._release(s)
             self.out["status"][r] = REJECTED
             self.out["reasons"][r] = reason
@@ -673,14 +661,11 @@ class Replica:
 
     def check(self) -> None:
         """Conservation invariants (debug mode): blocks and seats are all accounted for."""
-        held = sum(self.blocks[s] for s in self.active)
+        held = sum(-(-self.computed[s] // self.bs) for s in self.active)
         if held + self.free_blocks != self.total_blocks:
             raise AssertionError(f"replica {self.index}: blocks held {held} + free {self.free_blocks} != {self.total_blocks}")
         if len(self.active) + len(self.free_slots) != len(self.rid):
             raise AssertionError(f"replica {self.index}: seat accounting broken")
-        for s in self.active:
-            if self.blocks[s] * self.bs < self.computed[s]:
-                raise AssertionError(f"replica {self.index}: slot {s} holds fewer blocks than its KV")
         if self.n_prefilling != sum(1 for s in self.active if self.computed[s] < self.prompt[s]):
             raise AssertionError(f"replica {self.index}: prefilling count broken")
 
