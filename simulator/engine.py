@@ -420,8 +420,19 @@ class Replica:
             d0, slope = line
             # steps that start before t_limit: start_j = clock + j d0 + slope j (j-1)/2
             n = k_max
-            if t_limit != math.inf:
-                n = 1
+            if t_limit != math.inf and k_max > 1:
+                # n = #{j < k_max: j d0 + slope j (j-1)/2 < delta}: the quadratic's root, then
+                # an exact check of the neighbours (the start times are increasing in j)
+                delta = t_limit - clock
+                h = slope / 2.0
+                b = d0 - h
+                if h > 1e-15 * d0:
+                    root = (-b + math.sqrt(b * b + 4.0 * h * delta)) / (2.0 * h)
+                else:
+                    root = delta / d0
+                n = max(1, min(k_max, int(root) + 1))
+                while n > 1 and clock + (n - 1) * d0 + slope * (n - 1) * (n - 2) / 2 >= t_limit:
+                    n -= 1
                 while n < k_max and clock + n * d0 + slope * n * (n - 1) / 2 < t_limit:
                     n += 1
             t_end = clock + n * d0 + slope * n * (n - 1) / 2
