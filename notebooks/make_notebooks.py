@@ -127,14 +127,24 @@ check("the faster-memory-per-FLOP chip crosses over later", crossover, "h100 > a
       crossover["h100-sxm"] > crossover["a100-sxm-80gb"])
 '''),
     ("md", """\
-With the fitted efficiencies the picture shifts: small GEMMs reach only a fraction of peak
-(`gemm_ramp_tokens`), so "compute-bound" arrives at much smaller batches than the ideal
-roofline says. That is kernel inefficiency, not physics: the step time stays nearly flat until
-the ideal crossover (first panel above)."""),
+With the fitted efficiencies the crossover comes much earlier. A large GEMM reaches
+`compute_efficiency` (eta_c) of the peak P while a weight read reaches `memory_efficiency`
+(eta_m) of the bandwidth bw, and a GEMM over B tokens reaches only eta_c·B/(B + T0) of the peak
+(`gemm_ramp_tokens` T0, fitted to kernel timings). Its compute time then passes its weight-read
+time at `B ≈ P·eta_c/(bw·eta_m) − T0`. The calibration caps T0 at half of `P·eta_c/(bw·eta_m)`
+(docs/concepts.md, "Small GEMMs and the ramp cap"), so batch-1 decode stays memory-bound on
+every chip and the fitted crossover lands near T0 itself. The step time grows well before the
+ideal crossover (first panel above): that is kernel inefficiency, not arithmetic."""),
     ("code", '''\
 for hw, cost in real.items():
+    h, e = cost.hardware, cost.hardware.efficiency
+    ridge_eff = h.flops("bf16") * e.compute_efficiency / (h.hbm_bandwidth_bytes_per_s * e.memory_efficiency)
+    expected = ridge_eff - e.gemm_ramp_tokens
     b = next(b for b in range(1, 4096) if gemm_bound(cost, b) == "compute")
-    print(f"{hw}: fitted-efficiency crossover at batch {b} (ideal: {crossover[hw]})")
+    check(f"{hw}: fitted-efficiency crossover batch", b,
+          f"~{expected:.0f} = {ridge_eff:.0f} - T0 {e.gemm_ramp_tokens:.0f} (ideal: {crossover[hw]})", 0.8 < b / expected < 1.25)
+    check(f"{hw}: batch-1 decode GEMM with the fitted efficiencies", gemm_bound(cost, 1), "memory",
+          gemm_bound(cost, 1) == "memory")
 '''),
     ("md", """\
 ## The roofline chart
@@ -529,7 +539,7 @@ print(pts.assign(ape=pts.error_pct.abs()).nlargest(8, "ape")[["id", "metric", "m
     ("md", """\
 The largest errors are the known biases listed in docs/validation.md: TTFT of 1-token prompts
 under lmdeploy (a metric-definition mismatch), long-output fp8 rows at TP >= 2 on H100, and
-gpt-fast's compiled decode. To check your own hardware, validate your own `vllm bench serve`
+gpt-fast (its int8 Mixtral on one GPU). To check your own hardware, validate your own `vllm bench serve`
 results (`llmsim validate result.json --model ... --hardware ...`) and fit an overlay with
 `llmsim calibrate` (docs/calibration.md)."""),
 ]
