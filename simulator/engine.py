@@ -379,16 +379,18 @@ class Replica:
             hist[(c - 1) % bs + 1] += 1
         # KV: after i = q*bs + r steps the batch needs B*q + #{fill >= bs - r + 1} new blocks
         free = self.free_blocks
-        q0 = free // B
-        rem_free = free - B * q0
-        ge = 0
-        r_max = 0
-        for r in range(1, bs):
-            ge += hist[bs - r + 1]
-            if ge > rem_free:
-                break
-            r_max = r
-        k_max = min(k_fin, q0 * bs + r_max, self.cfg.max_segment_steps)
+        k_max = min(k_fin, self.cfg.max_segment_steps)
+        if free < B * (k_max // bs + 1):  # otherwise k_max steps cannot run out of blocks
+            q0 = free // B
+            rem_free = free - B * q0
+            ge = 0
+            r_max = 0
+            for r in range(1, bs):
+                ge += hist[bs - r + 1]
+                if ge > rem_free:
+                    break
+                r_max = r
+            k_max = min(k_max, q0 * bs + r_max)
         if k_max <= 0:
             self._step()  # a block is needed now: the full scheduler preempts
             return
@@ -490,16 +492,22 @@ class Replica:
         if prefill_priority and self.waiting and self._can_admit_head(budget):
             sched = self._admit(budget, whole_prompts=True)
         else:
+            rid = self.rid
             for s in list(self.active):
-                if self.rid[s] < 0:
+                if preempted and rid[s] < 0:
                     continue  # preempted earlier in this loop
                 if budget <= 0:
                     break
-                rem = prompt[s] - comp[s]
-                need = 1 if rem <= 0 else (min(rem, budget) if not prefill_priority else rem)
-                if need > budget:
-                    continue
-                nb = -(-(comp[s] + need) // bs) + (-comp[s] // bs)  # ceil(new) - ceil(old)
+                c = comp[s]
+                rem = prompt[s] - c
+                if rem <= 0:  # a decode: one token, a new block when the last one is full
+                    need = 1
+                    nb = 1 if c % bs == 0 else 0
+                else:
+                    need = rem if prefill_priority else min(rem, budget)
+                    if need > budget:
+                        continue
+                    nb = -(-(c + need) // bs) + (-c // bs)  # ceil(new) - ceil(old)
                 ok = True
                 while nb > self.free_blocks:
                     order = self.order
@@ -583,7 +591,6 @@ class Replica:
         Ad = Ap = R = Aw = Rw = Pc = 0.0
         W = self.window
         comp, prompt = self.computed, self.prompt
-        emit = []
         for s, q in sched:
             p = comp[s]
             T += q
@@ -601,7 +608,6 @@ class Replica:
                 Rw += min(p + q, W)
             if p + q >= prompt[s]:
                 S += 1
-                emit.append(s)
         if W is None:
             Aw, Rw = Ad + Ap, R
         dt = self.step_time(T, S, Ad, Ap, R, Aw, Rw, Pc)
@@ -611,28 +617,31 @@ class Replica:
         lg.steps += 1
         lg.batch_token_sum += len(sched)
         lg.busy_s += dt
-        for s, q in sched:
-            c0 = comp[s]
-            comp[s] = c0 + q
-            if c0 < prompt[s] <= c0 + q:
-                self.n_prefilling -= 1
-        self.clock = t_end
         out_first = self.out["first_token_s"]
         gen, last, outl = self.generated, self.last_tok, self.outlen
         regular = 0
         done = []
-        for s in emit:
-            if gen[s] == 0:
+        for s, q in sched:
+            c0 = comp[s]
+            c1 = c0 + q
+            comp[s] = c1
+            p_ = prompt[s]
+            if c1 < p_:
+                continue  # a prompt chunk that does not finish the prompt: no token
+            if c0 < p_:
+                self.n_prefilling -= 1
+            g = gen[s]
+            if g == 0:
                 out_first[self.rid[s]] = t_end
             elif last[s] == prev:
                 regular += 1  # emitted in the previous step too: the gap is this step
             else:
                 lg.gap(t_end - last[s], 1)
-            g = gen[s] + 1
-            gen[s] = g
+            gen[s] = g + 1
             last[s] = t_end
-            if g >= outl[s]:
+            if g + 1 >= outl[s]:
                 done.append(s)
+        self.clock = t_end
         lg.gap(t_end - prev, regular)
         self._record(len(sched))
         for s in done:
