@@ -488,6 +488,17 @@ class Replica:
         preempted = False
         prefill_priority = cfg.scheduler == "prefill-priority"
         comp, prompt, bs = self.computed, self.prompt, self.bs
+        a = self.active
+        B = len(a)
+        if not prefill_priority and B and not self.n_prefilling and budget >= B:
+            # every running sequence decodes: if their new blocks are free, all of them run
+            # (order does not matter then) and waiting requests are admitted after them
+            nb = sum(1 for s in a if comp[s] % bs == 0)
+            if nb <= self.free_blocks:
+                self.free_blocks -= nb
+                dec = list(a)
+                self._execute(self._admit(budget - B, whole_prompts=False), dec)
+                return
         # prefill-priority: if anything waits and can be admitted, run a prefill-only step
         if prefill_priority and self.waiting and self._can_admit_head(budget):
             sched = self._admit(budget, whole_prompts=True)
@@ -585,12 +596,23 @@ class Replica:
         self.active.remove(s)
         self.free_slots.append(s)
 
-    def _execute(self, sched: list[tuple[int, int]]) -> None:
-        """Price one step from each scheduled sequence's (new tokens q, cached tokens p)."""
+    def _execute(self, sched: list[tuple[int, int]], dec: list[int] | None = None) -> None:
+        """Price one step from each scheduled sequence's (new tokens q, cached tokens p);
+        `dec` are decoding slots scheduled as a group (one token each)."""
         T = S = 0
         Ad = Ap = R = Aw = Rw = Pc = 0.0
         W = self.window
         comp, prompt = self.computed, self.prompt
+        if dec:
+            B = len(dec)
+            cs_ = [comp[s] for s in dec]
+            c_sum = sum(cs_)
+            T = S = B
+            Ad = c_sum + 0.5 * B
+            R = float(c_sum + B)
+            if W is not None:
+                Aw = sum(min(c + 0.5, W) for c in cs_)
+                Rw = sum(min(c + 1, W) for c in cs_)
         for s, q in sched:
             p = comp[s]
             T += q
@@ -615,7 +637,7 @@ class Replica:
         t_end = prev + dt
         lg = self.log
         lg.steps += 1
-        lg.batch_token_sum += len(sched)
+        lg.batch_token_sum += len(sched) + (len(dec) if dec else 0)
         lg.busy_s += dt
         out_first = self.out["first_token_s"]
         gen, last, outl = self.generated, self.last_tok, self.outlen
@@ -641,9 +663,21 @@ class Replica:
             last[s] = t_end
             if g + 1 >= outl[s]:
                 done.append(s)
+        if dec:
+            for s in dec:
+                comp[s] += 1
+                g = gen[s] + 1
+                gen[s] = g
+                if last[s] == prev:
+                    regular += 1
+                else:
+                    lg.gap(t_end - last[s], 1)
+                last[s] = t_end
+                if g >= outl[s]:
+                    done.append(s)
         self.clock = t_end
         lg.gap(t_end - prev, regular)
-        self._record(len(sched))
+        self._record(len(sched) + (len(dec) if dec else 0))
         for s in done:
             self._finish(s)
 
