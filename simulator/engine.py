@@ -374,13 +374,14 @@ class Replica:
         cs_ = [comp[s] for s in a]
         c_sum = sum(cs_)
         k_fin = min([outl[s] - gen[s] for s in a])
-        hist = [0] * (bs + 2)  # hist[f]: slots whose last block holds f tokens (1..bs)
-        for c in cs_:
-            hist[(c - 1) % bs + 1] += 1
-        # KV: after i = q*bs + r steps the batch needs B*q + #{fill >= bs - r + 1} new blocks
+        # KV: after i = q*bs + r steps the batch needs B*q + #{fill >= bs - r + 1} new blocks,
+        # fill = (c - 1) % bs + 1 the tokens in a slot's last block
         free = self.free_blocks
         k_max = min(k_fin, self.cfg.max_segment_steps)
         if free < B * (k_max // bs + 1):  # otherwise k_max steps cannot run out of blocks
+            hist = [0] * (bs + 2)  # hist[f]: slots whose last block holds f tokens (1..bs)
+            for c in cs_:
+                hist[(c - 1) % bs + 1] += 1
             q0 = free // B
             rem_free = free - B * q0
             ge = 0
@@ -458,15 +459,20 @@ class Replica:
         # so the blocks taken are B * (n // bs) + #{fill >= bs - n % bs + 1}
         last = self.last_tok
         done = []
+        r = n % bs
+        thr = bs - r if r else bs  # (c - 1) % bs >= thr: the slot crosses one more block boundary
+        cross = 0
         for s in a:
-            comp[s] += n
+            c = comp[s]
+            if (c - 1) % bs >= thr:
+                cross += 1
+            comp[s] = c + n
             g = gen[s] + n
             gen[s] = g
             last[s] = t_end
             if g >= outl[s]:
                 done.append(s)
-        r = n % bs
-        self.free_blocks -= B * (n // bs) + (sum(hist[bs - r + 1: bs + 1]) if r else 0)
+        self.free_blocks -= B * (n // bs) + cross
         lg = self.log
         if line is not None:
             lg.segment_line(line[0], line[1], n, B)
