@@ -175,7 +175,7 @@ def _cost_options(fn: Any) -> Any:
     dt = click.Choice(list(DTYPES))
     opts = [
         click.option("--model", "-m", required=True, help="Model id, alias, YAML or config.json path."),
-        click.option("--hardware", "-g", required=True, help="Hardware id or YAML path."),
+        click.option("--hardware", "-H", "-g", required=True, help="Hardware id or YAML path (-g is an alias)."),
         click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
         click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
         click.option("--weight-dtype", type=dt, default=None, help="Weight format [default: the model's]."),
