@@ -438,24 +438,21 @@ def scenario_from_options(opts: dict[str, Any], **overrides: Any) -> Any:
         base[k] = v
     base.update(overrides)
     if "efficiency" in base and isinstance(base["efficiency"], (tuple, list)):
-        eff = {}
-        for item in base["efficiency"]:
-            key, sep, val = str(item).partition("=")
-            if not sep:
-                raise SpecError(f"efficiency: {item!r} is not KEY=VALUE")
-            try:
-                eff[key.strip()] = float(val)
-            except ValueError:
-                raise SpecError(f"efficiency: {key}={val!r} is not a number") from None
-        base["efficiency"] = eff
+        from .roofline import parse_efficiency_overrides
+
+        base["efficiency"] = parse_efficiency_overrides(base["efficiency"])
     if "goodput" in base and isinstance(base["goodput"], (tuple, list)):
         base["goodput"] = " ".join(base["goodput"])
     if isinstance(base.get("goodput"), str):
         base["goodput"] = {k: v * 1e3 for k, v in parse_goodput(base["goodput"]).items()}
     if "rate" in base and isinstance(base["rate"], str):
         base["rate"] = _rate_type(base["rate"])
-    if base.get("input_len") or base.get("output_len"):
+    lengths = [k for k in ("input_len", "output_len", "range_ratio") if base.get(k) is not None]
+    if lengths:
         base.setdefault("workload", "random")
+        if str(base["workload"]).lower() not in ("random", "synthetic"):
+            raise SpecError(f"{lengths[0]}: applies to --workload random only; trace "
+                            f"{base['workload']!r} sets its own prompt and output lengths")
     return Scenario.from_dict(base, "options")
 
 

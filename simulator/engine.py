@@ -306,7 +306,7 @@ class Replica:
             reason = f"prompt+output = {need} tokens exceeds max_model_len {self.max_model_len}"
         elif self.blocks_for(need) > self.total_blocks:
             reason = f"needs {need} KV tokens; the replica holds {self.total_blocks * self.bs}"
-        elif self.cfg.scheduler != "vllm" and int(self.wl_in[r]) > self.cfg.max_num_batched_tokens:
+        elif self.cfg.scheduler == "prefill-priority" and int(self.wl_in[r]) > self.cfg.max_num_batched_tokens:
             reason = (f"prompt of {int(self.wl_in[r])} tokens exceeds max_num_batched_tokens "
                       f"{self.cfg.max_num_batched_tokens} with chunked prefill off")
         self.out["replica"][r] = self.index
@@ -401,14 +401,17 @@ class Replica:
         dt = None
         line = None  # (d0, slope): step j of the segment lasts d0 + slope * j
         clock = self.clock
+        st = self.step_time
         if W is None:
-            st = self.step_time
             d0 = st(B, B, Ad0, 0.0, R0)
-            if t_limit != math.inf:
-                # steps only lengthen as context grows: at most (t_limit - clock)/d0 + 1 start in time
-                fit = (t_limit - clock) / d0  # may overflow to inf for far-off limits
-                if fit < k_max:
-                    k_max = max(1, int(fit) + 1)
+        else:
+            d0 = st(B, B, Ad0, 0.0, R0, sum(min(c + 0.5, W) for c in cs_), sum(min(c + 1, W) for c in cs_))
+        if t_limit != math.inf:
+            # steps only lengthen as context grows: at most (t_limit - clock)/d0 + 1 start in time
+            fit = (t_limit - clock) / d0  # may overflow to inf for far-off limits
+            if fit < k_max:
+                k_max = max(1, int(fit) + 1)
+        if W is None:
             if k_max == 1:
                 line = (d0, 0.0)
             else:

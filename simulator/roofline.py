@@ -32,7 +32,15 @@ from typing import Any
 import numpy as np
 
 from .catalog import load_hardware, load_model
-from .specs import DTYPE_BYTES, DTYPES, Efficiency, HardwareSpec, ModelSpec, SpecError
+from .specs import (
+    DTYPE_BYTES,
+    DTYPES,
+    Efficiency,
+    HardwareSpec,
+    ModelSpec,
+    SpecError,
+    _did_you_mean,
+)
 
 FEATURES = ("one", "T", "S", "emit", "Ad", "Ap", "R", "Aw", "Rw", "U", "Pc")
 _NF = len(FEATURES)
@@ -161,10 +169,12 @@ class CostModel:
         self.model = load_model(model) if isinstance(model, str) else model
         hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
         if efficiency:
-            try:
-                hw = hw.with_efficiency(**efficiency)
-            except TypeError as e:
-                raise SpecError(f"efficiency: {e}") from None
+            allowed = [f.name for f in dataclasses.fields(Efficiency) if f.name != "sources"]
+            for key in efficiency:
+                if key not in allowed:
+                    raise SpecError(f"efficiency: unknown field {key!r}{_did_you_mean(str(key), allowed)}; "
+                                    f"allowed: {', '.join(allowed)}")
+            hw = hw.with_efficiency(**efficiency)
         if ideal:
             hw = hw.ideal()
         self.hardware = hw
@@ -173,9 +183,7 @@ class CostModel:
         m, par = self.model, self.par
         if m.num_layers % par.pp:
             raise SpecError(f"pp: {par.pp} does not divide num_layers ({m.num_layers})")
-        if m.mla is None and m.num_heads % par.tp:
-            raise SpecError(f"tp: {par.tp} does not divide num_heads ({m.num_heads}) of {m.id}")
-        if m.mla is not None and m.num_heads % par.tp:
+        if m.num_heads % par.tp:
             raise SpecError(f"tp: {par.tp} does not divide num_heads ({m.num_heads}) of {m.id}")
         self.gemm_dtype = hw.gemm_dtype(self.dtypes.gemm)
         self.attention_dtype = hw.gemm_dtype(self.dtypes.activation)
@@ -278,7 +286,9 @@ class CostModel:
                 fp = nh / t * 2 * (ml.qk_nope_head_dim + ml.qk_rope_head_dim + ml.v_head_dim)
                 flops = _vec(**{A_d: fd}) + _vec(**{A_p: fp})
             else:
-                flops = _vec(**{A_d: 4.0 * nh * d / t}) + _vec(**{A_p: 4.0 * nh * d / t})
+                f = 4.0 * nh * d / t  # per query-key pair, QK^T and PV
+                # sliding layers carry decode and prefill pairs in one feature (Aw): count it once
+                flops = _vec(**{A_d: f}) if A_d == A_p else _vec(**{A_d: f}) + _vec(**{A_p: f})
             kv_tok = kv_elem * bkv / t_kv
             add(name, "attention", count, flops, kr=_vec(**{Rk: kv_tok}), kw=_vec(T=kv_tok),
                 a=_vec(T=2 * nh * d / t * ba))
@@ -626,6 +636,8 @@ def predict_static(cost: CostModel, batch_size: int, input_len: int, output_len:
         "memory": {**mem.as_dict(), "kv_tokens_needed": kv_needed,
                    "kv_fits": kv_needed <= mem.kv_capacity_tokens},
         "notes": list(cost.notes) + ([mem.message] if mem.message else []) + (
+            [f"input_len + output_len = {I + O} exceeds {m.id}'s context of {m.max_context} tokens"]
+            if I + O > m.max_context else []) + (
             [f"batch needs {kv_needed} KV tokens, capacity is {mem.kv_capacity_tokens}"]
             if mem.fits and kv_needed > mem.kv_capacity_tokens else []),
         "ideal": cost.hardware.efficiency == type(cost.hardware.efficiency)(),
@@ -678,7 +690,8 @@ def parse_efficiency_overrides(items: list[str] | tuple[str, ...]) -> dict[str, 
         if not sep:
             raise SpecError(f"efficiency: {item!r} is not KEY=VALUE")
         if key not in fields:
-            raise SpecError(f"efficiency: unknown field {key!r}; allowed: {', '.join(sorted(fields))}")
+            raise SpecError(f"efficiency: unknown field {key!r}{_did_you_mean(key, fields)}; "
+                            f"allowed: {', '.join(sorted(fields))}")
         try:
             out[key] = float(value)
         except ValueError:

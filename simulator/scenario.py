@@ -109,6 +109,16 @@ class Scenario:
         need(isinstance(self.efficiency, dict), "efficiency", "must be a mapping of efficiency fields")
         need(isinstance(self.goodput, (dict, str, list, tuple)), "goodput",
              "must be a mapping like {ttft: 500, tpot: 50} (ms)")
+        if self.concurrency is not None and self.rate is not None and math.isfinite(self.rate):
+            raise SpecError(
+                f"rate: {self.rate!r} cannot be combined with concurrency {self.concurrency}: a closed "
+                "loop of N clients ignores arrival times (vLLM's --max-concurrency cap on an open-loop "
+                "stream is not modelled); drop the rate or use rate inf")
+        if (str(self.workload).lower() not in ("random", "synthetic") and self.rate is None
+                and self.burstiness != 1.0):
+            raise SpecError(
+                f"burstiness: {self.burstiness!r} applies only with a rate: trace {self.workload!r} "
+                "replays its own arrival times unless --rate time-scales it")
         if isinstance(self.goodput, dict):
             object.__setattr__(self, "goodput", {k: v for k, v in self.goodput.items()})
         parse_goodput(self.goodput)  # validates

@@ -407,3 +407,14 @@ def test_more_bandwidth_means_faster_decode_with_catalog_defaults() -> None:
     tpot = {h: predict_static(make_cost_model("llama-3.1-70b", h, tp=4), 1, 1024, 64)["tpot_ms"]
             for h in ("h100-sxm", "h200-sxm")}
     assert tpot["h200-sxm"] < 0.9 * tpot["h100-sxm"]
+
+
+def test_sliding_window_attention_flops_by_hand() -> None:
+    """Mistral-7B (all 32 layers slide over 4096 tokens), one 8192-token prompt: each query
+    attends to min(position, 4096) keys; the model's pair count q * min(q/2, W) = 8192 * 4096,
+    times 4 n_h d FLOPs per pair per layer."""
+    c = cost("mistral-7b", A100)
+    m = c.model
+    ops = {o["name"]: o for o in c.breakdown(prefill_step(m, 1, 8192))["ops"]}
+    expected = 4 * m.num_heads * m.d_head * 8192 * 4096 * m.num_layers
+    assert close(ops["attention_sliding"]["flops"], expected, 1e-12)

@@ -85,6 +85,10 @@ def test_out_dir_files(tmp_path):
     (["--workload", "azure-cnv"], "did you mean"),
     (["--kv-dtype", "fp7"], "kv_dtype"),
     (["-m", "llama-3.1-70b", "-H", "a100-sxm-80gb"], "smallest TP"),
+    (["-w", "azure-conv", "--input-len", "4096"], "applies to --workload random only"),
+    (["-w", "azure-conv", "--burstiness", "0.3"], "applies only with a rate"),
+    (["--concurrency", "3", "--rate", "5"], "cannot be combined with concurrency"),
+    (["--efficiency", "compute_eficiency=0.5"], "did you mean 'compute_efficiency'"),
 ])
 def test_bad_options_one_line_exit_2(args, word):
     code, out, err = run("simulate", "-n", "5", "-q", *args)
