@@ -68,11 +68,29 @@ def bound_mb(n: int) -> float:
     return kept + max(n * SUMMARY_BYTES_PER_REQUEST / 1e6, ITL_BOUND_MB) + TIMELINE_BOUND_MB
 
 
-def case_a(n: int) -> dict:
-    from simulator import workload as W
+def _measure(case: str, n: int, w, t0: float, c0: float, base_rss: float, rss_loaded: float,
+             **extra: float) -> dict:
+    """Simulate workload `w` on llama-3.1-8b / h100-sxm and collect time, memory and results."""
     from simulator.engine import EngineConfig, simulate
     from simulator.metrics import summarize
     from simulator.roofline import make_cost_model
+
+    cost = make_cost_model("llama-3.1-8b", "h100-sxm")
+    t2, c2 = time.perf_counter(), time.process_time()
+    res = simulate(cost, w, EngineConfig())
+    t_sim, c_sim = time.perf_counter() - t2, time.process_time() - c2
+    s = summarize(res)
+    return {"case": case, "n": n, **extra, "simulate_wall_s": t_sim, "simulate_cpu_s": c_sim,
+            "total_wall_s": time.perf_counter() - t0, "total_cpu_s": time.process_time() - c0,
+            "rss_after_imports_mb": base_rss, "rss_after_load_mb": rss_loaded, "peak_rss_mb": _peak_mb(),
+            "steps": s["steps"], "completed": s["completed"], "failed": s["failed"],
+            "simulated_hours": s["duration"] / 3600, "unstable": s["unstable"],
+            "mean_ttft_ms": s["mean_ttft_ms"], "itl_distinct_values": int(len(res.itl_values_s)),
+            "timeline_rows": int(len(res.timeline)), "bound_mb": bound_mb(n)}
+
+
+def case_a(n: int) -> dict:
+    from simulator import workload as W
 
     base_rss = _rss_mb()
     t0, c0 = time.perf_counter(), time.process_time()
@@ -83,47 +101,19 @@ def case_a(n: int) -> dict:
         t1 = time.perf_counter()
         w = W.read_trace(path)
         t_read = time.perf_counter() - t1
-    rss_loaded = _rss_mb()
-    cost = make_cost_model("llama-3.1-8b", "h100-sxm")
-    t2, c2 = time.perf_counter(), time.process_time()
-    res = simulate(cost, w, EngineConfig())
-    t_sim, c_sim = time.perf_counter() - t2, time.process_time() - c2
-    s = summarize(res)
-    return {"case": f"(a) azure-conv tiled to {n:,} requests, trace file replay", "n": n,
-            "trace_file_mb": size / 1e6, "read_trace_s": t_read,
-            "simulate_wall_s": t_sim, "simulate_cpu_s": c_sim,
-            "total_wall_s": time.perf_counter() - t0, "total_cpu_s": time.process_time() - c0,
-            "rss_after_imports_mb": base_rss, "rss_after_read_mb": rss_loaded, "peak_rss_mb": _peak_mb(),
-            "steps": s["steps"], "completed": s["completed"], "failed": s["failed"],
-            "simulated_hours": s["duration"] / 3600, "unstable": s["unstable"],
-            "mean_ttft_ms": s["mean_ttft_ms"], "itl_distinct_values": int(len(res.itl_values_s)),
-            "timeline_rows": int(len(res.timeline)), "bound_mb": bound_mb(n)}
+    return _measure(f"(a) azure-conv tiled to {n:,} requests, trace file replay", n, w, t0, c0, base_rss,
+                    _rss_mb(), trace_file_mb=size / 1e6, read_trace_s=t_read)
 
 
 def case_b(n: int) -> dict:
     from simulator import workload as W
-    from simulator.engine import EngineConfig, simulate
-    from simulator.metrics import summarize
-    from simulator.roofline import make_cost_model
 
     base_rss = _rss_mb()
     t0, c0 = time.perf_counter(), time.process_time()
     w = W.synthetic(n, 40.0, 256, 24, range_ratio=0.33, seed=0)
     t_gen = time.perf_counter() - t0
-    rss_loaded = _rss_mb()
-    cost = make_cost_model("llama-3.1-8b", "h100-sxm")
-    t2, c2 = time.perf_counter(), time.process_time()
-    res = simulate(cost, w, EngineConfig())
-    t_sim, c_sim = time.perf_counter() - t2, time.process_time() - c2
-    s = summarize(res)
-    return {"case": f"(b) synthetic {n:,} requests, 256 in / 16-32 out, Poisson 40 req/s", "n": n,
-            "generate_s": t_gen, "simulate_wall_s": t_sim, "simulate_cpu_s": c_sim,
-            "total_wall_s": time.perf_counter() - t0, "total_cpu_s": time.process_time() - c0,
-            "rss_after_imports_mb": base_rss, "rss_after_generate_mb": rss_loaded, "peak_rss_mb": _peak_mb(),
-            "steps": s["steps"], "completed": s["completed"], "failed": s["failed"],
-            "simulated_hours": s["duration"] / 3600, "unstable": s["unstable"],
-            "mean_ttft_ms": s["mean_ttft_ms"], "itl_distinct_values": int(len(res.itl_values_s)),
-            "timeline_rows": int(len(res.timeline)), "bound_mb": bound_mb(n)}
+    return _measure(f"(b) synthetic {n:,} requests, 256 in / 16-32 out, Poisson 40 req/s", n, w, t0, c0,
+                    base_rss, _rss_mb(), generate_s=t_gen)
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ the column, the value and what is allowed.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import importlib.resources
 import io
@@ -395,15 +396,7 @@ def scale_to_rate(w: Workload, rate: float) -> Workload:
         new = a[0] + (a - a[0]) * factor
         new[-1] = a[0] + (w.num_requests - 1) / rate
         new = np.maximum.accumulate(new)  # guard rounding
-    return Workload(
-        new,
-        w.input_len,
-        w.output_len,
-        name=f"{w.name}@{rate:g}/s",
-        concurrency=w.concurrency,
-        bad_rows=w.bad_rows,
-        failed_in_trace=w.failed_in_trace,
-    )
+    return dataclasses.replace(w, arrival_s=new, name=f"{w.name}@{rate:g}/s")
 
 
 def with_arrivals(
@@ -414,15 +407,7 @@ def with_arrivals(
     proc = process or ("poisson" if burstiness == 1 else "gamma")
     g = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
     arr = arrivals(w.num_requests, rate, burstiness, g, proc)
-    return Workload(
-        arr,
-        w.input_len,
-        w.output_len,
-        name=f"{w.name}+{proc}@{rate:g}/s",
-        concurrency=w.concurrency,
-        bad_rows=w.bad_rows,
-        failed_in_trace=w.failed_in_trace,
-    )
+    return dataclasses.replace(w, arrival_s=arr, name=f"{w.name}+{proc}@{rate:g}/s")
 
 
 def take(w: Workload, n: int) -> Workload:
