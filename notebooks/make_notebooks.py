@@ -185,17 +185,16 @@ NOTEBOOKS["find_the_knee.ipynb"] = [
 A replica serving a request stream keeps latency flat while it has slack, then tail latency
 climbs steeply (the **knee**), and past the **saturation rate** the queue grows without bound.
 The **SLO capacity** is the highest rate at which 99 % of requests meet the TTFT and TPOT SLOs.
-`llmsim.sweep` reads all three off a curve of simulations at increasing offered rates
+`llmsim.run_sweep` reads all three off a curve of simulations at increasing offered rates
 (definitions in docs/sweep.md). Here: Llama-3.1-8B on one H100-SXM serving the Azure
 conversation trace (time-scaled to each rate), then how the knee moves with `max_num_seqs`,
 `max_num_batched_tokens` and burstiness."""),
     ("code", SETUP + '''\
-from simulator.sweep import make_executor, parse_sweep
 
 SLOS = {"ttft": 2000, "tpot": 100}  # ms, as vLLM's --goodput ttft:2000 --goodput tpot:100
 base = llmsim.Scenario(model="llama-3.1-8b", hardware="h100-sxm", workload="azure-conv",
                        num_requests=4000, goodput=SLOS)
-executor = make_executor(serial=True)  # or make_executor(workers=4) for a process pool
+executor = llmsim.make_executor(serial=True)  # or llmsim.make_executor(workers=4) for a process pool
 '''),
     ("md", """\
 ## One long sweep
@@ -203,7 +202,7 @@ executor = make_executor(serial=True)  # or make_executor(workers=4) for a proce
 4000 requests per point: long enough that the completion rate past saturation reaches a
 steady state (with 500 the sweep warns that the runs are too short)."""),
     ("code", '''\
-result = llmsim.sweep(base, "auto", executor=executor)
+result = llmsim.run_sweep(base, "auto", executor=executor)
 curve = result["curves"][0]
 pts = [p for p in result["points"] if p["kind"] == "grid"]
 for key in ("offline_max_throughput", "saturation_rate", "max_stable_rate", "slo_capacity"):
@@ -258,7 +257,7 @@ short = base.replace(num_requests=1000)
 variants = {"max_num_seqs": [16, 64, 256], "max_num_batched_tokens": [2048, 8192]}
 moves = {}
 for field, values in variants.items():
-    r = llmsim.sweep(short, "auto", parse_sweep([f"{field}={','.join(map(str, values))}"]), executor)
+    r = llmsim.run_sweep(short, "auto", llmsim.parse_sweep([f"{field}={','.join(map(str, values))}"]), executor)
     moves[field] = r
     for c in r["curves"]:
         knee = c["knee"]["rate"] if c["knee"] else float("nan")
@@ -315,7 +314,7 @@ NOTEBOOKS["capacity_planning.ipynb"] = [
 
 Target: serve the Azure conversation trace at **R = 40 requests/s** with Llama-3.1-8B, such that
 99 % of requests see **TTFT <= 2 s** and **TPOT <= 100 ms**, keeping 20 % headroom. For each
-candidate accelerator, `llmsim.plan` finds one replica's **SLO capacity** (the highest rate at
+candidate accelerator, `llmsim.make_plan` finds one replica's **SLO capacity** (the highest rate at
 which 99 % of requests meet both SLOs and the replica is not saturated: a rate sweep, then
 bisection, exactly as `llmsim sweep`; docs/sweep.md) and sizes the fleet:
 
@@ -333,7 +332,7 @@ R, HEADROOM = 40.0, 0.2
 SLOS = {"ttft": 2000, "tpot": 100}
 base = llmsim.Scenario(model="llama-3.1-8b", workload="azure-conv", num_requests=1000, goodput=SLOS)
 HARDWARE = ["a100-sxm-80gb", "h100-sxm", "h200-sxm", "l40s"]
-result = llmsim.plan(base, R, hardware=HARDWARE, tps=[1], headroom=HEADROOM)
+result = llmsim.make_plan(base, R, hardware=HARDWARE, tps=[1], headroom=HEADROOM)
 cols = ["rank", "hardware", "tp", "slo_capacity", "replicas", "gpus", "price_per_gpu_hour_usd",
         "cost_per_hour_usd", "cost_per_million_output_tokens_usd", "kv_capacity_tokens", "offline_max_throughput"]
 table = pd.DataFrame(result["candidates"])[cols]
@@ -387,7 +386,7 @@ check("the fleet is stable at R", s["unstable"], False, not s["unstable"])
 Caveats: the SLO capacity comes from finite runs (1000 requests per point here; raise
 `num_requests` for a tighter number), the catalog prices are indicative, and a replica's
 capacity depends on the workload's length mix: plan with your own trace
-(`workload="my_trace.csv"`). The what-if analyses (`llmsim.whatif("hardware", base, [...])`)
+(`workload="my_trace.csv"`). The what-if analyses (`llmsim.run_whatif("hardware", base, [...])`)
 compare accelerators at a fixed rate instead."""),
 ]
 
@@ -476,7 +475,7 @@ NOTEBOOKS["validation.ipynb"] = [
 
 `dev.csv` holds 280 published measured numbers (TensorRT-LLM, lmdeploy, gpt-fast, the Splitwise
 profiling data) on A100, H100 and L40S, each with its exact settings and source. All are static
-batches: TTFT, TPOT, end-to-end latency and throughput. `llmsim.validate` prices every row with
+batches: TTFT, TPOT, end-to-end latency and throughput. `llmsim.validate_rows` prices every row with
 its own settings (`predict_static`) and reports the absolute percentage error (APE). The full
 method and the known biases are in docs/validation.md.
 
@@ -498,7 +497,7 @@ rows, bad = llmsim.read_measurements(path)
 print(f"{len(rows)} rows from {path}")
 '''),
     ("code", '''\
-result = llmsim.validate(rows, scenario="static_batch")
+result = llmsim.validate_rows(rows, scenario="static_batch")
 pts = pd.DataFrame(result["points"])
 print(f"predicted {result['predicted']} rows, skipped {len(result['skipped'])}")
 for s in result["skipped"]:

@@ -9,26 +9,23 @@ Public API (``import simulator as llmsim``; reference and examples in docs/api.m
 - workloads: `make_workload`, `synthetic`, `builtin`, `read_trace`, `Workload`
 - serving: `Scenario` (``Scenario(...).run()`` -> (result, summary)), `run`, `simulate`,
   `EngineConfig`, `summarize`
-- load: `sweep` (``llmsim.sweep(scenario, "auto")``)
-- validation: `validate` (``llmsim.validate(rows)``), `read_measurements`, `Validator`,
-  `calibrate`
-- planning (when installed): `plan`, `whatif`
+- load: `run_sweep` (``llmsim.run_sweep(scenario, "auto")``), `parse_sweep`, `make_executor`
+- validation: `validate_rows` (``llmsim.validate_rows(rows)``), `read_measurements`,
+  `Validator`, `calibrate_hardware`
+- planning: `make_plan`, `run_whatif`
+
+Every public name is a plain function or class, and none shares its name with a submodule:
+`run_sweep` is `simulator.sweep.sweep`, `validate_rows` is `simulator.validate.validate`,
+`calibrate_hardware` is `simulator.calibrate.calibrate`, `make_plan` is `simulator.plan.plan`
+and `run_whatif` is `simulator.whatif.whatif`; ``from simulator import sweep`` is the module.
 
 Importing the package is cheap and has no side effects: everything but the spec/catalog
-layer is imported on first use (PEP 562 module ``__getattr__``), and a module that does not
-exist (yet) only fails when its name is used.
-
-`sweep`, `validate`, `calibrate`, `plan` and `whatif` are also the names of submodules
-(``from simulator import validate as V; V.read_measurements(...)`` keeps working). The package
-makes those submodules callable: ``llmsim.sweep(...)`` calls ``simulator.sweep.sweep(...)``,
-``llmsim.validate(...)`` calls ``simulator.validate.validate(...)``, and so on.
+layer is imported on first use (PEP 562 module ``__getattr__``).
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import Any
 
 from .catalog import hardware_catalog, import_hf_config, load_hardware, load_model, model_catalog
@@ -60,47 +57,24 @@ _LAZY: dict[str, tuple[str, str]] = {
     "simulate": ("engine", "simulate"),
     "EngineConfig": ("engine", "EngineConfig"),
     "summarize": ("metrics", "summarize"),
+    # load
+    "run_sweep": ("sweep", "sweep"),
+    "parse_sweep": ("sweep", "parse_sweep"),
+    "make_executor": ("executors", "make_executor"),
     # validation
+    "validate_rows": ("validate", "validate"),
     "read_measurements": ("validate", "read_measurements"),
     "Validator": ("validate", "Validator"),
+    "calibrate_hardware": ("calibrate", "calibrate"),
+    # planning
+    "make_plan": ("plan", "plan"),
+    "run_whatif": ("whatif", "whatif"),
 }
-#: submodules that are also callable: llmsim.NAME(...) -> simulator.NAME.NAME(...)
-_CALLABLE_MODULES = ("sweep", "validate", "calibrate", "plan", "whatif")
 
 __all__ = [
     "DTYPES", "HardwareSpec", "ModelSpec", "SpecError", "hardware_catalog", "import_hf_config",
-    "load_hardware", "load_model", "model_catalog", *_LAZY, *_CALLABLE_MODULES,
+    "load_hardware", "load_model", "model_catalog", *_LAZY,
 ]
-
-
-class _CallableModule(types.ModuleType):
-    """A submodule whose call runs its function of the same name (``llmsim.sweep(...)``)."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        name = self.__name__.rpartition(".")[2]
-        fn = self.__dict__.get(name)
-        if not callable(fn):
-            raise TypeError(f"module {self.__name__!r} has no function {name}(); "
-                            f"use its functions by name (see dir(llmsim.{name}))")
-        return fn(*args, **kwargs)
-
-
-class _Package(types.ModuleType):
-    """The package module: makes the `_CALLABLE_MODULES` submodules callable however they
-    are first imported (the import system binds a submodule with setattr on its parent)."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if (name in _CALLABLE_MODULES and isinstance(value, types.ModuleType)
-                and type(value) is types.ModuleType):
-            value.__class__ = _CallableModule
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-for _name in _CALLABLE_MODULES:  # submodules imported before this point (none, normally)
-    _mod = sys.modules.get(f"{__name__}.{_name}")
-    if _mod is not None:
-        setattr(sys.modules[__name__], _name, _mod)
 
 
 def __getattr__(name: str) -> Any:
@@ -109,14 +83,6 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
         globals()[name] = value
         return value
-    if name in _CALLABLE_MODULES:
-        try:
-            return importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__name__}.{name}":
-                raise
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r} "
-                                 f"(simulator/{name}.py is not installed)") from None
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

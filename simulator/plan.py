@@ -28,6 +28,7 @@ Pure: no printing, no files (the CLI does that).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -121,18 +122,10 @@ class _Offset:
         self.last = (0, 0)
 
 
-def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps: Sequence[int] | None = None,
-         kv_dtypes: Sequence[str | None] | None = None, weight_dtypes: Sequence[str | None] | None = None,
-         headroom: float = 0.2, prices: dict[str, float] | None = None, slo_target: float = 0.99,
-         tol: float = 0.02, executor: Executor | None = None,
-         progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Rank deployments of `base` that serve `rate` req/s within its goodput SLOs.
+_Key = tuple[str, int, str, str]  # (hardware ref, tp, weight dtype, kv dtype)
 
-    `hardware`, `tps`, `kv_dtypes`, `weight_dtypes`: the candidate values (default: the
-    scenario's own). `headroom`: the fraction of each replica's SLO capacity kept free.
-    `prices`: $/GPU-hour overrides by hardware id. Returns a JSON-able dict with
-    `candidates` (feasible, cheapest first), `infeasible` (with `reason`) and `best`.
-    """
+
+def _check_inputs(base: Scenario, rate: float, headroom: float) -> None:
     if not (_num(rate) and rate > 0):
         raise SpecError(f"rate: {rate!r} must be a finite number of requests/s > 0")
     if not base.goodput:
@@ -142,66 +135,88 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
         raise SpecError(f"headroom: {headroom!r} must be a fraction in [0, 1)")
     if base.concurrency is not None:
         raise SpecError("concurrency: plan needs an open loop (arrivals at a rate); drop --concurrency")
-    price_map = normalise_prices(prices)
-    hw_refs = [str(h) for h in _as_list(hardware, base.hardware)]
-    hw_specs = {ref: load_hardware(ref) for ref in hw_refs}  # a bad name fails the whole plan
-    tp_list = _as_list(tps, base.tp)
-    for tp in tp_list:
-        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-            raise SpecError(f"tp: {tp!r} must be an integer >= 1")
-    kv_list = _as_list(kv_dtypes, base.kv_dtype)
-    wd_list = _as_list(weight_dtypes, base.weight_dtype)
-    base1 = base.replace(replicas=1, rate=None)
-    wl = base1.make_workload()
-    mean_in = float(wl.input_len.mean())
-    mean_out = float(wl.output_len.mean())
-    longest = int((wl.input_len + wl.output_len).max())
-    seq_len = max(1, round(mean_in + mean_out))
 
-    feasible_keys: list[tuple[str, int, str, str]] = []
-    rows: dict[tuple[str, int, str, str], dict[str, Any]] = {}
+
+def _screen_one(base: Scenario, base1: Scenario, ref: str, hw: Any, tp: int, wd: Any, kv: Any,
+                seq_len: int, longest: int) -> tuple[dict[str, Any], str | None]:
+    """Step 1 for one shape: its row (memory fit, KV capacity) and why it is infeasible
+    (None when it can be swept). A shape without a cost model comes back without `_key`,
+    its row complete."""
+    row: dict[str, Any] = {
+        "hardware": hw.id, "hardware_ref": ref, "tp": tp, "pp": base.pp,
+        "weight_dtype": wd, "kv_dtype": kv, "gpus_per_replica": tp * base.pp,
+    }
+    try:
+        sc = base1.replace(hardware=ref, tp=tp, weight_dtype=wd, kv_dtype=kv)
+        cost = sc.cost_model()
+    except SpecError as e:  # no cost model: infeasible as named (no `_key`)
+        return {**row, "fits": False, "reason": str(e), "smallest_tp_that_fits": None}, str(e)
+    wd_r, kv_r = cost.dtypes.weight, cost.dtypes.kv
+    row.update(weight_dtype=wd_r, kv_dtype=kv_r, _key=(ref, tp, wd_r, kv_r))
+    mem = cost.memory(sc.gpu_memory_utilization, sc.max_num_batched_tokens, sc.max_num_seqs,
+                      seq_len=seq_len)
+    row.update(fits=mem.fits, kv_capacity_tokens=mem.kv_capacity_tokens,
+               max_concurrent_sequences=mem.max_concurrent_sequences,
+               weights_gb_per_gpu=mem.weights_bytes_per_gpu / 1e9,
+               smallest_tp_that_fits=mem.smallest_tp_that_fits,
+               notes=list(cost.notes))
+    kv_cap = sc.kv_capacity_tokens or mem.kv_capacity_tokens
+    if not mem.fits:
+        return row, mem.message
+    if longest > kv_cap:
+        return row, f"the longest request needs {longest} KV tokens; one replica holds {kv_cap}"
+    return row, None
+
+
+def _screen(base: Scenario, base1: Scenario, hw_specs: dict[str, Any], tp_list: list[Any],
+            wd_list: list[Any], kv_list: list[Any], seq_len: int,
+            longest: int) -> tuple[list[_Key], dict[_Key, dict[str, Any]], list[dict[str, Any]]]:
+    """Step 1: every shape's memory fit; (feasible keys, their rows, infeasible rows)."""
+    feasible_keys: list[_Key] = []
+    rows: dict[_Key, dict[str, Any]] = {}
     infeasible: list[dict[str, Any]] = []
-    for ref in hw_refs:
-        hw = hw_specs[ref]
-        for tp in tp_list:
-            for wd in wd_list:
-                for kv in kv_list:
-                    row: dict[str, Any] = {
-                        "hardware": hw.id, "hardware_ref": ref, "tp": tp, "pp": base.pp,
-                        "weight_dtype": wd, "kv_dtype": kv, "gpus_per_replica": tp * base.pp,
-                    }
-                    try:
-                        sc = base1.replace(hardware=ref, tp=tp, weight_dtype=wd, kv_dtype=kv)
-                        cost = sc.cost_model()
-                    except SpecError as e:
-                        infeasible.append({**row, "fits": False, "reason": str(e), "smallest_tp_that_fits": None})
-                        continue
-                    wd_r, kv_r = cost.dtypes.weight, cost.dtypes.kv
-                    key = (ref, tp, wd_r, kv_r)
-                    if key in rows or any(r.get("_key") == key for r in infeasible):
-                        continue  # the same shape named twice (e.g. default dtype and its name)
-                    row.update(weight_dtype=wd_r, kv_dtype=kv_r, _key=key)
-                    mem = cost.memory(sc.gpu_memory_utilization, sc.max_num_batched_tokens, sc.max_num_seqs,
-                                      seq_len=seq_len)
-                    row.update(fits=mem.fits, kv_capacity_tokens=mem.kv_capacity_tokens,
-                               max_concurrent_sequences=mem.max_concurrent_sequences,
-                               weights_gb_per_gpu=mem.weights_bytes_per_gpu / 1e9,
-                               smallest_tp_that_fits=mem.smallest_tp_that_fits,
-                               notes=list(cost.notes))
-                    kv_cap = sc.kv_capacity_tokens or mem.kv_capacity_tokens
-                    if not mem.fits:
-                        infeasible.append({**row, "reason": mem.message})
-                    elif longest > kv_cap:
-                        infeasible.append({**row, "reason": (
-                            f"the longest request needs {longest} KV tokens; one replica holds {kv_cap}")})
-                    else:
-                        rows[key] = row
-                        feasible_keys.append(key)
+    for ref, tp, wd, kv in itertools.product(hw_specs, tp_list, wd_list, kv_list):
+        row, reason = _screen_one(base, base1, ref, hw_specs[ref], tp, wd, kv, seq_len, longest)
+        key = row.get("_key")
+        if key is None:
+            infeasible.append(row)
+            continue
+        if key in rows or any(r.get("_key") == key for r in infeasible):
+            continue  # the same shape named twice (e.g. default dtype and its name)
+        if reason is not None:
+            infeasible.append({**row, "reason": reason})
+        else:
+            rows[key] = row
+            feasible_keys.append(key)
+    return feasible_keys, rows, infeasible
 
-    # SLO capacity of one replica per candidate, through the sweep executor
-    prog = _Offset(progress)
-    ex = executor or Executor()
-    curves: dict[tuple[str, int, str, str], dict[str, Any]] = {}
+
+def _low_load_retry(base: Scenario, base1: Scenario, key: _Key, row: dict[str, Any], x: float,
+                    ex: Executor, prog: _Offset, slo_target: float, tol: float) -> None:
+    """Step 2b: the SLOs failed at the lowest grid rate; sweep again at LOW_LOAD_FRACTIONS of
+    the offline max throughput `x` (capacity 0 with a reason when even 0.1 % fails)."""
+    low = sorted({float(f"{f * x:.4g}") for f in LOW_LOAD_FRACTIONS})
+    sc = base1.replace(hardware=key[0], tp=key[1], weight_dtype=key[2], kv_dtype=key[3])
+    res = sweep(sc, low, (), ex, prog, slo_target=slo_target, tol=tol)
+    prog.next_call()
+    info2 = res["curves"][0]
+    row.update(slo_capacity=info2["slo_capacity"], slo_capacity_upper=info2["slo_capacity_upper"],
+               slo_note=info2["slo_note"], bisection_probes=row["bisection_probes"] + info2["bisection_probes"])
+    row["warnings"] += info2["warnings"]
+    if info2["slo_capacity"] is None:
+        pts = [p for p in res["points"] if p["rate"] == low[0]]
+        worst = _worst_slo(pts[0] if pts else {}, base.goodput)
+        row["slo_capacity"] = 0.0
+        row["reason"] = (f"SLOs unmeetable even at low load: good fraction "
+                         f"{(pts[0].get('good_fraction') or 0.0) if pts else 0.0:.3f} < {slo_target:g} "
+                         f"at {low[0]:.4g} req/s (0.1 % of the offline max throughput)" + worst)
+
+
+def _slo_capacities(base: Scenario, base1: Scenario, feasible_keys: list[_Key],
+                    rows: dict[_Key, dict[str, Any]], ex: Executor, prog: _Offset,
+                    slo_target: float, tol: float) -> None:
+    """Step 2: SLO capacity of one replica per candidate, one `sweep` per cartesian block."""
+    curves: dict[_Key, dict[str, Any]] = {}
     for hws, tpl, wds, kvs in _blocks(feasible_keys):
         res = sweep(base1, "auto", [("hardware", hws), ("tp", tpl), ("weight_dtype", wds), ("kv_dtype", kvs)],
                     ex, prog, slo_target=slo_target, tol=tol)
@@ -217,27 +232,11 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
                    slo_capacity_upper=info["slo_capacity_upper"], slo_note=info["slo_note"],
                    bisection_probes=info["bisection_probes"], warnings=list(info["warnings"]))
         if info["slo_capacity"] is None and "already at the lowest" in (info["slo_note"] or ""):
-            x = info["offline_max_throughput"]
-            low = sorted({float(f"{f * x:.4g}") for f in LOW_LOAD_FRACTIONS})
-            sc = base1.replace(hardware=key[0], tp=key[1], weight_dtype=key[2], kv_dtype=key[3])
-            res = sweep(sc, low, (), ex, prog, slo_target=slo_target, tol=tol)
-            prog.next_call()
-            info2 = res["curves"][0]
-            row.update(slo_capacity=info2["slo_capacity"], slo_capacity_upper=info2["slo_capacity_upper"],
-                       slo_note=info2["slo_note"], bisection_probes=row["bisection_probes"] + info2["bisection_probes"])
-            row["warnings"] += info2["warnings"]
-            if info2["slo_capacity"] is None:
-                pts = [p for p in res["points"] if p["rate"] == low[0]]
-                worst = _worst_slo(pts[0] if pts else {}, base.goodput)
-                row["slo_capacity"] = 0.0
-                row["reason"] = (f"SLOs unmeetable even at low load: good fraction "
-                                 f"{(pts[0].get('good_fraction') or 0.0) if pts else 0.0:.3f} < {slo_target:g} "
-                                 f"at {low[0]:.4g} req/s (0.1 % of the offline max throughput)" + worst)
+            _low_load_retry(base, base1, key, row, info["offline_max_throughput"], ex, prog, slo_target, tol)
         elif info["slo_capacity"] is None:  # every sampled rate met the SLOs: a lower bound
             row["slo_capacity"] = info["max_stable_rate"]
             row["warnings"].append(f"capacity is above the highest sampled rate; using {info['max_stable_rate']:.4g} "
                                    "req/s (a lower bound)")
-
     for key in feasible_keys:
         row = rows[key]
         cap, x = row["slo_capacity"], row["offline_max_throughput"]
@@ -247,7 +246,13 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
                 f"with {base.num_requests} requests per run no queue builds up before the run ends, so "
                 "the capacity is overstated; raise --num-requests")
 
-    # replicas, GPUs and cost
+
+def _price_candidates(feasible_keys: list[_Key], rows: dict[_Key, dict[str, Any]],
+                      infeasible: list[dict[str, Any]], hw_specs: dict[str, Any],
+                      price_map: dict[str, float], rate: float, headroom: float,
+                      mean_out: float) -> list[dict[str, Any]]:
+    """Step 3: replicas, GPUs and cost of each candidate with a capacity, ranked cheapest
+    first (the others join `infeasible`)."""
     candidates: list[dict[str, Any]] = []
     for key in feasible_keys:
         row = rows[key]
@@ -273,6 +278,44 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
                                    -r["slo_capacity"], r["hardware"], r["tp"]))
     for i, r in enumerate(candidates, 1):
         r["rank"] = i
+    return candidates
+
+
+def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps: Sequence[int] | None = None,
+         kv_dtypes: Sequence[str | None] | None = None, weight_dtypes: Sequence[str | None] | None = None,
+         headroom: float = 0.2, prices: dict[str, float] | None = None, slo_target: float = 0.99,
+         tol: float = 0.02, executor: Executor | None = None,
+         progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Rank deployments of `base` that serve `rate` req/s within its goodput SLOs.
+
+    `hardware`, `tps`, `kv_dtypes`, `weight_dtypes`: the candidate values (default: the
+    scenario's own). `headroom`: the fraction of each replica's SLO capacity kept free.
+    `prices`: $/GPU-hour overrides by hardware id. Returns a JSON-able dict with
+    `candidates` (feasible, cheapest first), `infeasible` (with `reason`) and `best`.
+
+    Steps (module docstring): memory screen (`_screen`), SLO capacity per replica
+    (`_slo_capacities`), replicas and cost (`_price_candidates`).
+    """
+    _check_inputs(base, rate, headroom)
+    price_map = normalise_prices(prices)
+    hw_refs = [str(h) for h in _as_list(hardware, base.hardware)]
+    hw_specs = {ref: load_hardware(ref) for ref in hw_refs}  # a bad name fails the whole plan
+    tp_list = _as_list(tps, base.tp)
+    for tp in tp_list:
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            raise SpecError(f"tp: {tp!r} must be an integer >= 1")
+    kv_list = _as_list(kv_dtypes, base.kv_dtype)
+    wd_list = _as_list(weight_dtypes, base.weight_dtype)
+    base1 = base.replace(replicas=1, rate=None)
+    wl = base1.make_workload()
+    mean_in = float(wl.input_len.mean())
+    mean_out = float(wl.output_len.mean())
+    longest = int((wl.input_len + wl.output_len).max())
+    seq_len = max(1, round(mean_in + mean_out))
+
+    feasible_keys, rows, infeasible = _screen(base, base1, hw_specs, tp_list, wd_list, kv_list, seq_len, longest)
+    _slo_capacities(base, base1, feasible_keys, rows, executor or Executor(), _Offset(progress), slo_target, tol)
+    candidates = _price_candidates(feasible_keys, rows, infeasible, hw_specs, price_map, rate, headroom, mean_out)
     for r in infeasible:
         r["status"] = "infeasible"
     for r in (*candidates, *infeasible):

@@ -26,7 +26,8 @@ numbers off each curve (SERVING_MODEL.md, "Load, saturation and the knee"; docs/
   good point above the first bad one is reported in the curve's warnings.
 
 Everything here is pure (no printing, no files). Points run through an executor (serial, a
-process pool, or a Dask cluster); every point is a deterministic function of its scenario
+process pool, or a Dask cluster; `simulator.executors`, which also holds the resumable
+`PointStore`); every point is a deterministic function of its scenario
 and rate (the workload seed is the scenario's, independent of execution order), so the
 result is identical whichever executor ran it.
 """
@@ -35,12 +36,18 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
-import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .executors import (
+    DaskExecutor,
+    Executor,
+    PointStore,
+    PoolExecutor,
+    SerialExecutor,
+    make_executor,
+)
 from .scenario import Scenario
 from .specs import SpecError, _did_you_mean
 
@@ -222,269 +229,6 @@ def window_rates(res: Any) -> tuple[float, float, float]:
     return arrivals / span, started / span, departures / span
 
 
-# --------------------------------------------------------------------------- executors
-
-
-class Executor:
-    """Runs `fn(*args)` for a list of argument tuples; results in input order."""
-
-    name = "serial"
-
-    def map(self, fn: Callable[..., Any], tasks: Sequence[tuple],
-            done: Callable[[], None] | None = None,
-            on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
-        """`on_result(i, result)` is called as each task finishes (before `done()`), so a
-        caller can keep finished results even if a later task is interrupted."""
-        out = []
-        for i, args in enumerate(tasks):
-            out.append(fn(*args))
-            if on_result:
-                on_result(i, out[-1])
-            if done:
-                done()
-        return out
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> Executor:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-
-SerialExecutor = Executor
-
-
-class PoolExecutor(Executor):
-    """A `concurrent.futures.ProcessPoolExecutor` (spawn context), started on first use."""
-
-    name = "process-pool"
-
-    def __init__(self, workers: int | None = None) -> None:
-        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-            raise SpecError(f"--workers {workers!r}: must be an integer >= 1")
-        self.workers = workers or os.cpu_count() or 1
-        self._pool: Any = None
-
-    def map(self, fn: Callable[..., Any], tasks: Sequence[tuple],
-            done: Callable[[], None] | None = None,
-            on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
-        if len(tasks) <= 1:
-            return super().map(fn, tasks, done, on_result)
-        import concurrent.futures as cf
-        import multiprocessing
-
-        if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
-        futs = {self._pool.submit(fn, *args): i for i, args in enumerate(tasks)}
-        out: list[Any] = [None] * len(tasks)
-        try:
-            for f in cf.as_completed(futs):
-                out[futs[f]] = f.result()
-                if on_result:
-                    on_result(futs[f], out[futs[f]])
-                if done:
-                    done()
-        except BaseException:
-            for f in futs:
-                f.cancel()
-            raise
-        return out
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-
-
-class DaskExecutor(Executor):
-    """Points as tasks on a Dask scheduler (`distributed.Client(address)`). The workers need
-    this package installed (`pip install llmsim[dask]`)."""
-
-    name = "dask"
-
-    def __init__(self, address: str) -> None:
-        try:
-            from distributed import Client
-        except ImportError:
-            raise SpecError(f"--dask {address}: Dask is not installed; pip install llmsim[dask]") from None
-        try:
-            self.client = Client(address, timeout="20s")
-        except (OSError, TimeoutError, ValueError) as e:
-            raise SpecError(f"--dask {address}: cannot connect to the Dask scheduler ({e})") from None
-        self.address = address
-
-    def map(self, fn: Callable[..., Any], tasks: Sequence[tuple],
-            done: Callable[[], None] | None = None,
-            on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
-        from distributed import as_completed
-
-        futs = [self.client.submit(fn, *args, pure=False) for args in tasks]
-        index = {f.key: i for i, f in enumerate(futs)}
-        out: list[Any] = [None] * len(tasks)
-        try:
-            for f in as_completed(futs):
-                out[index[f.key]] = f.result()
-                if on_result:
-                    on_result(index[f.key], out[index[f.key]])
-                if done:
-                    done()
-        except BaseException:
-            self.client.cancel(futs)
-            raise
-        return out
-
-    def close(self) -> None:
-        self.client.close()
-
-
-def make_executor(serial: bool = False, workers: int | None = None, dask: str | None = None) -> Executor:
-    """The executor the options ask for: --serial, --dask ADDRESS, or a process pool of
-    --workers (default os.cpu_count()) processes."""
-    if dask and serial:
-        raise SpecError("--serial and --dask: choose one")
-    if dask:
-        return DaskExecutor(dask)
-    if serial or workers == 1:
-        return Executor()
-    return PoolExecutor(workers)
-
-
-# --------------------------------------------------------------------------- kept points
-
-
-class PointStore:
-    """Finished sweep points kept on disk, so an interrupted sweep can resume (`--resume DIR`).
-
-    ``DIR/points.jsonl``: a header line ``{"llmsim_sweep_points": 1, "scenario": ..., "sweep":
-    ...}`` (the requested sweep), then one line per finished point ``{"key": ..., "summary":
-    ...}``, appended with flush + fsync as each point completes. A point's key is its
-    curve's full scenario dict and its rate (canonical JSON), so a kept point is reused only
-    for exactly the same simulation. A torn last line (the process killed mid-write) is
-    ignored. `open` starts a fresh file; `resume` loads one and refuses it when its header's
-    scenario or sweep differs from the requested one.
-    """
-
-    FILE = "points.jsonl"
-
-    def __init__(self, path: Any, header: dict[str, Any], points: dict[str, Any], append: bool) -> None:
-        from pathlib import Path
-
-        self.dir = Path(path)
-        self.header = header
-        self.points = points
-        self.loaded = len(points)
-        self._fh = open(self.dir / self.FILE, "a" if append else "w", encoding="utf-8")
-        if not append:
-            self._write(header)
-
-    @staticmethod
-    def make_header(scenario: Scenario, sweeps: Sequence[tuple[str, Sequence[Any]]]) -> dict[str, Any]:
-        return json.loads(_canon({"llmsim_sweep_points": 1, "scenario": scenario.as_dict(),
-                                  "sweep": [[k, list(v)] for k, v in sweeps]}))
-
-    @staticmethod
-    def key(scenario_dict: dict[str, Any], rate: float) -> str:
-        return _canon([scenario_dict, float(rate)])
-
-    @classmethod
-    def open(cls, path: Any, header: dict[str, Any]) -> PointStore:
-        """A fresh store in `path` (created if needed; an old points file there is replaced)."""
-        from pathlib import Path
-
-        d = Path(path)
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-            return cls(d, header, {}, append=False)
-        except OSError as e:
-            raise SpecError(f"{d}: cannot keep sweep points there ({e.strerror or e})") from None
-
-    @classmethod
-    def resume(cls, path: Any, header: dict[str, Any]) -> PointStore:
-        """The store kept in `path`; SpecError if there is none or it is another sweep's."""
-        from pathlib import Path
-
-        d = Path(path)
-        f = d / cls.FILE
-        where = f"--resume {path}"
-        if not f.is_file():
-            raise SpecError(f"{where}: no kept sweep points there ({cls.FILE} missing)")
-        try:
-            lines = f.read_text(encoding="utf-8").split("\n")
-        except (OSError, UnicodeDecodeError) as e:
-            raise SpecError(f"{where}: cannot read {cls.FILE} ({e})") from None
-        try:
-            saved = json.loads(lines[0])
-            if not isinstance(saved, dict) or saved.get("llmsim_sweep_points") != 1:
-                raise ValueError
-        except ValueError:
-            raise SpecError(f"{where}: {cls.FILE} is not an llmsim sweep points file") from None
-        for part in ("scenario", "sweep"):
-            if saved.get(part) != header[part]:
-                diff = _differences(saved.get(part), header[part])
-                raise SpecError(f"{where}: the kept points belong to a different {part} ({diff}); "
-                                "rerun with the same options, or without --resume to start over")
-        points: dict[str, Any] = {}
-        for i, line in enumerate(lines[1:], start=2):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                points[rec["key"]] = rec["summary"]
-            except (ValueError, KeyError, TypeError):
-                if i == len(lines) or (i == len(lines) - 1 and not lines[-1].strip()):
-                    continue  # a torn last line: that point is simply run again
-                raise SpecError(f"{where}: {cls.FILE}:{i}: not a kept point (corrupt file)") from None
-        # rewrite without a torn tail, then append from there
-        store = cls.open(d, saved)
-        for k, v in points.items():
-            store.add(k, v)
-        store.loaded = len(points)
-        return store
-
-    def _write(self, obj: Any) -> None:
-        self._fh.write(_canon(obj, sort=False) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-
-    def add(self, key: str, summary: dict[str, Any]) -> None:
-        self.points[key] = summary
-        self._write({"key": key, "summary": summary})
-
-    def get(self, key: str) -> Any:
-        return self.points.get(key)
-
-    def __len__(self) -> int:
-        return len(self.points)
-
-    def close(self) -> None:
-        if not self._fh.closed:
-            self._fh.close()
-
-
-def _plain(o: Any) -> Any:
-    """JSON fallback: numpy scalars as Python numbers, tuples/sets as lists."""
-    if hasattr(o, "item"):
-        return o.item()
-    if isinstance(o, (set, frozenset)):
-        return sorted(o)
-    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
-
-
-def _canon(obj: Any, sort: bool = True) -> str:
-    """Exact JSON (floats round-trip; NaN/inf as NaN/Infinity), keys sorted for keys/headers."""
-    return json.dumps(obj, sort_keys=sort, default=_plain, separators=(",", ":"))
-
-
-def _differences(a: Any, b: Any) -> str:
-    if isinstance(a, dict) and isinstance(b, dict):
-        keys = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-        return ", ".join(f"{k}: kept {a.get(k)!r}, asked {b.get(k)!r}" for k in keys[:3])
-    return f"kept {a!r}, asked {b!r}"
-
-
 # --------------------------------------------------------------------------- analysis
 
 
@@ -591,20 +335,9 @@ def _auto_grid(x_max: float) -> list[float]:
     return sorted({float(f"{f * x_max:.4g}") for f in AUTO_FRACTIONS})
 
 
-def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
-          sweeps: Sequence[tuple[str, Sequence[Any]]] = (), executor: Executor | None = None,
-          progress: Callable[[int, int], None] | None = None, *, slo_target: float = 0.99,
-          tol: float = 0.02, knee_metric: str = "ttft", store: PointStore | None = None) -> dict[str, Any]:
-    """Sweep `scenario` over offered rates, once per combination of `sweeps`.
-
-    `rates`: a list of req/s or "auto" (offline run, then 12 points from 0.1x to 1.2x the
-    offline max throughput, denser near it; the top rate is doubled up to 3 times if the
-    curve has not saturated). `executor`: where points run (default serial). `progress`:
-    called as (done, total) simulations. `store`: a `PointStore` that keeps every finished
-    point (and supplies the ones a previous, interrupted run kept: those are not run again;
-    the result is identical to an uninterrupted run's). Returns {"points": [...], "curves": [...], ...};
-    see the module docstring and docs/sweep.md for the definitions.
-    """
+def _check_options(scenario: Scenario, rates: Sequence[float] | str | None, slo_target: float,
+                   tol: float, knee_metric: str) -> list[float] | str:
+    """Validate the sweep's options; the rates as a sorted list of req/s, or "auto"."""
     if isinstance(rates, str) or rates is None:
         rates = parse_rates(rates or "auto")
     else:
@@ -622,17 +355,25 @@ def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
         raise SpecError(f"--knee-metric {knee_metric!r}: one of {', '.join(KNEE_METRICS)}")
     if scenario.concurrency is not None:
         raise SpecError(f"concurrency: a rate sweep needs an open loop; drop --concurrency ({scenario.concurrency})")
-    curves = _curves(scenario, sweeps)
-    for label, _, sc in curves:
-        _check_curve(label, sc)
-    ex = executor or Executor()
-    count = _Counter(progress)
-    dicts = [sc.as_dict() for _, _, sc in curves]
+    return rates
 
-    def run(tasks: list[tuple[int, float]]) -> list[dict[str, Any]]:
+
+class _Runner:
+    """Runs (curve index, rate) tasks through the executor; with a `PointStore`, kept points
+    are taken from it (counted as done) and every new point is kept as it finishes."""
+
+    def __init__(self, dicts: list[dict[str, Any]], ex: Executor, count: _Counter,
+                 store: PointStore | None) -> None:
+        self.dicts = dicts
+        self.ex = ex
+        self.count = count
+        self.store = store
+
+    def __call__(self, tasks: list[tuple[int, float]]) -> list[dict[str, Any]]:
+        dicts, count, store = self.dicts, self.count, self.store
         if store is None:
             count.add(len(tasks))
-            return ex.map(run_point, [(dicts[c], r) for c, r in tasks], count)
+            return self.ex.map(run_point, [(dicts[c], r) for c, r in tasks], count)
         keys = [PointStore.key(dicts[c], r) for c, r in tasks]
         out = [store.get(k) for k in keys]
         todo = [i for i, s in enumerate(out) if s is None]
@@ -642,12 +383,17 @@ def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
         def keep(j: int, summary: dict[str, Any]) -> None:
             store.add(keys[todo[j]], summary)
 
-        got = ex.map(run_point, [(dicts[tasks[i][0]], tasks[i][1]) for i in todo], count, on_result=keep)
+        got = self.ex.map(run_point, [(dicts[tasks[i][0]], tasks[i][1]) for i in todo], count, on_result=keep)
         for i, s in zip(todo, got, strict=True):
             out[i] = s
         return out
 
-    # offline max throughput of every curve
+
+def _grid_points(curves: list[tuple[str, dict, Scenario]], rates: list[float] | str,
+                 run: _Runner) -> tuple[list[float], list[list[dict[str, Any]]]]:
+    """Step 1: every curve's offline max throughput (rate = inf), then its rate grid (the
+    explicit rates, or `_auto_grid` of the offline throughput, doubled at the top up to
+    AUTO_EXTENSIONS times while the curve has not saturated)."""
     offline = [s["request_throughput"] for s in run([(c, math.inf) for c in range(len(curves))])]
     grids: list[list[float]] = []
     for c in range(len(curves)):
@@ -670,79 +416,84 @@ def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
             tasks = [(c, float(f"{2 * max(p['rate'] for p in results[c]):.4g}")) for c in todo]
             for (c, _), s in zip(tasks, run(tasks), strict=True):
                 results[c].append({**s, "kind": "grid"})
+    return offline, results
 
-    metric = KNEE_METRICS[knee_metric]
-    slos = scenario.goodput
-    infos = []
-    for c, (label, values, _sc) in enumerate(curves):
-        pts = sorted(results[c], key=lambda p: p["rate"])
-        stable = [p for p in pts if not is_saturated(p)]
-        saturated = [p for p in pts if is_saturated(p)]
-        achieved = [p["achieved_rate"] for p in pts if p.get("achieved_rate") is not None
-                    and math.isfinite(p["achieved_rate"])]
-        info: dict[str, Any] = {
-            "curve": label,
-            "values": values,
-            "offline_max_throughput": offline[c],
-            "saturated": bool(saturated),
-            "saturation_rate": max(achieved) if saturated and achieved else None,
-            "saturation_lower_bound": None if saturated else (max(achieved) if achieved else None),
-            "max_stable_rate": max((p["rate"] for p in stable), default=None),
-            "unstable_rates": [p["rate"] for p in pts if p.get("unstable")],
-            "saturated_rates": [p["rate"] for p in saturated],
-            "knee": None,
-            "knee_metric": metric,
-            "slo_target": slo_target,
-            "slo_tolerance": tol,
-            "slo_capacity": None,
-            "slo_capacity_upper": None,
-            "slo_note": None,
-            "bisection_probes": 0,
-            "warnings": [],
-        }
-        if saturated and achieved and max(achieved) < 0.9 * offline[c]:
-            info["warnings"].append(
-                f"the highest achieved rate ({max(achieved):.4g} req/s) is "
-                f"{1 - max(achieved) / offline[c]:.0%} below the offline max throughput "
-                f"({offline[c]:.4g} req/s): {curves[c][2].num_requests} requests per point are "
-                "too few to reach a steady state at these rates; raise --num-requests")
-        k = knee_point([p["rate"] for p in stable], [p.get(metric) for p in stable])
-        if k is not None:
-            info["knee"] = {"rate": stable[k]["rate"], "metric": metric, "value": stable[k][metric]}
-        first_sat = min(info["saturated_rates"], default=None)
-        again = [p["rate"] for p in stable if first_sat is not None and p["rate"] > first_sat]
-        if again:
-            info["warnings"].append(
-                f"stable again above the first saturated rate {first_sat:.4g} req/s "
-                f"(at {', '.join(f'{r:.4g}' for r in again)})")
-        infos.append(info)
 
-    # SLO capacity: bracket on the sampled grid, then bisect every curve in lockstep
-    brackets: dict[int, list[float]] = {}
-    for c, info in enumerate(infos):
-        if not slos:
-            info["slo_note"] = "no --goodput SLOs given"
-            continue
-        pts = sorted(results[c], key=lambda p: p["rate"])
-        good = [(p["rate"], meets_slo(p, slo_target)) for p in pts]
-        bad = [r for r, ok in good if not ok]
-        if not bad:
-            info["slo_note"] = (f"good_fraction >= {slo_target:g} at every sampled rate; the "
-                                f"capacity is above {pts[-1]['rate']:.4g} req/s")
-            continue
-        first_bad = bad[0]
-        below = [r for r, ok in good if ok and r < first_bad]
-        if not below:
-            info["slo_note"] = (f"good_fraction < {slo_target:g} already at the lowest sampled "
-                                f"rate {first_bad:.4g} req/s; the capacity is below it")
-            continue
-        regood = [r for r, ok in good if ok and r > first_bad]
-        if regood:
-            info["warnings"].append(
-                f"good_fraction is not monotone in rate: >= {slo_target:g} again at "
-                f"{', '.join(f'{r:.4g}' for r in regood)} req/s above the first bad rate "
-                f"{first_bad:.4g}; bisection used the first bad rate")
-        brackets[c] = [max(below), first_bad]
+def _curve_info(label: str, values: dict[str, Any], results: list[dict[str, Any]], offline: float,
+                num_requests: int, metric: str, slo_target: float, tol: float) -> dict[str, Any]:
+    """Step 2: one curve's saturation rate, max stable rate and knee from its grid points."""
+    pts = sorted(results, key=lambda p: p["rate"])
+    stable = [p for p in pts if not is_saturated(p)]
+    saturated = [p for p in pts if is_saturated(p)]
+    achieved = [p["achieved_rate"] for p in pts if p.get("achieved_rate") is not None
+                and math.isfinite(p["achieved_rate"])]
+    info: dict[str, Any] = {
+        "curve": label,
+        "values": values,
+        "offline_max_throughput": offline,
+        "saturated": bool(saturated),
+        "saturation_rate": max(achieved) if saturated and achieved else None,
+        "saturation_lower_bound": None if saturated else (max(achieved) if achieved else None),
+        "max_stable_rate": max((p["rate"] for p in stable), default=None),
+        "unstable_rates": [p["rate"] for p in pts if p.get("unstable")],
+        "saturated_rates": [p["rate"] for p in saturated],
+        "knee": None,
+        "knee_metric": metric,
+        "slo_target": slo_target,
+        "slo_tolerance": tol,
+        "slo_capacity": None,
+        "slo_capacity_upper": None,
+        "slo_note": None,
+        "bisection_probes": 0,
+        "warnings": [],
+    }
+    if saturated and achieved and max(achieved) < 0.9 * offline:
+        info["warnings"].append(
+            f"the highest achieved rate ({max(achieved):.4g} req/s) is "
+            f"{1 - max(achieved) / offline:.0%} below the offline max throughput "
+            f"({offline:.4g} req/s): {num_requests} requests per point are "
+            "too few to reach a steady state at these rates; raise --num-requests")
+    k = knee_point([p["rate"] for p in stable], [p.get(metric) for p in stable])
+    if k is not None:
+        info["knee"] = {"rate": stable[k]["rate"], "metric": metric, "value": stable[k][metric]}
+    first_sat = min(info["saturated_rates"], default=None)
+    again = [p["rate"] for p in stable if first_sat is not None and p["rate"] > first_sat]
+    if again:
+        info["warnings"].append(
+            f"stable again above the first saturated rate {first_sat:.4g} req/s "
+            f"(at {', '.join(f'{r:.4g}' for r in again)})")
+    return info
+
+
+def _slo_bracket(info: dict[str, Any], results: list[dict[str, Any]], slo_target: float) -> list[float] | None:
+    """Step 3: [last good rate, first bad rate] on one curve's sampled grid, or None (with
+    `slo_note` set) when every sampled rate is good or the lowest is already bad."""
+    pts = sorted(results, key=lambda p: p["rate"])
+    good = [(p["rate"], meets_slo(p, slo_target)) for p in pts]
+    bad = [r for r, ok in good if not ok]
+    if not bad:
+        info["slo_note"] = (f"good_fraction >= {slo_target:g} at every sampled rate; the "
+                            f"capacity is above {pts[-1]['rate']:.4g} req/s")
+        return None
+    first_bad = bad[0]
+    below = [r for r, ok in good if ok and r < first_bad]
+    if not below:
+        info["slo_note"] = (f"good_fraction < {slo_target:g} already at the lowest sampled "
+                            f"rate {first_bad:.4g} req/s; the capacity is below it")
+        return None
+    regood = [r for r, ok in good if ok and r > first_bad]
+    if regood:
+        info["warnings"].append(
+            f"good_fraction is not monotone in rate: >= {slo_target:g} again at "
+            f"{', '.join(f'{r:.4g}' for r in regood)} req/s above the first bad rate "
+            f"{first_bad:.4g}; bisection used the first bad rate")
+    return [max(below), first_bad]
+
+
+def _bisect(brackets: dict[int, list[float]], results: list[list[dict[str, Any]]],
+            infos: list[dict[str, Any]], run: _Runner, slo_target: float, tol: float) -> None:
+    """Step 4: bisect every bracketed curve in lockstep until (hi - lo) / lo <= tol; the SLO
+    capacity is the verified good rate lo."""
     probes = 0
     while probes < MAX_BISECTION_PROBES:
         todo = [c for c, (lo, hi) in brackets.items() if (hi - lo) > tol * lo]
@@ -762,6 +513,44 @@ def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
         infos[c]["slo_capacity_upper"] = hi
         infos[c]["slo_note"] = (f"good_fraction >= {slo_target:g} verified at {lo:.4g} req/s and "
                                 f"below it at {hi:.4g} req/s (relative tolerance {tol:g})")
+
+
+def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
+          sweeps: Sequence[tuple[str, Sequence[Any]]] = (), executor: Executor | None = None,
+          progress: Callable[[int, int], None] | None = None, *, slo_target: float = 0.99,
+          tol: float = 0.02, knee_metric: str = "ttft", store: PointStore | None = None) -> dict[str, Any]:
+    """Sweep `scenario` over offered rates, once per combination of `sweeps`.
+
+    `rates`: a list of req/s or "auto" (offline run, then 12 points from 0.1x to 1.2x the
+    offline max throughput, denser near it; the top rate is doubled up to 3 times if the
+    curve has not saturated). `executor`: where points run (default serial). `progress`:
+    called as (done, total) simulations. `store`: a `PointStore` that keeps every finished
+    point (and supplies the ones a previous, interrupted run kept: those are not run again;
+    the result is identical to an uninterrupted run's). Returns {"points": [...], "curves": [...], ...};
+    see the module docstring and docs/sweep.md for the definitions.
+
+    Steps: grid points (`_grid_points`), per-curve analysis (`_curve_info`), SLO brackets on
+    the grid (`_slo_bracket`), lockstep bisection (`_bisect`).
+    """
+    rates = _check_options(scenario, rates, slo_target, tol, knee_metric)
+    curves = _curves(scenario, sweeps)
+    for label, _, sc in curves:
+        _check_curve(label, sc)
+    run = _Runner([sc.as_dict() for _, _, sc in curves], executor or Executor(), _Counter(progress), store)
+    offline, results = _grid_points(curves, rates, run)
+    metric = KNEE_METRICS[knee_metric]
+    slos = scenario.goodput
+    infos = [_curve_info(label, values, results[c], offline[c], sc.num_requests, metric, slo_target, tol)
+             for c, (label, values, sc) in enumerate(curves)]
+    brackets: dict[int, list[float]] = {}
+    for c, info in enumerate(infos):
+        if not slos:
+            info["slo_note"] = "no --goodput SLOs given"
+            continue
+        bracket = _slo_bracket(info, results[c], slo_target)
+        if bracket is not None:
+            brackets[c] = bracket
+    _bisect(brackets, results, infos, run, slo_target, tol)
 
     points = []
     for c, (label, values, _sc) in enumerate(curves):

@@ -1,0 +1,283 @@
+"""Where sweep points run, and where finished points are kept.
+
+* executors: `Executor` (serial, in this process), `PoolExecutor` (a spawn-context process
+  pool) and `DaskExecutor` (tasks on a Dask scheduler), all with one `map(fn, tasks, done,
+  on_result)` that returns results in input order; `make_executor` picks one from the CLI
+  options. Every point is a deterministic function of its arguments, so the result is the
+  same whichever executor ran it.
+* `PointStore`: the resumable on-disk store of finished points (``--resume DIR``).
+
+No simulation logic here: `simulator.sweep` decides which points to run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .specs import SpecError
+
+if TYPE_CHECKING:
+    from .scenario import Scenario
+
+
+class Executor:
+    """Runs `fn(*args)` for a list of argument tuples; results in input order."""
+
+    name = "serial"
+
+    def map(self, fn: Callable[..., Any], tasks: Sequence[tuple],
+            done: Callable[[], None] | None = None,
+            on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
+        """`on_result(i, result)` is called as each task finishes (before `done()`), so a
+        caller can keep finished results even if a later task is interrupted."""
+        out = []
+        for i, args in enumerate(tasks):
+            out.append(fn(*args))
+            if on_result:
+                on_result(i, out[-1])
+            if done:
+                done()
+        return out
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+SerialExecutor = Executor
+
+
+class PoolExecutor(Executor):
+    """A `concurrent.futures.ProcessPoolExecutor` (spawn context), started on first use."""
+
+    name = "process-pool"
+
+    def __init__(self, workers: int | None = None) -> None:
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise SpecError(f"--workers {workers!r}: must be an integer >= 1")
+        self.workers = workers or os.cpu_count() or 1
+        self._pool: Any = None
+
+    def map(self, fn: Callable[..., Any], tasks: Sequence[tuple],
+            done: Callable[[], None] | None = None,
+            on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
+        if len(tasks) <= 1:
+            return super().map(fn, tasks, done, on_result)
+        import concurrent.futures as cf
+        import multiprocessing
+
+        if self._pool is None:
+            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        futs = {self._pool.submit(fn, *args): i for i, args in enumerate(tasks)}
+        out: list[Any] = [None] * len(tasks)
+        try:
+            for f in cf.as_completed(futs):
+                out[futs[f]] = f.result()
+                if on_result:
+                    on_result(futs[f], out[futs[f]])
+                if done:
+                    done()
+        except BaseException:
+            for f in futs:
+                f.cancel()
+            raise
+        return out
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+class DaskExecutor(Executor):
+    """Points as tasks on a Dask scheduler (`distributed.Client(address)`). The workers need
+    this package installed (`pip install llmsim[dask]`)."""
+
+    name = "dask"
+
+    def __init__(self, address: str) -> None:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise SpecError(f"--dask {address}: Dask is not installed; pip install llmsim[dask]") from None
+        try:
+            self.client = Client(address, timeout="20s")
+        except (OSError, TimeoutError, ValueError) as e:
+            raise SpecError(f"--dask {address}: cannot connect to the Dask scheduler ({e})") from None
+        self.address = address
+
+    def map(self, fn: Callable[..., Any], tasks: Sequence[tuple],
+            done: Callable[[], None] | None = None,
+            on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
+        from distributed import as_completed
+
+        futs = [self.client.submit(fn, *args, pure=False) for args in tasks]
+        index = {f.key: i for i, f in enumerate(futs)}
+        out: list[Any] = [None] * len(tasks)
+        try:
+            for f in as_completed(futs):
+                out[index[f.key]] = f.result()
+                if on_result:
+                    on_result(index[f.key], out[index[f.key]])
+                if done:
+                    done()
+        except BaseException:
+            self.client.cancel(futs)
+            raise
+        return out
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def make_executor(serial: bool = False, workers: int | None = None, dask: str | None = None) -> Executor:
+    """The executor the options ask for: --serial, --dask ADDRESS, or a process pool of
+    --workers (default os.cpu_count()) processes."""
+    if dask and serial:
+        raise SpecError("--serial and --dask: choose one")
+    if dask:
+        return DaskExecutor(dask)
+    if serial or workers == 1:
+        return Executor()
+    return PoolExecutor(workers)
+
+
+class PointStore:
+    """Finished sweep points kept on disk, so an interrupted sweep can resume (`--resume DIR`).
+
+    ``DIR/points.jsonl``: a header line ``{"llmsim_sweep_points": 1, "scenario": ..., "sweep":
+    ...}`` (the requested sweep), then one line per finished point ``{"key": ..., "summary":
+    ...}``, appended with flush + fsync as each point completes. A point's key is its
+    curve's full scenario dict and its rate (canonical JSON), so a kept point is reused only
+    for exactly the same simulation. A torn last line (the process killed mid-write) is
+    ignored. `open` starts a fresh file; `resume` loads one and refuses it when its header's
+    scenario or sweep differs from the requested one.
+    """
+
+    FILE = "points.jsonl"
+
+    def __init__(self, path: Any, header: dict[str, Any], points: dict[str, Any], append: bool) -> None:
+        from pathlib import Path
+
+        self.dir = Path(path)
+        self.header = header
+        self.points = points
+        self.loaded = len(points)
+        self._fh = open(self.dir / self.FILE, "a" if append else "w", encoding="utf-8")
+        if not append:
+            self._write(header)
+
+    @staticmethod
+    def make_header(scenario: Scenario, sweeps: Sequence[tuple[str, Sequence[Any]]]) -> dict[str, Any]:
+        return json.loads(_canon({"llmsim_sweep_points": 1, "scenario": scenario.as_dict(),
+                                  "sweep": [[k, list(v)] for k, v in sweeps]}))
+
+    @staticmethod
+    def key(scenario_dict: dict[str, Any], rate: float) -> str:
+        return _canon([scenario_dict, float(rate)])
+
+    @classmethod
+    def open(cls, path: Any, header: dict[str, Any]) -> PointStore:
+        """A fresh store in `path` (created if needed; an old points file there is replaced)."""
+        from pathlib import Path
+
+        d = Path(path)
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            return cls(d, header, {}, append=False)
+        except OSError as e:
+            raise SpecError(f"{d}: cannot keep sweep points there ({e.strerror or e})") from None
+
+    @classmethod
+    def resume(cls, path: Any, header: dict[str, Any]) -> PointStore:
+        """The store kept in `path`; SpecError if there is none or it is another sweep's."""
+        from pathlib import Path
+
+        d = Path(path)
+        f = d / cls.FILE
+        where = f"--resume {path}"
+        if not f.is_file():
+            raise SpecError(f"{where}: no kept sweep points there ({cls.FILE} missing)")
+        try:
+            lines = f.read_text(encoding="utf-8").split("\n")
+        except (OSError, UnicodeDecodeError) as e:
+            raise SpecError(f"{where}: cannot read {cls.FILE} ({e})") from None
+        try:
+            saved = json.loads(lines[0])
+            if not isinstance(saved, dict) or saved.get("llmsim_sweep_points") != 1:
+                raise ValueError
+        except ValueError:
+            raise SpecError(f"{where}: {cls.FILE} is not an llmsim sweep points file") from None
+        for part in ("scenario", "sweep"):
+            if saved.get(part) != header[part]:
+                diff = _differences(saved.get(part), header[part])
+                raise SpecError(f"{where}: the kept points belong to a different {part} ({diff}); "
+                                "rerun with the same options, or without --resume to start over")
+        points: dict[str, Any] = {}
+        for i, line in enumerate(lines[1:], start=2):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                points[rec["key"]] = rec["summary"]
+            except (ValueError, KeyError, TypeError):
+                if i == len(lines) or (i == len(lines) - 1 and not lines[-1].strip()):
+                    continue  # a torn last line: that point is simply run again
+                raise SpecError(f"{where}: {cls.FILE}:{i}: not a kept point (corrupt file)") from None
+        # rewrite without a torn tail, then append from there
+        store = cls.open(d, saved)
+        for k, v in points.items():
+            store.add(k, v)
+        store.loaded = len(points)
+        return store
+
+    def _write(self, obj: Any) -> None:
+        self._fh.write(_canon(obj, sort=False) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def add(self, key: str, summary: dict[str, Any]) -> None:
+        self.points[key] = summary
+        self._write({"key": key, "summary": summary})
+
+    def get(self, key: str) -> Any:
+        return self.points.get(key)
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+
+
+def _plain(o: Any) -> Any:
+    """JSON fallback: numpy scalars as Python numbers, tuples/sets as lists."""
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+
+
+def _canon(obj: Any, sort: bool = True) -> str:
+    """Exact JSON (floats round-trip; NaN/inf as NaN/Infinity), keys sorted for keys/headers."""
+    return json.dumps(obj, sort_keys=sort, default=_plain, separators=(",", ":"))
+
+
+def _differences(a: Any, b: Any) -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        return ", ".join(f"{k}: kept {a.get(k)!r}, asked {b.get(k)!r}" for k in keys[:3])
+    return f"kept {a!r}, asked {b!r}"
+
+
+__all__ = ["Executor", "SerialExecutor", "PoolExecutor", "DaskExecutor", "make_executor", "PointStore"]
