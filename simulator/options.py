@@ -1,0 +1,226 @@
+"""The command line's shared options and their conversion into values: the scenario options
+(simulate, sweep, plan, whatif) into a `Scenario`, the cost-model options (predict,
+roofline) into a `CostModel`, and the small list/pair parsers (`--tp 1,2,4`,
+`--price HW=USD`, `--workload NAME=FILE`). Bad values raise `SpecError` with one line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .specs import SpecError
+
+
+def cost_options(fn: Any) -> Any:
+    """Options shared by `predict` and `roofline`: model, hardware, parallelism, dtypes, efficiency."""
+    from .specs import DTYPES
+
+    dt = click.Choice(list(DTYPES))
+    opts = [
+        click.option("--model", "-m", required=True, help="Model id, alias, YAML or config.json path."),
+        click.option("--hardware", "-H", "-g", required=True, help="Hardware id or YAML path (-g is an alias)."),
+        click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
+        click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
+        click.option("--weight-dtype", type=dt, default=None, help="Weight format [default: the model's]."),
+        click.option("--activation-dtype", type=dt, default="bf16", show_default=True),
+        click.option("--kv-dtype", type=dt, default=None, help="KV-cache format [default: bf16]."),
+        click.option("--ideal", is_flag=True, help="Pure roofline: efficiencies 1, no overheads."),
+        click.option("--efficiency", "efficiency", multiple=True, metavar="KEY=VALUE",
+                     help="Override one hardware efficiency field for this run (repeatable), "
+                          "e.g. compute_efficiency=0.7 or step_overhead_s=0.002."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def build_cost(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | None,
+                activation_dtype: str, kv_dtype: str | None, ideal: bool,
+                efficiency: tuple[str, ...]) -> Any:
+    from .catalog import load_hardware
+    from .roofline import make_cost_model, parse_efficiency_overrides
+
+    overrides = parse_efficiency_overrides(efficiency)
+    hw = load_hardware(hardware)
+    if ideal:  # ideal first, so --efficiency can still add e.g. an overhead on top of it
+        hw = hw.ideal()
+    return make_cost_model(model, hw, tp=tp, pp=pp, weight_dtype=weight_dtype,
+                           activation_dtype=activation_dtype, kv_dtype=kv_dtype,
+                           efficiency=overrides or None)
+
+
+def _rate_type(value: Any) -> float:
+    from .scenario import parse_rate
+
+    return parse_rate(value)
+
+
+SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
+    (("--model", "-m"), {"help": "Catalog id/alias, model YAML, or HF config.json (file or folder). [default: llama-3.1-8b]"}),
+    (("--hardware", "-H"), {"help": "Catalog id, hardware YAML, or calibration overlay. [default: h100-sxm]"}),
+    (("--tp",), {"type": int, "help": "Tensor-parallel degree per replica. [default: 1]"}),
+    (("--pp",), {"type": int, "help": "Pipeline-parallel degree per replica. [default: 1]"}),
+    (("--weight-dtype",), {"help": "Weight format (default: the model's own)."}),
+    (("--activation-dtype",), {"help": "Activation format. [default: bf16]"}),
+    (("--kv-dtype",), {"help": "KV-cache format. [default: bf16]"}),
+    (("--ideal",), {"is_flag": True, "default": None, "help": "Pure roofline: efficiencies 1, overheads 0."}),
+    (("--efficiency",), {"multiple": True, "help": "Override an efficiency field, KEY=VALUE (repeatable)."}),
+    (("--replicas",), {"type": int, "help": "Replicas behind the router. [default: 1]"}),
+    (("--router",), {"help": "round-robin | least-outstanding | least-kv. [default: round-robin]"}),
+    (("--workload", "-w"), {"help": "azure-conv | azure-code | random | a trace file. [default: azure-conv]"}),
+    (("--rate", "-r"), {"help": "Requests/s (number or inf). A trace is time-scaled to it; default: the trace's own timing (random: inf)."}),
+    (("--burstiness",), {"type": float, "help": "Gamma arrival shape (vLLM): 1 = Poisson, < 1 burstier. [default: 1]"}),
+    (("--concurrency",), {"type": int, "help": "Closed loop: N clients, each sends when its last request returns."}),
+    (("--num-requests", "-n"), {"type": int, "help": "Requests to simulate. [default: 1000]"}),
+    (("--input-len",), {"type": int, "help": "random workload: prompt tokens. [default: 1024]"}),
+    (("--output-len",), {"type": int, "help": "random workload: output tokens. [default: 128]"}),
+    (("--range-ratio",), {"type": float, "help": "random workload: lengths uniform in L(1±r). [default: 0]"}),
+    (("--max-num-seqs",), {"type": int, "help": "Scheduler seat cap. [default: 256]"}),
+    (("--max-num-batched-tokens",), {"type": int, "help": "Token budget per step. [default: 8192]"}),
+    (("--scheduler",), {"help": "vllm (chunked prefill) | prefill-priority | static. [default: vllm]"}),
+    (("--gpu-memory-utilization",), {"type": float, "help": "Fraction of HBM the engine may use. [default: 0.9]"}),
+    (("--max-model-len",), {"type": int, "help": "Longest prompt+output accepted (default: the model's context)."}),
+    (("--goodput",), {"multiple": True, "help": "SLOs in ms, vLLM syntax: --goodput ttft:500 --goodput tpot:50 (or 'ttft:500 tpot:50')."}),
+    (("--seed",), {"type": int, "help": "Seed of every random draw. [default: 0]"}),
+    (("--max-duration-s",), {"type": float, "help": "Simulated-time cap (s): requests unfinished then are cut off, with that reason."}),
+    (("--skip-bad-rows",), {"is_flag": True, "default": None, "help": "Skip malformed trace rows (counted in the summary)."}),
+    (("--debug",), {"is_flag": True, "default": None, "help": "Check conservation invariants while simulating."}),
+    (("-c", "--config"), {"type": click.Path(dir_okay=False), "help": "Scenario YAML with the same settings (flags override it)."}),
+]
+
+
+def scenario_options(fn: Any) -> Any:
+    """Attach the shared scenario options (simulate, sweep, plan, whatif)."""
+    for decls, kw in reversed(SCENARIO_OPTIONS):
+        fn = click.option(*decls, **kw)(fn)
+    return fn
+
+
+def scenario_from_options(opts: dict[str, Any], **overrides: Any) -> Any:
+    """Build a Scenario from the scenario YAML (if any) and the options given (which win)."""
+    from .metrics import parse_goodput
+    from .scenario import Scenario
+
+    base: dict[str, Any] = {}
+    if opts.get("config"):
+        from .catalog import read_yaml
+
+        data = read_yaml(opts["config"])
+        Scenario.from_dict(data, str(opts["config"]))  # validate the file on its own
+        base = {str(k).replace("-", "_"): v for k, v in data.items()}
+    for k, v in opts.items():
+        if k == "config" or v is None or v == ():
+            continue
+        base[k] = v
+    base.update(overrides)
+    if "efficiency" in base and isinstance(base["efficiency"], (tuple, list)):
+        from .roofline import parse_efficiency_overrides
+
+        base["efficiency"] = parse_efficiency_overrides(base["efficiency"])
+    if "goodput" in base and isinstance(base["goodput"], (tuple, list)):
+        base["goodput"] = " ".join(base["goodput"])
+    if isinstance(base.get("goodput"), str):
+        base["goodput"] = {k: v * 1e3 for k, v in parse_goodput(base["goodput"]).items()}
+    if "rate" in base and isinstance(base["rate"], str):
+        base["rate"] = _rate_type(base["rate"])
+    lengths = [k for k in ("input_len", "output_len", "range_ratio") if base.get(k) is not None]
+    if lengths:
+        base.setdefault("workload", "random")
+        if str(base["workload"]).lower() not in ("random", "synthetic"):
+            raise SpecError(f"{lengths[0]}: applies to --workload random only; trace "
+                            f"{base['workload']!r} sets its own prompt and output lengths")
+    return Scenario.from_dict(base, "options")
+
+
+def pop_scenario_opts(kw: dict[str, Any]) -> dict[str, Any]:
+    names = {d[0].lstrip("-").replace("-", "_") if not d[0].startswith("-c") else "config" for d, _ in SCENARIO_OPTIONS}
+    names = {n if n != "c" else "config" for n in names}
+    return {k: kw.pop(k) for k in list(kw) if k in names}
+
+
+def name_file_pairs(items: tuple[str, ...], option: str) -> dict[str, str]:
+    """--workload NAME=FILE items -> {name: file}; a bad item is a one-line error."""
+    from pathlib import Path
+
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise SpecError(f"{option}: {item!r} is not NAME=FILE (e.g. sharegpt=ShareGPT_V3.json)")
+        if not Path(path.strip()).is_file():
+            raise SpecError(f"{option}: {path.strip()!r} is not a file")
+        out[name.strip()] = path.strip()
+    return out
+
+
+def hardware_spec_map(items: tuple[str, ...]) -> dict[str, Any]:
+    """--hardware-spec FILE items -> {hardware id: spec} (an overlay replaces its base id)."""
+    from .catalog import load_hardware
+
+    out = {}
+    for ref in items:
+        hw = load_hardware(ref)
+        out[hw.id] = hw
+    return out
+
+
+LIST_OPTS = ("--hardware", "--tp", "--kv-dtype", "--weight-dtype")
+
+
+def scenario_options_except(*drop: str) -> Any:
+    """The shared scenario options minus `drop` (plan/whatif redefine some as lists)."""
+    def deco(fn: Any) -> Any:
+        for decls, kw in reversed(SCENARIO_OPTIONS):
+            if decls[0] not in drop:
+                fn = click.option(*decls, **kw)(fn)
+        return fn
+    return deco
+
+
+def csv_list(text: str | None, option: str, conv: Any = str) -> list[Any] | None:
+    """'a,b,c' -> [conv(a), conv(b), conv(c)] (None when not given)."""
+    if text is None:
+        return None
+    out = []
+    for tok in str(text).split(","):
+        tok = tok.strip()
+        if not tok:
+            continue
+        try:
+            v = conv(tok)
+        except ValueError:
+            raise SpecError(f"{option}: {tok!r} is not a valid value") from None
+        if v not in out:
+            out.append(v)
+    if not out:
+        raise SpecError(f"{option}: no values given")
+    return out
+
+
+def prices(items: tuple[str, ...]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        hw, sep, val = item.partition("=")
+        if not sep or not hw.strip():
+            raise SpecError(f"--price {item!r}: expected HARDWARE=USD_PER_GPU_HOUR, e.g. h100-sxm=3.5")
+        try:
+            out[hw.strip()] = float(val)
+        except ValueError:
+            raise SpecError(f"--price {item!r}: {val.strip()!r} is not a number of $ per GPU-hour") from None
+    return out
+
+
+def executor_options(fn: Any) -> Any:
+    for decls, kw in reversed([
+        (("--slo-target",), {"type": float, "default": 0.99, "show_default": True,
+                             "help": "SLO capacity: the good fraction (--goodput) that must be met."}),
+        (("--tol",), {"type": float, "default": 0.02, "show_default": True,
+                      "help": "SLO capacity: relative tolerance of the bisection."}),
+        (("--workers",), {"type": int, "default": None, "help": "Process-pool size. [default: CPU count]"}),
+        (("--serial",), {"is_flag": True, "help": "Run every simulation in this process."}),
+        (("--dask", "dask_address"), {"metavar": "ADDRESS", "help": "Run simulations on a Dask scheduler."}),
+    ]):
+        fn = click.option(*decls, **kw)(fn)
+    return fn
