@@ -280,10 +280,12 @@ def sweep_frame(points: list[dict[str, Any]]) -> Any:
 
 
 def short(text: str, n: int = 70) -> str:
+    """`text` cut to `n` characters (ending in "...")."""
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def error_table(result: dict[str, Any]) -> str:
+    """`llmsim validate`'s error table (median / p90 APE, mean signed error by group)."""
     from .validate import summary_table
 
     rows = summary_table(result)
@@ -293,6 +295,7 @@ def error_table(result: dict[str, Any]) -> str:
 
 
 def skip_summary(skipped: list[dict[str, Any]]) -> list[str]:
+    """One line per skip reason, most frequent first, with an example row id."""
     counts: dict[str, list[str]] = {}
     for s in skipped:
         counts.setdefault(s["reason"], []).append(str(s["id"]))
@@ -301,6 +304,7 @@ def skip_summary(skipped: list[dict[str, Any]]) -> list[str]:
 
 
 def pct(x: Any) -> str:
+    """A percentage with one decimal, or "n/a"."""
     return "n/a" if x is None else f"{x:.1f} %"
 
 
@@ -363,22 +367,26 @@ def print_validation(result: dict[str, Any], file: str, out_dir: str | None) -> 
         click.echo(f"wrote {out_dir}/validation.csv, scatter.png")
 
 
+def _fitted_from(k: str, res: dict[str, Any], ops: str | None) -> str:
+    """Where calibration took parameter `k` from (the table's "fitted from" column)."""
+    if k not in res["fitted"]:
+        tied = k == "attention_efficiency" and "attention_efficiency" in res["sources"]
+        return "tied to compute_efficiency" if tied else "fixed"
+    if k in ("compute_efficiency", "memory_efficiency", "step_overhead_s", "attention_efficiency"):
+        return "measurements"
+    if "capped" in res["sources"].get(k, "") and not ops:
+        return "capped: stays bandwidth-bound"
+    return "vidur"
+
+
 def print_calibration(res: dict[str, Any], file: str, out: str, ops: str | None) -> None:
     """`llmsim calibrate`: parameters before/after, error before/after, leave-one-source-out."""
     from .calibrate import ALL_PARAMS
 
     click.echo(f"calibrated {res['hardware']} on {res['rows_used']} rows of {file} "
                f"({res['objective']}{', sources weighted equally' if res['balance_sources'] else ''})")
-    prows = []
-    for k in ALL_PARAMS:
-        prows.append({"parameter": k, "before": f"{res['previous'][k]:.4g}", "after": f"{res['params'][k]:.4g}",
-                      "fitted from": ("tied to compute_efficiency" if k == "attention_efficiency"
-                                      and "attention_efficiency" in res["sources"] else "fixed")
-                      if k not in res["fitted"] else
-                      ("measurements" if k in ("compute_efficiency", "memory_efficiency", "step_overhead_s",
-                                               "attention_efficiency")
-                       else "capped: stays bandwidth-bound" if "capped" in res["sources"].get(k, "")
-                       and not ops else "vidur")})
+    prows = [{"parameter": k, "before": f"{res['previous'][k]:.4g}", "after": f"{res['params'][k]:.4g}",
+              "fitted from": _fitted_from(k, res, ops)} for k in ALL_PARAMS]
     click.echo(table(prows))
     for name, st in res["stages"].items():
         if st:
