@@ -2,8 +2,9 @@
 
 Option sets and their conversion into a `Scenario` or a `CostModel` live in
 `simulator.options`; every table, summary and file write lives in `simulator.report` (the
-only module that prints or writes files). Every user mistake (bad spec, bad option, bad file) is caught here and printed as one
-`error: ...` line on stderr with exit status 2; never a traceback.
+only module that prints or writes files). Every user mistake (bad spec, bad option, bad
+file) is caught here and printed as one `error: ...` line on stderr with exit status 2;
+never a traceback.
 """
 
 from __future__ import annotations

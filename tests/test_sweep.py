@@ -11,12 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from simulator.cli import main
+from simulator.executors import DaskExecutor, Executor, PoolExecutor
 from simulator.scenario import Scenario
 from simulator.specs import SpecError
 from simulator.sweep import (
-    DaskExecutor,
-    Executor,
-    PoolExecutor,
     knee_point,
     parse_rates,
     parse_sweep,
