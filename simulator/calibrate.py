@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from .catalog import load_hardware
-from .roofline import _NF, CostModel, prefill_step
+from .roofline import CostModel, allreduce_time_s, gemm_time_s, prefill_step
 from .specs import DTYPE_BYTES, Efficiency, HardwareSpec, SpecError
 from .validate import STATIC_METRICS, SkipRow, Validator, error_stats, validate
 
@@ -78,11 +78,6 @@ def apply_params(hw: HardwareSpec, params: Mapping[str, float]) -> HardwareSpec:
     return out
 
 
-def _unit_hw(hw: HardwareSpec, ramp: float = 0.0, launch: float = 0.0, latency: float = 0.0) -> HardwareSpec:
-    eff = Efficiency(gemm_ramp_tokens=ramp, kernel_overhead_s=launch)
-    return dataclasses.replace(hw, efficiency=eff, link_latency_s=latency)
-
-
 # --------------------------------------------------------------------------- static rows, fast
 
 
@@ -91,8 +86,9 @@ class StaticFitSet:
 
     step time = sum_ops max((C + T0 R) / eta_c + A / eta_att, M / eta_m)
                 + k_launch L + ring / eta_link + latency N_ar + step_overhead
-    where C, R, A, M, L, ring, N_ar are the op terms at unit efficiencies (exact: every
-    term of `CostModel` is linear in one of these parameters or in its inverse).
+    where C, R, A, M, L, ring, N_ar are the op terms at unit efficiencies, read from
+    `CostModel.linear_terms()` (exact: every term of `CostModel` is linear in one of these
+    parameters or in its inverse).
     """
 
     def __init__(self, rows: Sequence[Mapping[str, Any]], validator: Validator) -> None:
@@ -182,27 +178,11 @@ def _pad(x: np.ndarray, n: int) -> np.ndarray:
     return np.vstack([x, np.zeros((n - x.shape[0], x.shape[1]))])
 
 
-def _decompose(cost: CostModel) -> dict[str, np.ndarray]:
+def _decompose(cost: CostModel) -> dict[str, Any]:
     """Per-op linear forms at unit efficiencies, split by the parameter that scales them."""
-    m, par, dt, hw = cost.model, cost.par, cost.dtypes, cost.hardware
-    a = CostModel(m, _unit_hw(hw), par, dt)
-    b = CostModel(m, _unit_hw(hw, ramp=1.0, launch=1.0, latency=1.0), par, dt)
-    n = len(a.ops)
-    C, R, A, M = (np.zeros((n, _NF)) for _ in range(4))
-    L, ring, lat = np.zeros(_NF), np.zeros(_NF), np.zeros(_NF)
-    for j, (oa, ob) in enumerate(zip(a.ops, b.ops, strict=True)):
-        M[j] = oa.memory_s
-        if oa.kind == "attention":
-            A[j] = oa.compute_s
-        else:
-            C[j] = oa.compute_s
-            R[j] = ob.compute_s - oa.compute_s
-        if oa.kind == "comm":
-            ring += oa.extra_s
-            lat += ob.extra_s - oa.extra_s
-        else:
-            L += ob.extra_s - oa.extra_s
-    return {"C": C, "R": R, "A": A, "M": M, "L": L, "ring": ring, "lat": lat, "cost": a}
+    t = cost.linear_terms()
+    return {"C": t.compute_s, "R": t.ramp_s_per_token, "A": t.attention_s, "M": t.memory_s,
+            "L": t.launches, "ring": t.link_s, "lat": t.latencies, "cost": cost}
 
 
 def _static_columns(cost: CostModel, d: dict, B: int, I: int, O: int, seg: int) -> dict[str, np.ndarray]:  # noqa: E741
@@ -211,7 +191,7 @@ def _static_columns(cost: CostModel, d: dict, B: int, I: int, O: int, seg: int) 
     unit = d["cost"]
     window = m.sliding_window.window if m.sliding_window else None
     pre = prefill_step(m, B, I)
-    xs = [unit._features(pre.T, pre.S, pre.Ad, pre.Ap, pre.R,
+    xs = [unit.features(pre.T, pre.S, pre.Ad, pre.Ap, pre.R,
                          pre.Ad + pre.Ap if pre.Aw is None else pre.Aw, pre.R if pre.Rw is None else pre.Rw,
                          getattr(pre, "Pc", 0.0))[:, None]]
     w = [np.ones(1)]
@@ -231,7 +211,7 @@ def _static_columns(cost: CostModel, d: dict, B: int, I: int, O: int, seg: int) 
         Aw = Bf * np.minimum(p + 0.5, window) if window else Ad
         Rw = Bf * np.minimum(p + 1, window) if window else R
         T = np.full_like(k, Bf)
-        xs.append(unit._features(T, T, Ad, np.zeros_like(k), R, Aw, Rw))
+        xs.append(unit.features(T, T, Ad, np.zeros_like(k), R, Aw, Rw))
         w.append(wk)
     X = np.concatenate(xs, axis=1)
     wv = np.concatenate(w)
@@ -412,16 +392,11 @@ def vidur_gemm_points(path: str | Path, hardware_id: str, dtype: str = "fp16") -
 
 def gemm_time(hw: HardwareSpec, p: Mapping[str, float], T: Any, n_in: Any, n_out: Any,
               dtype: str = "fp16") -> Any:
-    """One GEMM's time in the roofline model (the same formula as `CostModel`'s GEMM ops):
-    max(2 n_in n_out (T + T0) / (peak eta_c), (n_in n_out b_w + T (n_in + n_out) b_a) / (bw eta_m))
-    + kernel overhead."""
-    b = DTYPE_BYTES[dtype]
-    peak = hw.flops(dtype) * p["compute_efficiency"]
-    bw = hw.hbm_bandwidth_bytes_per_s * p["memory_efficiency"]
-    f = 2.0 * n_in * n_out
-    comp = f * (T + p["gemm_ramp_tokens"]) / peak
-    mem = (n_in * n_out * b + T * (n_in + n_out) * b) / bw
-    return np.maximum(comp, mem) + p["kernel_overhead_s"]
+    """`roofline.gemm_time_s` (the GEMM time of `CostModel`'s GEMM ops) at the parameters `p`."""
+    return gemm_time_s(T, n_in, n_out, peak_flops_per_s=hw.flops(dtype) * p["compute_efficiency"],
+                       hbm_bytes_per_s=hw.hbm_bandwidth_bytes_per_s * p["memory_efficiency"],
+                       bytes_per_element=DTYPE_BYTES[dtype], ramp_tokens=p["gemm_ramp_tokens"],
+                       kernel_overhead_s=p["kernel_overhead_s"])
 
 
 def fit_ops(path: str | Path, hw: HardwareSpec, objective: str = "msle") -> dict[str, Any] | None:
@@ -458,9 +433,9 @@ def allreduce_points(path: str | Path, hardware_id: str) -> Any:
 
 
 def allreduce_time(hw: HardwareSpec, p: Mapping[str, float], workers: Any, size: Any) -> Any:
-    """Ring all-reduce in the model: 2 (t-1)/t * bytes / (link_bw eta_link) + latency."""
-    link = hw.link_bandwidth_bytes_per_s * p["link_efficiency"]
-    return 2.0 * (workers - 1) / workers * size / link + p["link_latency_s"]
+    """`roofline.allreduce_time_s` (the ring all-reduce of `CostModel`) at the parameters `p`."""
+    return allreduce_time_s(workers, size, hw.link_bandwidth_bytes_per_s * p["link_efficiency"],
+                            p["link_latency_s"])
 
 
 def fit_allreduce(path: str | Path, hw: HardwareSpec, objective: str = "msle") -> dict[str, Any] | None:

@@ -27,6 +27,7 @@ from .specs import (
     SpecError,
     _did_you_mean,
     build,
+    is_int,
 )
 
 
@@ -305,7 +306,7 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
     inter = _first(cfg, "intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim")
     if inter is None:
         # GPT-J, Falcon: n_inner null means 4*H (a non-integer H is reported by the type check)
-        inter = 4 * H if isinstance(H, int) and not isinstance(H, bool) else H
+        inter = 4 * H if is_int(H) else H
     fields["intermediate_size"] = inter
     fields["max_context"] = _first(cfg, "max_position_embeddings", "n_positions", "seq_length", default=4096)
     fields["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", False))

@@ -18,6 +18,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 #: Bytes per element of each supported numeric format.
 DTYPE_BYTES: dict[str, float] = {
     "fp32": 4.0,
@@ -44,6 +46,41 @@ DTYPE_FALLBACK: dict[str, str] = {
 
 class SpecError(ValueError):
     """A user-supplied spec, option or file is invalid. The message is one line for the user."""
+
+
+# --------------------------------------------------------------------------- shared checks
+
+
+def is_int(value: Any) -> bool:
+    """An integer (Python or numpy), not a bool (True is an int to Python, not a count to a user)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """A real number (Python or numpy), not a bool; NaN and inf count as numbers here."""
+    return isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: Any, minimum: int = 1, *, optional: bool = False, note: str = "") -> Any:
+    """The one integer check of the package: `value` must be an integer (not a bool) >= `minimum`.
+
+    Raises `SpecError` "<name>: <value!r> must be an integer >= <minimum>[ note][ (or omitted)]";
+    `optional` lets None through. Returns `value` unchanged, so callers can check and assign.
+    """
+    if value is None and optional:
+        return value
+    if not is_int(value) or value < minimum:
+        tail = (f" {note}" if note else "") + (" (or omitted)" if optional else "")
+        raise SpecError(f"{name}: {value!r} must be an integer >= {minimum}{tail}")
+    return value
+
+
+def check_choice(name: str, value: Any, choices: typing.Iterable[str]) -> Any:
+    """`value` must be one of `choices`: "<name>: <value!r> is not one of a, b, c"."""
+    allowed = tuple(choices)
+    if value not in allowed:
+        raise SpecError(f"{name}: {value!r} is not one of {', '.join(allowed)}")
+    return value
 
 
 def _where(owner: str, name: str) -> str:
@@ -121,8 +158,8 @@ def _check_fields(obj: Any, owner: str) -> None:
             raise SpecError(f"{where}: {value!r} must be >= 0")
         if "max" in meta and value > meta["max"]:
             raise SpecError(f"{where}: {value!r} must be <= {meta['max']}")
-        if "choices" in meta and value not in meta["choices"]:
-            raise SpecError(f"{where}: {value!r} is not one of {', '.join(meta['choices'])}")
+        if "choices" in meta:
+            check_choice(where, value, meta["choices"])
 
 
 def _pos(default: Any = dataclasses.MISSING, **kw: Any) -> Any:
@@ -195,7 +232,7 @@ class HardwareSpec:
         for k, v in self.peak_flops_per_s.items():
             if k not in DTYPE_BYTES:
                 raise SpecError(f"peak_flops_per_s.{k}: unknown dtype{_did_you_mean(k, DTYPES)}; allowed: {', '.join(DTYPES)}")
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            if not is_number(v) or not math.isfinite(v) or v <= 0:
                 raise SpecError(f"peak_flops_per_s.{k}: {v!r} must be a number > 0 (FLOP/s)")
 
     def gemm_dtype(self, dtype: str) -> str:
@@ -226,6 +263,45 @@ class HardwareSpec:
     def ideal(self) -> HardwareSpec:
         """A copy with pure-roofline efficiencies (1) and no overheads."""
         return dataclasses.replace(self, efficiency=Efficiency.ideal())
+
+
+# --------------------------------------------------------------------------- replica setup
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """Tensor- and pipeline-parallel degrees of one replica (GPUs per replica = tp * pp)."""
+
+    tp: int = 1
+    pp: int = 1
+
+    def __post_init__(self) -> None:
+        check_int("tp", self.tp)
+        check_int("pp", self.pp)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp
+
+
+@dataclass(frozen=True)
+class DTypes:
+    """Numeric formats of weights, activations and the KV cache."""
+
+    weight: str = "bf16"
+    activation: str = "bf16"
+    kv: str = "bf16"
+
+    def __post_init__(self) -> None:
+        for name in ("weight", "activation", "kv"):
+            check_choice(f"{name}_dtype", getattr(self, name), DTYPES)
+
+    @property
+    def gemm(self) -> str:
+        """The GEMM format: the wider of weight and activation (W4A16 runs bf16 tensor cores)."""
+        if DTYPE_BYTES[self.weight] >= DTYPE_BYTES[self.activation]:
+            return self.weight
+        return self.activation
 
 
 # --------------------------------------------------------------------------- models

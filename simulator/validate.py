@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .specs import DTYPES, HardwareSpec, SpecError
+from .specs import DTYPES, HardwareSpec, SpecError, is_number
 
 SCENARIOS = ("static_batch", "offline_max_throughput", "online_poisson", "closed_loop")
 
@@ -237,7 +237,7 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
         raise SpecError(f"{p}:{e.lineno}: invalid JSON: {e.msg}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{p}: expected a JSON object (a vllm bench serve result)")
-    found = [k for k in _VLLM_KEYS if isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool)]
+    found = [k for k in _VLLM_KEYS if is_number(data.get(k))]
     if not found:
         raise SpecError(f"{p}: no vllm bench serve metrics found (expected keys like "
                         "request_throughput, output_throughput, mean_ttft_ms)")
@@ -246,7 +246,7 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
         v = data.get(key)
         if isinstance(v, str) and v.strip().lower() in ("inf", "infinity"):
             return math.inf
-        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        return v if is_number(v) else None
 
     rate = num("request_rate")
     conc = num("max_concurrency")
@@ -356,8 +356,9 @@ class Validator:
         return self._hw[hw_id]
 
     def cost_model(self, row: Mapping[str, Any]) -> Any:
-        from .catalog import model_catalog
-        from .roofline import CostModel, DTypes, Parallelism
+        from .catalog import load_model, model_catalog
+        from .roofline import CostModel
+        from .specs import DTypes, Parallelism
 
         key = (row["model"], row["hardware"], row["tp"], row["pp"], row["weight_dtype"],
                row["activation_dtype"], row["kv_dtype"])
@@ -366,7 +367,7 @@ class Validator:
                 raise SkipRow(f"unknown model {row['model']!r} (not in the catalog)")
             hw = self.hardware(row["hardware"])
             try:
-                cost = CostModel(row["model"], hw, Parallelism(row["tp"], row["pp"]),
+                cost = CostModel(load_model(row["model"]), hw, Parallelism(row["tp"], row["pp"]),
                                  DTypes(row["weight_dtype"], row["activation_dtype"], row["kv_dtype"]))
             except SpecError as e:
                 raise SkipRow(f"unsupported setting: {e}") from None
