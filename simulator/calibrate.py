@@ -97,7 +97,7 @@ class StaticFitSet:
         cols: list[dict[str, np.ndarray]] = []
         meta: list[tuple] = []
         cache: dict[tuple, int] = {}
-        decomp: dict[tuple, tuple] = {}
+        decomp: dict[tuple, dict[str, Any]] = {}
         self.row_setting: list[int] = []
         for row in rows:
             if row["scenario"] != "static_batch" or row["metric"] not in STATIC_METRICS:
@@ -118,11 +118,10 @@ class StaticFitSet:
             self.row_setting.append(cache[key])
             self.rows.append(row)
         self.n_settings = len(meta)
+        self.arrays: dict[str, np.ndarray] = {}
         if not self.rows:
-            self.arrays = {}
             return
         nops = max(c["C"].shape[0] for c in cols)
-        self.arrays = {}
         for name in ("C", "R", "A", "M"):
             self.arrays[name] = np.concatenate([_pad(c[name], nops) for c in cols], axis=1)
         for name in ("L", "ring", "lat", "one", "w", "seg", "pre"):
@@ -318,7 +317,7 @@ def fit(predict: Callable[[dict[str, float]], np.ndarray], measured: np.ndarray,
     def f(x: np.ndarray) -> float:
         return _loss(predict(params(x)), measured, w, objective)
 
-    best_x, best_f = None, math.inf
+    best_x, best_f = np.zeros(len(names)), math.inf
     inits = [dict(start), *[{**start, **s} for s in starts]]
     for init in inits:
         x0 = np.array([_to_x(n, init[n]) for n in names])
@@ -487,29 +486,7 @@ def calibrate(rows: Sequence[Mapping[str, Any]], hardware: str | HardwareSpec, *
     if not mine:
         raise SpecError(f"calibrate: no rows for hardware {hw_id!r} in {measurements_name or 'the measurements'}")
     current = params_of(hw0)
-    fixed = dict(current)
-    sources: dict[str, str] = {}
-    stages: dict[str, Any] = {}
-    if ops:
-        r = fit_ops(ops, hw0, objective)
-        stages["ops"] = r
-        if r:
-            for k in ("gemm_ramp_tokens", "kernel_overhead_s"):
-                fixed[k] = r["params"][k]
-                sources[k] = (f"{Path(ops).name}: {r['points']} GEMM timings (QKV, O, gate/up, down) of "
-                              f"{len(r['models'])} models, {objective} fit of the roofline GEMM time "
-                              f"with eta_c, eta_m, T0, kernel overhead free; {date}")
-    if allreduce:
-        r = fit_allreduce(allreduce, hw0, objective)
-        stages["allreduce"] = r
-        if r:
-            fixed["link_efficiency"] = r["params"]["link_efficiency"]
-            sources["link_efficiency"] = (f"{Path(allreduce).name}: {r['points']} single-node NCCL all-reduce "
-                                          f"timings ({', '.join(map(str, r['workers']))} GPUs), {objective} fit "
-                                          f"of 2(t-1)/t msg/(link eta) + latency; {date}")
-            if fit_link_latency:
-                fixed["link_latency_s"] = r["params"]["link_latency_s"]
-                sources["link_latency_s"] = sources["link_efficiency"]
+    fixed, sources, stages = _stage_one(hw0, ops, allreduce, objective, fit_link_latency, date)
     ramp_fit = fixed["gemm_ramp_tokens"]
 
     def cap_ramp(p: dict[str, float]) -> None:
@@ -569,17 +546,7 @@ def calibrate(rows: Sequence[Mapping[str, Any]], hardware: str | HardwareSpec, *
     before = validate(mine, scenario=scope, hardware_specs={hw_id: hw0}, workloads=workloads)
     after = validate(mine, scenario=scope, hardware_specs={hw_id: hw_after}, workloads=workloads)
 
-    loso: list[dict[str, Any]] = []
-    if leave_one_out and len(used) > 1:
-        for src in used:
-            held = np.array([s == src for s in fs.sources])
-            if (~held).sum() < len(names) + 1:
-                continue
-            p = do_fit(~held)
-            pred = fs.predict(p)[held]
-            err = (pred - fs.measured[held]) / fs.measured[held] * 100
-            loso.append({"source": src, **error_stats(err),
-                         "params": {k: p[k] for k in names}})
+    loso = _leave_one_source_out(fs, used, names, do_fit) if leave_one_out and len(used) > 1 else []
     loso_median = float(np.median([x["median_ape"] for x in loso])) if loso else None
     values = {k: fitted[k] for k in ALL_PARAMS}
     if not fit_link_latency:
@@ -603,6 +570,52 @@ def calibrate(rows: Sequence[Mapping[str, Any]], hardware: str | HardwareSpec, *
         "sources": sources,
         "date": date,
     }
+
+
+def _stage_one(hw0: HardwareSpec, ops: str | Path | None, allreduce: str | Path | None, objective: str,
+               fit_link_latency: bool, date: str) -> tuple[dict[str, float], dict[str, str], dict[str, Any]]:
+    """Stage 1 of `calibrate`: the GEMM ramp and kernel overhead from Vidur op times, link
+    efficiency (and latency) from Vidur all-reduce times. Returns (parameters with the fitted
+    values in place, their `sources` text, the stage reports)."""
+    fixed = params_of(hw0)
+    sources: dict[str, str] = {}
+    stages: dict[str, Any] = {}
+    if ops:
+        r = fit_ops(ops, hw0, objective)
+        stages["ops"] = r
+        if r:
+            for k in ("gemm_ramp_tokens", "kernel_overhead_s"):
+                fixed[k] = r["params"][k]
+                sources[k] = (f"{Path(ops).name}: {r['points']} GEMM timings (QKV, O, gate/up, down) of "
+                              f"{len(r['models'])} models, {objective} fit of the roofline GEMM time "
+                              f"with eta_c, eta_m, T0, kernel overhead free; {date}")
+    if allreduce:
+        r = fit_allreduce(allreduce, hw0, objective)
+        stages["allreduce"] = r
+        if r:
+            fixed["link_efficiency"] = r["params"]["link_efficiency"]
+            sources["link_efficiency"] = (f"{Path(allreduce).name}: {r['points']} single-node NCCL all-reduce "
+                                          f"timings ({', '.join(map(str, r['workers']))} GPUs), {objective} fit "
+                                          f"of 2(t-1)/t msg/(link eta) + latency; {date}")
+            if fit_link_latency:
+                fixed["link_latency_s"] = r["params"]["link_latency_s"]
+                sources["link_latency_s"] = sources["link_efficiency"]
+    return fixed, sources, stages
+
+
+def _leave_one_source_out(fs: StaticFitSet, used: Sequence[str], names: Sequence[str],
+                          do_fit: Callable[[np.ndarray], dict[str, float]]) -> list[dict[str, Any]]:
+    """Refit without each source in turn and score the held-out source's rows."""
+    loso: list[dict[str, Any]] = []
+    for src in used:
+        held = np.array([s == src for s in fs.sources])
+        if (~held).sum() < len(names) + 1:
+            continue
+        p = do_fit(~held)
+        pred = fs.predict(p)[held]
+        err = (pred - fs.measured[held]) / fs.measured[held] * 100
+        loso.append({"source": src, **error_stats(err), "params": {k: p[k] for k in names}})
+    return loso
 
 
 def _brief(v: Mapping[str, Any]) -> dict[str, Any]:

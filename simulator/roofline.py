@@ -149,6 +149,28 @@ def _vec(**coeffs: float) -> np.ndarray:
     return v
 
 
+def _add_communication(add: Callable[..., None], m: ModelSpec, par: Parallelism, rates: Rates,
+                       ba: float) -> None:
+    """The link ops of a step. Tensor parallel: a ring all-reduce of H b_a bytes per token after
+    attention and after the MLP (once with parallel attention), 2 (t-1)/t msg / link + latency
+    (`allreduce_time_s`). Pipeline parallel: pp - 1 sends of H b_a bytes per token."""
+    H, L, t = m.hidden_size, m.num_layers, par.tp
+    link = rates.link_bytes_per_s
+    if t > 1:
+        per_layer = 1 if m.parallel_attention else 2
+        ring = allreduce_time_s(t, H * ba, link)  # per token; the latency is its own term
+        add("allreduce", "comm", L * per_layer, np.zeros(_NF), a=np.zeros(_NF), link=_vec(T=ring),
+            latency=_vec(one=rates.link_latency_s), launches=_vec())
+    if par.pp > 1:
+        add("pp_send", "comm", par.pp - 1, np.zeros(_NF), link=_vec(T=H * ba / link),
+            latency=_vec(one=rates.link_latency_s), launches=_vec())
+
+
+def _zeros_for_none(*forms: np.ndarray | None) -> list[np.ndarray]:
+    """The forms with None replaced by the zero form (an op without that term)."""
+    return [np.zeros(_NF) if v is None else v for v in forms]
+
+
 @dataclass(frozen=True)
 class StepBatch:
     """Sufficient statistics of one step's batch (see module docstring)."""
@@ -279,7 +301,7 @@ class CostModel:
         self.step_time = self._compile_scalar()
 
     # ------------------------------------------------------------------ building the ops
-    def _build_ops(self, rates: Rates) -> list[Op]:  # noqa: C901 (one op list; the nested builders share its locals)
+    def _build_ops(self, rates: Rates) -> list[Op]:
         m, par, dt = self.model, self.par, self.dtypes
         t = par.tp
         bw, ba, bkv = DTYPE_BYTES[dt.weight], DTYPE_BYTES[dt.activation], DTYPE_BYTES[dt.kv]
@@ -299,11 +321,10 @@ class CostModel:
                 latency: np.ndarray | None = None, launches: np.ndarray | None = None) -> None:
             if count <= 0:
                 return
-            z = np.zeros(_NF)
-            w, a, kr, kw, ramp, link, latency = (z if v is None else v for v in (w, a, kr, kw, ramp, link, latency))
+            w, a, kr, kw, ramp, link, latency = _zeros_for_none(w, a, kr, kw, ramp, link, latency)
             if comp is None:
                 rate = {"gemm": P_gemm, "attention": P_attn, "vector": P_vec}.get(kind)
-                comp = flops / rate if rate else z
+                comp = flops / rate if rate else np.zeros(_NF)
             memory = (w + a + kr + kw) / mem
             launch = (_vec(one=1.0) if launches is None else launches) * rates.kernel_overhead_s
             # comp and ramp, link and latency have disjoint features: their sums are exact
@@ -401,16 +422,7 @@ class CostModel:
         # --- norms, residuals, activation function: memory-bound element-wise work
         add("norm_act", "vector", L, _vec(T=10.0 * H), a=_vec(T=4.0 * H * ba))
 
-        # --- tensor-parallel all-reduce: ring, 2 (t-1)/t * message / link + latency
-        link = rates.link_bytes_per_s
-        if t > 1:
-            per_layer = 1 if m.parallel_attention else 2
-            ring = allreduce_time_s(t, H * ba, link)  # per token; the latency is its own term
-            add("allreduce", "comm", L * per_layer, np.zeros(_NF), a=np.zeros(_NF), link=_vec(T=ring),
-                latency=_vec(one=rates.link_latency_s), launches=_vec())
-        if par.pp > 1:
-            add("pp_send", "comm", par.pp - 1, np.zeros(_NF), link=_vec(T=H * ba / link),
-                latency=_vec(one=rates.link_latency_s), launches=_vec())
+        _add_communication(add, m, par, rates, ba)
 
         # --- once per step: embedding gather and LM head (only for emitting sequences)
         add("embedding", "gather", 1, np.zeros(_NF), w=_vec(T=H * bw), a=_vec(T=H * ba))

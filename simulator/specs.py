@@ -110,8 +110,6 @@ def _type_ok(value: Any, tp: Any) -> bool:
         return isinstance(value, tuple)
     if origin is dict or tp is dict:
         return isinstance(value, dict)
-    if dataclasses.is_dataclass(tp):
-        return isinstance(value, tp)
     return isinstance(value, tp)
 
 
@@ -609,10 +607,10 @@ def _parse_number(text: str, where: str) -> Any:
 
 
 def _dataclass_in(tp: Any) -> type | None:
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return tp
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         for a in typing.get_args(tp):
-            if dataclasses.is_dataclass(a):
+            if isinstance(a, type) and dataclasses.is_dataclass(a):
                 return a
     return None

@@ -137,6 +137,14 @@ def parse_row(raw: Mapping[str, Any]) -> dict[str, Any]:
     row["value"] = _parse_float(row["value"], "value") if row["value"] else None
     if row["value"] is None:
         raise ValueError("value: empty")
+    _check_categories(row)
+    row["replicas"] = row["num_gpus"] // (row["tp"] * row["pp"])
+    return row
+
+
+def _check_categories(row: dict[str, Any]) -> None:
+    """The dtype, scenario, metric and unit columns, and what each scenario requires (in place:
+    the unit is normalised)."""
     for col in ("weight_dtype", "activation_dtype", "kv_dtype"):
         if row[col] not in DTYPES:
             raise ValueError(f"{col}: {row[col]!r} is not one of {', '.join(DTYPES)}")
@@ -156,8 +164,6 @@ def parse_row(raw: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("request_rate: empty (required for online_poisson)")
     if sc == "closed_loop" and row["concurrency"] is None:
         raise ValueError("concurrency: empty (required for closed_loop)")
-    row["replicas"] = row["num_gpus"] // (row["tp"] * row["pp"])
-    return row
 
 
 def read_measurements(path: str | Path, skip_bad_rows: bool = False) -> tuple[list[dict], list[dict]]:

@@ -418,3 +418,87 @@ def test_sliding_window_attention_flops_by_hand() -> None:
     ops = {o["name"]: o for o in c.breakdown(prefill_step(m, 1, 8192))["ops"]}
     expected = 4 * m.num_heads * m.d_head * 8192 * 4096 * m.num_layers
     assert close(ops["attention_sliding"]["flops"], expected, 1e-12)
+
+
+# ------------------------------------------------------------------ the physics layer's seams
+
+
+def test_roofline_imports_no_catalog() -> None:
+    """The physics layer (specs -> memory -> roofline) imports nothing above it at module
+    level: names and files are resolved by catalog/resolve, not by the cost model."""
+    import ast
+    from pathlib import Path
+
+    import simulator
+
+    pkg = Path(simulator.__file__).parent
+    allowed = {"specs.py": set(), "memory.py": {"specs"}, "roofline.py": {"memory", "specs"}}
+    for fname, deps in allowed.items():
+        tree = ast.parse((pkg / fname).read_text())
+        found = {n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.level == 1}
+        found |= {n.names[0].name for n in tree.body if isinstance(n, ast.ImportFrom) and n.level == 1
+                  and n.module is None}
+        assert found == deps, fname
+
+
+def test_cost_model_takes_specs_not_names() -> None:
+    with pytest.raises(TypeError, match="ModelSpec"):
+        CostModel("llama-2-7b", load_hardware(A100))  # type: ignore[arg-type]
+    from simulator import memory, resolve, roofline, specs
+
+    assert roofline.make_cost_model is resolve.make_cost_model  # the transitional import path
+    assert roofline.memory_plan is memory.memory_plan
+    assert roofline.Parallelism is specs.Parallelism and roofline.DTypes is specs.DTypes
+
+
+@pytest.mark.parametrize("T", [1, 7, 300, 5000])
+def test_gemm_ops_are_the_single_gemm_formula(T: int) -> None:
+    """Each GEMM op of CostModel takes roofline.gemm_time_s per layer (the formula calibrate fits).
+
+    Llama-2-7B (H = 4096, n_h d = 4096, I = 11008), all bf16, tp = 1, REAL_EFF on an A100."""
+    from simulator.roofline import Rates, gemm_time_s
+
+    c = cost("llama-2-7b", real=True)
+    hw = c.hardware
+    r = Rates.of(hw, "bf16", "bf16", hw.efficiency, hw.link_latency_s)
+    ops = {o["name"]: o for o in c.breakdown(StepBatch(T=T, S=1, Ap=T * T / 2.0, R=T))["ops"]}
+    H, inter, L = 4096, 11008, 32
+    shapes = {"qkv_proj": (H, 3 * H), "o_proj": (H, H), "mlp_gate_up": (H, 2 * inter), "mlp_down": (inter, H)}
+    for name, (n_in, n_out) in shapes.items():
+        ref = gemm_time_s(T, n_in, n_out, peak_flops_per_s=r.gemm_flops_per_s, hbm_bytes_per_s=r.hbm_bytes_per_s,
+                          bytes_per_element=2.0, ramp_tokens=r.ramp_tokens, kernel_overhead_s=r.kernel_overhead_s)
+        assert close(ops[name]["time_ms"] / 1e3 / L, float(ref), 1e-12), name
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_allreduce_op_is_the_single_ring_formula(tp: int) -> None:
+    """Two ring all-reduces of T H b_a bytes per layer (Llama-3.1-70B: H = 8192, L = 80)."""
+    from simulator.roofline import allreduce_time_s
+
+    c = make_cost_model("llama-3.1-70b", H100, tp=tp, efficiency=REAL_EFF)
+    hw = c.hardware
+    T = 256
+    ops = {o["name"]: o for o in c.breakdown(decode_step(c.model, T, 1000))["ops"]}
+    ref = 2 * 80 * allreduce_time_s(tp, T * 8192 * 2.0, hw.link_bandwidth_bytes_per_s * 0.8, hw.link_latency_s)
+    assert close(ops["allreduce"]["time_ms"] / 1e3, ref, 1e-12)
+
+
+@pytest.mark.parametrize("model,tp", [("llama-2-7b", 1), ("mixtral-8x7b", 2), ("deepseek-v3", 8),
+                                      ("gpt-oss-120b", 2), ("llama-3.1-70b", 4)])
+def test_linear_terms_rebuild_step_time(model: str, tp: int) -> None:
+    """sum_ops max((C + T0 R)/eta_c + A/eta_att, M/eta_m) + k L + W/eta_link + l N + overhead
+    equals step_time at the hardware's own (non-trivial) efficiencies: calibration's re-pricing
+    is the cost model's."""
+    c = make_cost_model(model, H100, tp=tp, efficiency=REAL_EFF)
+    e, hw = c.hardware.efficiency, c.hardware
+    lt = c.linear_terms()
+    w = c.model.sliding_window.window if c.model.sliding_window else None
+    for seqs in ([(1, 100)], [(1, 3000)] * 64, [(512, 0), (1, 20), (1, 900)], [(2048, 4096)]):
+        b = StepBatch.from_sequences(seqs, window=w)
+        x = c.features(b.T, b.S, b.Ad, b.Ap, b.R, b.Aw, b.Rw, b.Pc)
+        comp = (lt.compute_s + e.gemm_ramp_tokens * lt.ramp_s_per_token) @ x / e.compute_efficiency
+        comp = comp + lt.attention_s @ x / e.attention_efficiency
+        t = np.maximum(comp, lt.memory_s @ x / e.memory_efficiency).sum()
+        t += (e.kernel_overhead_s * lt.launches @ x + lt.link_s @ x / e.link_efficiency
+              + hw.link_latency_s * lt.latencies @ x + e.step_overhead_s * x[0])
+        assert close(float(t), c.time(b), 1e-12), seqs
