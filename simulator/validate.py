@@ -7,7 +7,7 @@ settings come from the caller: the JSON does not record them).
 
 `Validator.predict_row(row)` prices one row:
 
-* `static_batch` rows go through `roofline.predict_static` (B prompts of I tokens prefilled
+* `static_batch` rows go through `predict.predict_static` (B prompts of I tokens prefilled
   in one step, then O-1 decode steps); the row's metric is read from the prediction, with
   `output_tokens_per_s` counting every replica (num_gpus / (tp*pp)) and `_per_gpu` dividing
   by num_gpus.
@@ -415,7 +415,7 @@ class Validator:
         return self.cost_model(row), row["batch_size"], row["input_len"], out_len, note
 
     def _static(self, row: Mapping[str, Any]) -> tuple[float, str]:
-        from .roofline import predict_static
+        from .predict import predict_static
 
         metric = row["metric"]
         cost, _, _, out_len, note = self.static_setting(row)

@@ -18,19 +18,11 @@ from hypothesis import strategies as st
 
 from simulator.catalog import hardware_catalog, load_hardware, load_model
 from simulator.cli import main
-from simulator.roofline import (
-    CostModel,
-    DTypes,
-    Parallelism,
-    StepBatch,
-    decode_step,
-    make_cost_model,
-    memory_plan,
-    predict_static,
-    prefill_step,
-    weights_bytes_per_gpu,
-)
-from simulator.specs import SpecError
+from simulator.memory import memory_plan, weights_bytes_per_gpu
+from simulator.predict import predict_static
+from simulator.resolve import make_cost_model
+from simulator.roofline import CostModel, StepBatch, decode_step, prefill_step
+from simulator.specs import DTypes, Parallelism, SpecError
 
 A100 = "a100-sxm-80gb"
 H100 = "h100-sxm"
@@ -444,9 +436,10 @@ def test_roofline_imports_no_catalog() -> None:
 def test_cost_model_takes_specs_not_names() -> None:
     with pytest.raises(TypeError, match="ModelSpec"):
         CostModel("llama-2-7b", load_hardware(A100))  # type: ignore[arg-type]
-    from simulator import memory, resolve, roofline, specs
+    from simulator import memory, predict, resolve, roofline, specs
 
-    assert roofline.make_cost_model is resolve.make_cost_model  # the transitional import path
+    assert roofline.make_cost_model is resolve.make_cost_model  # the transitional import paths
+    assert roofline.predict_static is predict.predict_static and roofline.top_ops is predict.top_ops
     assert roofline.memory_plan is memory.memory_plan
     assert roofline.Parallelism is specs.Parallelism and roofline.DTypes is specs.DTypes
 

@@ -15,8 +15,9 @@ from simulator import calibrate as C
 from simulator import validate as V
 from simulator.catalog import load_hardware, load_model
 from simulator.cli import main
+from simulator.predict import predict_static
 from simulator.resolve import make_cost_model
-from simulator.roofline import StepBatch, decode_step, predict_static
+from simulator.roofline import StepBatch, decode_step
 from simulator.specs import SpecError
 
 DATA = Path(__file__).resolve().parent / "data"
