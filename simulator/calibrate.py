@@ -23,6 +23,9 @@ per row at unit efficiencies, so re-pricing at new efficiencies is a few vector 
 fit takes seconds. Decode steps beyond 64 are integrated by the trapezoid rule over the
 (piecewise-linear) step time, which is within 0.1 % of summing them.
 
+Per-format efficiencies (`Efficiency.compute_efficiency_by_dtype` and friends) are not fitted:
+the fit varies the chip's single values, and the static rows are priced with those.
+
 No printing and no files written here; the CLI and `benchmarks/fit_defaults.py` do that.
 """
 

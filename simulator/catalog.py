@@ -128,6 +128,8 @@ def _to_plain(spec: Any) -> dict:
         elif isinstance(v, tuple):
             v = list(v)
         elif isinstance(v, dict):
+            if not v and f.metadata.get("omit_when_empty"):
+                continue  # optional per-format values: absent means "as the single value"
             v = dict(v)
         out[f.name] = v
     return out

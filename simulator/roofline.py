@@ -26,14 +26,13 @@ The single GEMM and ring all-reduce formulas are `gemm_time_s` and `allreduce_ti
 `CostModel.linear_terms()` splits the step time by efficiency parameter for calibration;
 `StepCost` is what the engine needs of a cost model. This module takes specs only: names and
 files are resolved by `resolve.make_cost_model` (catalog), memory by `memory`, static-batch
-prediction by `predict`. About 640 lines because the op list, its evaluation paths (scalar,
+prediction by `predict`. About 670 lines because the op list, its evaluation paths (scalar,
 vectorised, per-op breakdown, linear terms) and the step statistics are one concept: a change
 to one op must be seen next to every path that prices it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -43,6 +42,7 @@ import numpy as np
 from .memory import MemoryPlan, activation_reserve_bytes, memory_plan, weights_bytes_per_gpu
 from .specs import (
     DTYPE_BYTES,
+    SCALAR_EFFICIENCY_FIELDS,
     DTypes,
     Efficiency,
     HardwareSpec,
@@ -85,24 +85,26 @@ class Op:
 class Rates:
     """The hardware rates and fixed costs the op forms divide by or add, efficiencies applied."""
 
-    gemm_flops_per_s: float  # P_gemm = peak[gemm dtype] eta_c
-    attention_flops_per_s: float  # P_attn = peak[activation dtype] eta_att
+    gemm_flops_per_s: float  # P_gemm = peak[gemm dtype] eta_c[gemm dtype]
+    attention_flops_per_s: float  # P_attn = peak[activation dtype] eta_att[kv dtype]
     vector_flops_per_s: float  # P_vec = peak[activation dtype] eta_c
     hbm_bytes_per_s: float  # bw eta_m
-    ramp_tokens: float  # T0
+    ramp_tokens: float  # T0[gemm dtype]
     kernel_overhead_s: float
     link_bytes_per_s: float  # link_bw eta_link
     link_latency_s: float
 
     @classmethod
-    def of(cls, hw: HardwareSpec, gemm_dtype: str, attention_dtype: str, eff: Efficiency,
+    def of(cls, hw: HardwareSpec, gemm_dtype: str, attention_dtype: str, kv_dtype: str, eff: Efficiency,
            link_latency_s: float) -> Rates:
+        """The rates of `hw` at efficiencies `eff`; GEMM efficiency and ramp per GEMM format and
+        attention efficiency per KV format where `eff` gives them, else its single values."""
         return cls(
-            gemm_flops_per_s=hw.flops(gemm_dtype) * eff.compute_efficiency,
-            attention_flops_per_s=hw.flops(attention_dtype) * eff.attention_efficiency,
+            gemm_flops_per_s=hw.flops(gemm_dtype) * eff.compute_for(gemm_dtype),
+            attention_flops_per_s=hw.flops(attention_dtype) * eff.attention_for(kv_dtype),
             vector_flops_per_s=hw.flops(attention_dtype) * eff.compute_efficiency,
             hbm_bytes_per_s=hw.hbm_bandwidth_bytes_per_s * eff.memory_efficiency,
-            ramp_tokens=eff.gemm_ramp_tokens,
+            ramp_tokens=eff.ramp_for(gemm_dtype),
             kernel_overhead_s=eff.kernel_overhead_s,
             link_bytes_per_s=hw.link_bandwidth_bytes_per_s * eff.link_efficiency,
             link_latency_s=link_latency_s,
@@ -272,7 +274,7 @@ class CostModel:
         self.model = model
         hw = hardware
         if efficiency:
-            allowed = [f.name for f in dataclasses.fields(Efficiency) if f.name != "sources"]
+            allowed = list(SCALAR_EFFICIENCY_FIELDS)
             for key in efficiency:
                 if key not in allowed:
                     raise SpecError(f"efficiency: unknown field {key!r}{_did_you_mean(str(key), allowed)}; "
@@ -299,7 +301,7 @@ class CostModel:
             self.notes.append(
                 f"{hw.id} has no {self.dtypes.activation} rate: attention priced at {self.attention_dtype}"
             )
-        self.ops = self._build_ops(Rates.of(hw, self.gemm_dtype, self.attention_dtype, hw.efficiency,
+        self.ops = self._build_ops(Rates.of(hw, self.gemm_dtype, self.attention_dtype, self.dtypes.kv, hw.efficiency,
                                             hw.link_latency_s))
         self._C = np.array([op.compute_s for op in self.ops])
         self._M = np.array([op.memory_s for op in self.ops])
@@ -480,7 +482,7 @@ class CostModel:
         `LinearTerms`): the ops priced once at unit efficiencies, T0 = 1, k_launch = 1 s,
         link latency 1 s, and their parts read off. Calibration re-prices with these."""
         unit = Efficiency(gemm_ramp_tokens=1.0, kernel_overhead_s=1.0)
-        ops = self._build_ops(Rates.of(self.hardware, self.gemm_dtype, self.attention_dtype, unit, 1.0))
+        ops = self._build_ops(Rates.of(self.hardware, self.gemm_dtype, self.attention_dtype, self.dtypes.kv, unit, 1.0))
         n = len(ops)
         C, R, A, M = (np.zeros((n, _NF)) for _ in range(4))
         launches, link, lat = np.zeros(_NF), np.zeros(_NF), np.zeros(_NF)
@@ -621,7 +623,7 @@ def decode_step(model: ModelSpec, batch_size: int, cached: float) -> StepBatch:
 def parse_efficiency_overrides(items: list[str] | tuple[str, ...]) -> dict[str, float]:
     """Turn ["compute_efficiency=0.7", ...] into {field: value}; unknown fields and
     non-numbers raise SpecError naming the item."""
-    fields = {f.name for f in dataclasses.fields(Efficiency) if f.name != "sources"}
+    fields = set(SCALAR_EFFICIENCY_FIELDS)
     out: dict[str, float] = {}
     for item in items:
         key, sep, value = item.partition("=")

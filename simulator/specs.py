@@ -6,6 +6,11 @@ raise `SpecError` with one line naming the field, the value and what is allowed.
 facts (parameter counts, weight bytes, KV bytes per token, ridge point) are properties.
 
 All quantities are SI: bytes, bytes/s, FLOP/s, seconds. 1 GB = 1e9 bytes.
+
+Also here: the replica setup every cost model takes (`Parallelism`, `DTypes`) and the
+package's one set of value checks (`is_int`, `is_number`, `check_int`, `check_choice`), so that
+every "must be an integer >= 1" error reads the same. About 650 lines: the spec types, their
+field checks and the mapping builder are one concept (what a valid spec is) and are read together.
 """
 
 from __future__ import annotations
@@ -182,6 +187,12 @@ class Efficiency:
     `kernel_overhead_s` is paid once per op per layer (launch and tail effects);
     `step_overhead_s` once per engine step (scheduler, sampling, host sync).
     `link_efficiency` is the fraction of link bandwidth an all-reduce achieves.
+
+    Optional per-format values (absent: every format uses the single value above):
+    `compute_efficiency_by_dtype` and `gemm_ramp_tokens_by_dtype` map a GEMM's tensor-core format
+    (the rate it runs at, after fallback) to its eta_c and T0, e.g. fp8 GEMMs reaching less of
+    their (twice as high) peak than bf16; `attention_efficiency_by_kv_dtype` maps the KV-cache
+    format to the attention efficiency (an fp8 KV cache is dequantised inside the kernel).
     """
 
     compute_efficiency: float = _pos(1.0, max=1.0)
@@ -191,15 +202,44 @@ class Efficiency:
     kernel_overhead_s: float = _nonneg(0.0)
     step_overhead_s: float = _nonneg(0.0)
     link_efficiency: float = _pos(1.0, max=1.0)
+    compute_efficiency_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
+    gemm_ramp_tokens_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
+    attention_efficiency_by_kv_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     sources: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check_fields(self, "efficiency")
+        for name, at_most_one in (("compute_efficiency_by_dtype", True), ("gemm_ramp_tokens_by_dtype", False),
+                                  ("attention_efficiency_by_kv_dtype", True)):
+            for k, v in getattr(self, name).items():
+                where = f"efficiency.{name}.{k}"
+                if k not in DTYPE_BYTES:
+                    raise SpecError(f"{where}: unknown dtype{_did_you_mean(str(k), DTYPES)}; allowed: {', '.join(DTYPES)}")
+                ok = is_number(v) and math.isfinite(v) and ((0 < v <= 1) if at_most_one else v >= 0)
+                if not ok:
+                    raise SpecError(f"{where}: {v!r} must be a number {'in (0, 1]' if at_most_one else '>= 0'}")
+
+    def compute_for(self, gemm_dtype: str) -> float:
+        """eta_c of GEMMs run at `gemm_dtype`'s tensor rate (the single value when not given)."""
+        return float(self.compute_efficiency_by_dtype.get(gemm_dtype, self.compute_efficiency))
+
+    def ramp_for(self, gemm_dtype: str) -> float:
+        """T0 of GEMMs run at `gemm_dtype`'s tensor rate (the single value when not given)."""
+        return float(self.gemm_ramp_tokens_by_dtype.get(gemm_dtype, self.gemm_ramp_tokens))
+
+    def attention_for(self, kv_dtype: str) -> float:
+        """Attention efficiency with a `kv_dtype` KV cache (the single value when not given)."""
+        return float(self.attention_efficiency_by_kv_dtype.get(kv_dtype, self.attention_efficiency))
 
     @classmethod
     def ideal(cls) -> Efficiency:
         """Pure roofline: efficiencies 1, overheads 0."""
         return cls()
+
+
+#: the Efficiency fields that are one number (settable with `--efficiency KEY=VALUE`)
+SCALAR_EFFICIENCY_FIELDS = ("compute_efficiency", "memory_efficiency", "attention_efficiency", "gemm_ramp_tokens",
+                            "kernel_overhead_s", "step_overhead_s", "link_efficiency")
 
 
 @dataclass(frozen=True)

@@ -453,7 +453,7 @@ def test_gemm_ops_are_the_single_gemm_formula(T: int) -> None:
 
     c = cost("llama-2-7b", real=True)
     hw = c.hardware
-    r = Rates.of(hw, "bf16", "bf16", hw.efficiency, hw.link_latency_s)
+    r = Rates.of(hw, "bf16", "bf16", "bf16", hw.efficiency, hw.link_latency_s)
     ops = {o["name"]: o for o in c.breakdown(StepBatch(T=T, S=1, Ap=T * T / 2.0, R=T))["ops"]}
     H, inter, L = 4096, 11008, 32
     shapes = {"qkv_proj": (H, 3 * H), "o_proj": (H, H), "mlp_gate_up": (H, 2 * inter), "mlp_down": (inter, H)}
@@ -495,3 +495,91 @@ def test_linear_terms_rebuild_step_time(model: str, tp: int) -> None:
         t += (e.kernel_overhead_s * lt.launches @ x + lt.link_s @ x / e.link_efficiency
               + hw.link_latency_s * lt.latencies @ x + e.step_overhead_s * x[0])
         assert close(float(t), c.time(b), 1e-12), seqs
+
+
+# ------------------------------------------------------------------ per-format efficiencies
+
+
+def _with_eff(hw_id: str, **by: dict) -> object:
+    hw = load_hardware(hw_id)
+    return dataclasses.replace(hw, efficiency=dataclasses.replace(hw.efficiency, **by))
+
+
+def _op_forms(c: CostModel) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    return {op.name: (op.compute_s, op.memory_s, op.extra_s) for op in c.ops}
+
+
+@pytest.mark.parametrize("hw_id", [H100, "mi300x", A100])
+def test_per_dtype_efficiency_absent_or_equal_is_identical(hw_id: str) -> None:
+    """No per-format values, or values equal to the chip's single ones, or values for formats
+    a model does not use: bit-identical op forms and step times."""
+    base_hw = load_hardware(hw_id)
+    e = base_hw.efficiency
+    same = _with_eff(hw_id, compute_efficiency_by_dtype={"bf16": e.compute_efficiency, "fp4": 0.1},
+                     gemm_ramp_tokens_by_dtype={"bf16": e.gemm_ramp_tokens, "int8": 999.0},
+                     attention_efficiency_by_kv_dtype={"bf16": e.attention_efficiency, "fp8": 0.1})
+    for model, tp in (("llama-3.1-8b", 1), ("mixtral-8x7b", 2)):
+        a = make_cost_model(model, base_hw, tp=tp)
+        b = make_cost_model(model, same, tp=tp)
+        for name, forms in _op_forms(a).items():
+            for x, y in zip(forms, _op_forms(b)[name], strict=True):
+                assert np.array_equal(x, y), name
+        batch = StepBatch.from_sequences([(1, 2000)] * 32 + [(512, 100)])
+        assert a.time(batch) == b.time(batch)
+
+
+def test_fp8_gemm_efficiency_changes_only_fp8_gemms() -> None:
+    """An fp8-specific eta_c on an H100: bf16 models are untouched; an fp8 model's GEMM compute
+    forms scale by eta_c / eta_c[fp8] (the ramp too, with T0[fp8]); attention, element-wise,
+    memory and launch terms stay as they were."""
+    hw = load_hardware(H100)
+    e = hw.efficiency
+    fp8 = _with_eff(H100, compute_efficiency_by_dtype={"fp8": 0.3}, gemm_ramp_tokens_by_dtype={"fp8": 7.0})
+    b16, b16x = make_cost_model("llama-3.1-8b", hw), make_cost_model("llama-3.1-8b", fp8)
+    assert all(np.array_equal(x, y) for n, f in _op_forms(b16).items() for x, y in zip(f, _op_forms(b16x)[n], strict=True))
+    a = make_cost_model("llama-3.1-8b", hw, weight_dtype="fp8", activation_dtype="fp8", kv_dtype="bf16")
+    b = make_cost_model("llama-3.1-8b", fp8, weight_dtype="fp8", activation_dtype="fp8", kv_dtype="bf16")
+    assert a.gemm_dtype == "fp8"
+    peak = hw.flops("fp8")
+    for oa, ob in zip(a.ops, b.ops, strict=True):
+        assert np.array_equal(oa.memory_s, ob.memory_s) and np.array_equal(oa.extra_s, ob.extra_s), oa.name
+        if oa.kind == "gemm" and oa.name != "kv_up_proj_context":
+            base = oa.compute_s - oa.ramp_s  # f/(P eta_c) per row feature
+            np.testing.assert_allclose(ob.compute_s - ob.ramp_s, base * e.compute_efficiency / 0.3, rtol=1e-12)
+            # ramp: f T0 / (P eta_c) -> f 7 / (P 0.3)
+            f = (oa.ramp_s * peak * e.compute_efficiency / e.gemm_ramp_tokens) if e.gemm_ramp_tokens else None
+            if f is not None:
+                np.testing.assert_allclose(ob.ramp_s, f * 7.0 / (peak * 0.3), rtol=1e-12)
+        else:
+            assert np.array_equal(oa.compute_s, ob.compute_s), oa.name
+
+
+def test_attention_efficiency_per_kv_dtype() -> None:
+    """attention_efficiency_by_kv_dtype[fp8] changes only the attention ops of an fp8-KV model."""
+    hw = load_hardware(H100)
+    e = hw.efficiency
+    hw2 = _with_eff(H100, attention_efficiency_by_kv_dtype={"fp8": 0.2})
+    for kv, changed in (("bf16", False), ("fp8", True)):
+        a = make_cost_model("llama-3.1-8b", hw, kv_dtype=kv)
+        b = make_cost_model("llama-3.1-8b", hw2, kv_dtype=kv)
+        for oa, ob in zip(a.ops, b.ops, strict=True):
+            if changed and oa.kind == "attention":
+                np.testing.assert_allclose(ob.compute_s, oa.compute_s * e.attention_efficiency / 0.2, rtol=1e-12)
+            else:
+                assert np.array_equal(oa.compute_s, ob.compute_s), (kv, oa.name)
+
+
+def test_per_dtype_efficiency_validation_and_yaml(tmp_path) -> None:
+    from simulator.specs import Efficiency
+
+    with pytest.raises(SpecError, match=r"^efficiency.compute_efficiency_by_dtype.fp9: unknown dtype"):
+        Efficiency(compute_efficiency_by_dtype={"fp9": 0.5})
+    with pytest.raises(SpecError, match=r"^efficiency.attention_efficiency_by_kv_dtype.fp8: 1.5 must be a number in \(0, 1\]$"):
+        Efficiency(attention_efficiency_by_kv_dtype={"fp8": 1.5})
+    with pytest.raises(SpecError, match=r"^efficiency.gemm_ramp_tokens_by_dtype.fp8: -1 must be a number >= 0$"):
+        Efficiency(gemm_ramp_tokens_by_dtype={"fp8": -1})
+    f = tmp_path / "h100-fp8.yaml"
+    f.write_text("base: h100-sxm\nefficiency:\n  compute_efficiency_by_dtype: {fp8: 0.35}\n")
+    hw = load_hardware(str(f))
+    assert hw.efficiency.compute_for("fp8") == 0.35
+    assert hw.efficiency.compute_for("bf16") == load_hardware(H100).efficiency.compute_efficiency
