@@ -23,6 +23,9 @@ per row at unit efficiencies, so re-pricing at new efficiencies is a few vector 
 fit takes seconds. Decode steps beyond 64 are integrated by the trapezoid rule over the
 (piecewise-linear) step time, which is within 0.1 % of summing them.
 
+Per-format efficiencies (`Efficiency.compute_efficiency_by_dtype` and friends) are not fitted:
+the fit varies the chip's single values, and the static rows are priced with those.
+
 No printing and no files written here; the CLI and `benchmarks/fit_defaults.py` do that.
 """
 
@@ -38,7 +41,8 @@ from typing import Any
 import numpy as np
 
 from .catalog import load_hardware
-from .roofline import _NF, CostModel, prefill_step
+from .fitting import _source_weights, fit, nelder_mead
+from .roofline import CostModel, allreduce_time_s, gemm_time_s, prefill_step
 from .specs import DTYPE_BYTES, Efficiency, HardwareSpec, SpecError
 from .validate import STATIC_METRICS, SkipRow, Validator, error_stats, validate
 
@@ -54,7 +58,6 @@ _EFF_FIELDS = {f.name for f in dataclasses.fields(Efficiency)} - {"sources"}
 VIDUR_GPUS = {"a100": "a100-sxm-80gb", "h100": "h100-sxm"}
 VIDUR_NODES = {"a100_dgx": "a100-sxm-80gb", "h100_dgx": "h100-sxm"}
 VIDUR_GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
-OBJECTIVES = ("msle", "median")
 DECODE_EXACT_STEPS = 64
 DECODE_NODES = 65
 
@@ -78,11 +81,6 @@ def apply_params(hw: HardwareSpec, params: Mapping[str, float]) -> HardwareSpec:
     return out
 
 
-def _unit_hw(hw: HardwareSpec, ramp: float = 0.0, launch: float = 0.0, latency: float = 0.0) -> HardwareSpec:
-    eff = Efficiency(gemm_ramp_tokens=ramp, kernel_overhead_s=launch)
-    return dataclasses.replace(hw, efficiency=eff, link_latency_s=latency)
-
-
 # --------------------------------------------------------------------------- static rows, fast
 
 
@@ -91,8 +89,9 @@ class StaticFitSet:
 
     step time = sum_ops max((C + T0 R) / eta_c + A / eta_att, M / eta_m)
                 + k_launch L + ring / eta_link + latency N_ar + step_overhead
-    where C, R, A, M, L, ring, N_ar are the op terms at unit efficiencies (exact: every
-    term of `CostModel` is linear in one of these parameters or in its inverse).
+    where C, R, A, M, L, ring, N_ar are the op terms at unit efficiencies, read from
+    `CostModel.linear_terms()` (exact: every term of `CostModel` is linear in one of these
+    parameters or in its inverse).
     """
 
     def __init__(self, rows: Sequence[Mapping[str, Any]], validator: Validator) -> None:
@@ -101,7 +100,7 @@ class StaticFitSet:
         cols: list[dict[str, np.ndarray]] = []
         meta: list[tuple] = []
         cache: dict[tuple, int] = {}
-        decomp: dict[tuple, tuple] = {}
+        decomp: dict[tuple, dict[str, Any]] = {}
         self.row_setting: list[int] = []
         for row in rows:
             if row["scenario"] != "static_batch" or row["metric"] not in STATIC_METRICS:
@@ -122,11 +121,10 @@ class StaticFitSet:
             self.row_setting.append(cache[key])
             self.rows.append(row)
         self.n_settings = len(meta)
+        self.arrays: dict[str, np.ndarray] = {}
         if not self.rows:
-            self.arrays = {}
             return
         nops = max(c["C"].shape[0] for c in cols)
-        self.arrays = {}
         for name in ("C", "R", "A", "M"):
             self.arrays[name] = np.concatenate([_pad(c[name], nops) for c in cols], axis=1)
         for name in ("L", "ring", "lat", "one", "w", "seg", "pre"):
@@ -182,27 +180,11 @@ def _pad(x: np.ndarray, n: int) -> np.ndarray:
     return np.vstack([x, np.zeros((n - x.shape[0], x.shape[1]))])
 
 
-def _decompose(cost: CostModel) -> dict[str, np.ndarray]:
+def _decompose(cost: CostModel) -> dict[str, Any]:
     """Per-op linear forms at unit efficiencies, split by the parameter that scales them."""
-    m, par, dt, hw = cost.model, cost.par, cost.dtypes, cost.hardware
-    a = CostModel(m, _unit_hw(hw), par, dt)
-    b = CostModel(m, _unit_hw(hw, ramp=1.0, launch=1.0, latency=1.0), par, dt)
-    n = len(a.ops)
-    C, R, A, M = (np.zeros((n, _NF)) for _ in range(4))
-    L, ring, lat = np.zeros(_NF), np.zeros(_NF), np.zeros(_NF)
-    for j, (oa, ob) in enumerate(zip(a.ops, b.ops, strict=True)):
-        M[j] = oa.memory_s
-        if oa.kind == "attention":
-            A[j] = oa.compute_s
-        else:
-            C[j] = oa.compute_s
-            R[j] = ob.compute_s - oa.compute_s
-        if oa.kind == "comm":
-            ring += oa.extra_s
-            lat += ob.extra_s - oa.extra_s
-        else:
-            L += ob.extra_s - oa.extra_s
-    return {"C": C, "R": R, "A": A, "M": M, "L": L, "ring": ring, "lat": lat, "cost": a}
+    t = cost.linear_terms()
+    return {"C": t.compute_s, "R": t.ramp_s_per_token, "A": t.attention_s, "M": t.memory_s,
+            "L": t.launches, "ring": t.link_s, "lat": t.latencies, "cost": cost}
 
 
 def _static_columns(cost: CostModel, d: dict, B: int, I: int, O: int, seg: int) -> dict[str, np.ndarray]:  # noqa: E741
@@ -211,7 +193,7 @@ def _static_columns(cost: CostModel, d: dict, B: int, I: int, O: int, seg: int) 
     unit = d["cost"]
     window = m.sliding_window.window if m.sliding_window else None
     pre = prefill_step(m, B, I)
-    xs = [unit._features(pre.T, pre.S, pre.Ad, pre.Ap, pre.R,
+    xs = [unit.features(pre.T, pre.S, pre.Ad, pre.Ap, pre.R,
                          pre.Ad + pre.Ap if pre.Aw is None else pre.Aw, pre.R if pre.Rw is None else pre.Rw,
                          getattr(pre, "Pc", 0.0))[:, None]]
     w = [np.ones(1)]
@@ -231,7 +213,7 @@ def _static_columns(cost: CostModel, d: dict, B: int, I: int, O: int, seg: int) 
         Aw = Bf * np.minimum(p + 0.5, window) if window else Ad
         Rw = Bf * np.minimum(p + 1, window) if window else R
         T = np.full_like(k, Bf)
-        xs.append(unit._features(T, T, Ad, np.zeros_like(k), R, Aw, Rw))
+        xs.append(unit.features(T, T, Ad, np.zeros_like(k), R, Aw, Rw))
         w.append(wk)
     X = np.concatenate(xs, axis=1)
     wv = np.concatenate(w)
@@ -241,121 +223,6 @@ def _static_columns(cost: CostModel, d: dict, B: int, I: int, O: int, seg: int) 
     return {"C": d["C"] @ X, "R": d["R"] @ X, "A": d["A"] @ X, "M": d["M"] @ X,
             "L": d["L"] @ X, "ring": d["ring"] @ X, "lat": d["lat"] @ X, "one": X[0].copy(),
             "w": wv, "seg": np.full(n, seg, dtype=int), "pre": preflag}
-
-
-# --------------------------------------------------------------------------- optimiser
-
-
-def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.5,
-                max_iter: int = 2000, xtol: float = 1e-7, ftol: float = 1e-12) -> tuple[np.ndarray, float]:
-    """Minimise f from x0 (standard Nelder-Mead: reflection 1, expansion 2, contraction 1/2)."""
-    n = len(x0)
-    simplex = [np.asarray(x0, dtype=float)]
-    for i in range(n):
-        x = simplex[0].copy()
-        x[i] += step
-        simplex.append(x)
-    vals = [f(x) for x in simplex]
-    for _ in range(max_iter):
-        order = np.argsort(vals)
-        simplex = [simplex[i] for i in order]
-        vals = [vals[i] for i in order]
-        if (max(np.max(np.abs(s - simplex[0])) for s in simplex[1:]) < xtol
-                and abs(vals[-1] - vals[0]) < ftol):
-            break
-        centroid = np.mean(simplex[:-1], axis=0)
-        xr = centroid + (centroid - simplex[-1])
-        fr = f(xr)
-        if fr < vals[0]:
-            xe = centroid + 2.0 * (centroid - simplex[-1])
-            fe = f(xe)
-            simplex[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
-        elif fr < vals[-2]:
-            simplex[-1], vals[-1] = xr, fr
-        else:
-            xc = centroid + 0.5 * (simplex[-1] - centroid) if fr >= vals[-1] else centroid + 0.5 * (xr - centroid)
-            fc = f(xc)
-            if fc < min(fr, vals[-1]):
-                simplex[-1], vals[-1] = xc, fc
-            else:
-                for i in range(1, n + 1):
-                    simplex[i] = simplex[0] + 0.5 * (simplex[i] - simplex[0])
-                    vals[i] = f(simplex[i])
-    i = int(np.argmin(vals))
-    return simplex[i], float(vals[i])
-
-
-#: transforms from an unbounded optimiser variable to a parameter value
-def _to_value(name: str, x: float) -> float:
-    if name.endswith("efficiency"):
-        return 0.02 + 0.98 / (1.0 + math.exp(-max(min(x, 50.0), -50.0)))
-    scale = {"gemm_ramp_tokens": 64.0, "kernel_overhead_s": 5e-6, "step_overhead_s": 1e-3,
-             "link_latency_s": 1e-5}[name]
-    return scale * math.exp(max(min(x, 30.0), -30.0))
-
-
-def _to_x(name: str, v: float) -> float:
-    if name.endswith("efficiency"):
-        q = min(max((v - 0.02) / 0.98, 1e-6), 1 - 1e-6)
-        return math.log(q / (1 - q))
-    scale = {"gemm_ramp_tokens": 64.0, "kernel_overhead_s": 5e-6, "step_overhead_s": 1e-3,
-             "link_latency_s": 1e-5}[name]
-    return math.log(max(v, scale * 1e-6) / scale)
-
-
-def _loss(pred: np.ndarray, meas: np.ndarray, weights: np.ndarray, objective: str) -> float:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        e = np.log(pred / meas) ** 2
-    e = np.where(np.isfinite(e), e, 1e6)
-    if objective == "median":
-        order = np.argsort(e)
-        cw = np.cumsum(weights[order])
-        return float(e[order][np.searchsorted(cw, cw[-1] / 2.0)])
-    return float(np.sum(weights * e) / np.sum(weights))
-
-
-def fit(predict: Callable[[dict[str, float]], np.ndarray], measured: np.ndarray,
-        start: Mapping[str, float], names: Sequence[str], *, weights: np.ndarray | None = None,
-        objective: str = "msle", tie_attention: bool = True,
-        starts: Sequence[Mapping[str, float]] = (),
-        adjust: Callable[[dict[str, float]], None] | None = None) -> tuple[dict[str, float], float]:
-    """Minimise the objective over parameters `names` (others fixed at `start`); `adjust`
-    may enforce a physical constraint on every trial parameter set (in place)."""
-    if objective not in OBJECTIVES:
-        raise SpecError(f"objective: {objective!r} is not one of {', '.join(OBJECTIVES)}")
-    w = np.ones(len(measured)) if weights is None else np.asarray(weights, dtype=float)
-
-    def params(x: np.ndarray) -> dict[str, float]:
-        p = dict(start)
-        for n, xi in zip(names, x, strict=True):
-            p[n] = _to_value(n, float(xi))
-        if tie_attention and "compute_efficiency" in names:
-            p["attention_efficiency"] = p["compute_efficiency"]
-        if adjust is not None:
-            adjust(p)
-        return p
-
-    def f(x: np.ndarray) -> float:
-        return _loss(predict(params(x)), measured, w, objective)
-
-    best_x, best_f = None, math.inf
-    inits = [dict(start), *[{**start, **s} for s in starts]]
-    for init in inits:
-        x0 = np.array([_to_x(n, init[n]) for n in names])
-        x, fx = nelder_mead(f, x0, step=0.7)
-        x, fx = nelder_mead(f, x, step=0.2)  # restart: Nelder-Mead can stall on a ridge
-        if fx < best_f:
-            best_x, best_f = x, fx
-    return params(best_x), best_f
-
-
-def _source_weights(sources: Sequence[str], balance: bool) -> np.ndarray:
-    if not balance:
-        return np.ones(len(sources))
-    counts: dict[str, int] = {}
-    for s in sources:
-        counts[s] = counts.get(s, 0) + 1
-    return np.array([1.0 / counts[s] for s in sources])
 
 
 # --------------------------------------------------------------------------- Vidur files
@@ -412,16 +279,11 @@ def vidur_gemm_points(path: str | Path, hardware_id: str, dtype: str = "fp16") -
 
 def gemm_time(hw: HardwareSpec, p: Mapping[str, float], T: Any, n_in: Any, n_out: Any,
               dtype: str = "fp16") -> Any:
-    """One GEMM's time in the roofline model (the same formula as `CostModel`'s GEMM ops):
-    max(2 n_in n_out (T + T0) / (peak eta_c), (n_in n_out b_w + T (n_in + n_out) b_a) / (bw eta_m))
-    + kernel overhead."""
-    b = DTYPE_BYTES[dtype]
-    peak = hw.flops(dtype) * p["compute_efficiency"]
-    bw = hw.hbm_bandwidth_bytes_per_s * p["memory_efficiency"]
-    f = 2.0 * n_in * n_out
-    comp = f * (T + p["gemm_ramp_tokens"]) / peak
-    mem = (n_in * n_out * b + T * (n_in + n_out) * b) / bw
-    return np.maximum(comp, mem) + p["kernel_overhead_s"]
+    """`roofline.gemm_time_s` (the GEMM time of `CostModel`'s GEMM ops) at the parameters `p`."""
+    return gemm_time_s(T, n_in, n_out, peak_flops_per_s=hw.flops(dtype) * p["compute_efficiency"],
+                       hbm_bytes_per_s=hw.hbm_bandwidth_bytes_per_s * p["memory_efficiency"],
+                       bytes_per_element=DTYPE_BYTES[dtype], ramp_tokens=p["gemm_ramp_tokens"],
+                       kernel_overhead_s=p["kernel_overhead_s"])
 
 
 def fit_ops(path: str | Path, hw: HardwareSpec, objective: str = "msle") -> dict[str, Any] | None:
@@ -458,9 +320,9 @@ def allreduce_points(path: str | Path, hardware_id: str) -> Any:
 
 
 def allreduce_time(hw: HardwareSpec, p: Mapping[str, float], workers: Any, size: Any) -> Any:
-    """Ring all-reduce in the model: 2 (t-1)/t * bytes / (link_bw eta_link) + latency."""
-    link = hw.link_bandwidth_bytes_per_s * p["link_efficiency"]
-    return 2.0 * (workers - 1) / workers * size / link + p["link_latency_s"]
+    """`roofline.allreduce_time_s` (the ring all-reduce of `CostModel`) at the parameters `p`."""
+    return allreduce_time_s(workers, size, hw.link_bandwidth_bytes_per_s * p["link_efficiency"],
+                            p["link_latency_s"])
 
 
 def fit_allreduce(path: str | Path, hw: HardwareSpec, objective: str = "msle") -> dict[str, Any] | None:
@@ -512,29 +374,7 @@ def calibrate(rows: Sequence[Mapping[str, Any]], hardware: str | HardwareSpec, *
     if not mine:
         raise SpecError(f"calibrate: no rows for hardware {hw_id!r} in {measurements_name or 'the measurements'}")
     current = params_of(hw0)
-    fixed = dict(current)
-    sources: dict[str, str] = {}
-    stages: dict[str, Any] = {}
-    if ops:
-        r = fit_ops(ops, hw0, objective)
-        stages["ops"] = r
-        if r:
-            for k in ("gemm_ramp_tokens", "kernel_overhead_s"):
-                fixed[k] = r["params"][k]
-                sources[k] = (f"{Path(ops).name}: {r['points']} GEMM timings (QKV, O, gate/up, down) of "
-                              f"{len(r['models'])} models, {objective} fit of the roofline GEMM time "
-                              f"with eta_c, eta_m, T0, kernel overhead free; {date}")
-    if allreduce:
-        r = fit_allreduce(allreduce, hw0, objective)
-        stages["allreduce"] = r
-        if r:
-            fixed["link_efficiency"] = r["params"]["link_efficiency"]
-            sources["link_efficiency"] = (f"{Path(allreduce).name}: {r['points']} single-node NCCL all-reduce "
-                                          f"timings ({', '.join(map(str, r['workers']))} GPUs), {objective} fit "
-                                          f"of 2(t-1)/t msg/(link eta) + latency; {date}")
-            if fit_link_latency:
-                fixed["link_latency_s"] = r["params"]["link_latency_s"]
-                sources["link_latency_s"] = sources["link_efficiency"]
+    fixed, sources, stages = _stage_one(hw0, ops, allreduce, objective, fit_link_latency, date)
     ramp_fit = fixed["gemm_ramp_tokens"]
 
     def cap_ramp(p: dict[str, float]) -> None:
@@ -594,17 +434,7 @@ def calibrate(rows: Sequence[Mapping[str, Any]], hardware: str | HardwareSpec, *
     before = validate(mine, scenario=scope, hardware_specs={hw_id: hw0}, workloads=workloads)
     after = validate(mine, scenario=scope, hardware_specs={hw_id: hw_after}, workloads=workloads)
 
-    loso: list[dict[str, Any]] = []
-    if leave_one_out and len(used) > 1:
-        for src in used:
-            held = np.array([s == src for s in fs.sources])
-            if (~held).sum() < len(names) + 1:
-                continue
-            p = do_fit(~held)
-            pred = fs.predict(p)[held]
-            err = (pred - fs.measured[held]) / fs.measured[held] * 100
-            loso.append({"source": src, **error_stats(err),
-                         "params": {k: p[k] for k in names}})
+    loso = _leave_one_source_out(fs, used, names, do_fit) if leave_one_out and len(used) > 1 else []
     loso_median = float(np.median([x["median_ape"] for x in loso])) if loso else None
     values = {k: fitted[k] for k in ALL_PARAMS}
     if not fit_link_latency:
@@ -628,6 +458,52 @@ def calibrate(rows: Sequence[Mapping[str, Any]], hardware: str | HardwareSpec, *
         "sources": sources,
         "date": date,
     }
+
+
+def _stage_one(hw0: HardwareSpec, ops: str | Path | None, allreduce: str | Path | None, objective: str,
+               fit_link_latency: bool, date: str) -> tuple[dict[str, float], dict[str, str], dict[str, Any]]:
+    """Stage 1 of `calibrate`: the GEMM ramp and kernel overhead from Vidur op times, link
+    efficiency (and latency) from Vidur all-reduce times. Returns (parameters with the fitted
+    values in place, their `sources` text, the stage reports)."""
+    fixed = params_of(hw0)
+    sources: dict[str, str] = {}
+    stages: dict[str, Any] = {}
+    if ops:
+        r = fit_ops(ops, hw0, objective)
+        stages["ops"] = r
+        if r:
+            for k in ("gemm_ramp_tokens", "kernel_overhead_s"):
+                fixed[k] = r["params"][k]
+                sources[k] = (f"{Path(ops).name}: {r['points']} GEMM timings (QKV, O, gate/up, down) of "
+                              f"{len(r['models'])} models, {objective} fit of the roofline GEMM time "
+                              f"with eta_c, eta_m, T0, kernel overhead free; {date}")
+    if allreduce:
+        r = fit_allreduce(allreduce, hw0, objective)
+        stages["allreduce"] = r
+        if r:
+            fixed["link_efficiency"] = r["params"]["link_efficiency"]
+            sources["link_efficiency"] = (f"{Path(allreduce).name}: {r['points']} single-node NCCL all-reduce "
+                                          f"timings ({', '.join(map(str, r['workers']))} GPUs), {objective} fit "
+                                          f"of 2(t-1)/t msg/(link eta) + latency; {date}")
+            if fit_link_latency:
+                fixed["link_latency_s"] = r["params"]["link_latency_s"]
+                sources["link_latency_s"] = sources["link_efficiency"]
+    return fixed, sources, stages
+
+
+def _leave_one_source_out(fs: StaticFitSet, used: Sequence[str], names: Sequence[str],
+                          do_fit: Callable[[np.ndarray], dict[str, float]]) -> list[dict[str, Any]]:
+    """Refit without each source in turn and score the held-out source's rows."""
+    loso: list[dict[str, Any]] = []
+    for src in used:
+        held = np.array([s == src for s in fs.sources])
+        if (~held).sum() < len(names) + 1:
+            continue
+        p = do_fit(~held)
+        pred = fs.predict(p)[held]
+        err = (pred - fs.measured[held]) / fs.measured[held] * 100
+        loso.append({"source": src, **error_stats(err), "params": {k: p[k] for k in names}})
+    return loso
 
 
 def _brief(v: Mapping[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from .specs import (
     SpecError,
     _did_you_mean,
     build,
+    is_int,
 )
 
 
@@ -48,7 +49,7 @@ _Loader.add_implicit_resolver(
 )
 
 
-def read_yaml(path: Path) -> Any:
+def read_yaml(path: str | Path) -> Any:
     """Parse a YAML file; a syntax error becomes a SpecError naming file and line."""
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -127,6 +128,8 @@ def _to_plain(spec: Any) -> dict:
         elif isinstance(v, tuple):
             v = list(v)
         elif isinstance(v, dict):
+            if not v and f.metadata.get("omit_when_empty"):
+                continue  # optional per-format values: absent means "as the single value"
             v = dict(v)
         out[f.name] = v
     return out
@@ -305,7 +308,7 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
     inter = _first(cfg, "intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim")
     if inter is None:
         # GPT-J, Falcon: n_inner null means 4*H (a non-integer H is reported by the type check)
-        inter = 4 * H if isinstance(H, int) and not isinstance(H, bool) else H
+        inter = 4 * H if is_int(H) else H
     fields["intermediate_size"] = inter
     fields["max_context"] = _first(cfg, "max_position_embeddings", "n_positions", "seq_length", default=4096)
     fields["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
@@ -315,46 +318,15 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
     if mt == "falcon" and cfg.get("new_decoder_architecture"):
         fields["parallel_attention"] = True
 
-    experts = _first(cfg, "num_local_experts", "n_routed_experts", "num_experts")
-    if experts:
-        k = _first(cfg, "num_experts_per_tok", "experts_per_token", "moe_top_k")
-        if k is None:
-            raise SpecError("num_experts_per_tok: missing for an MoE model; cannot route tokens")
-        moe: dict[str, Any] = {
-            "num_experts": experts,
-            "experts_per_token": k,
-            "expert_intermediate_size": _first(cfg, "moe_intermediate_size", "intermediate_size"),
-            "num_shared_experts": _count(cfg.get("n_shared_experts")),
-            "first_dense_layers": _count(cfg.get("first_k_dense_replace")),
-        }
-        if cfg.get("shared_expert_intermediate_size") and isinstance(moe["num_shared_experts"], int):
-            moe["num_shared_experts"] = max(1, moe["num_shared_experts"])
-            moe["shared_expert_intermediate_size"] = cfg["shared_expert_intermediate_size"]
-        if cfg.get("mlp_only_layers"):
-            raise SpecError("mlp_only_layers: non-empty lists of dense layers inside an MoE stack are not supported")
-        fields["moe"] = build(MoESpec, moe, "moe")
-    if cfg.get("kv_lora_rank"):
-        mla = {
-            "kv_lora_rank": cfg["kv_lora_rank"],
-            "qk_nope_head_dim": cfg.get("qk_nope_head_dim"),
-            "qk_rope_head_dim": cfg.get("qk_rope_head_dim"),
-            "v_head_dim": cfg.get("v_head_dim"),
-            "q_lora_rank": cfg.get("q_lora_rank"),
-        }
-        for k2, v in mla.items():
-            if v is None and k2 != "q_lora_rank":
-                raise SpecError(f"{k2}: missing; MLA attention (kv_lora_rank set) needs it")
-        fields["mla"] = build(MLASpec, mla, "mla")
-    window = cfg.get("sliding_window")
-    use_sw = cfg.get("use_sliding_window", True)
-    if window and use_sw:
-        types_ = cfg.get("layer_types")
-        if isinstance(types_, list):
-            n_sw = sum(1 for t in types_ if t == "sliding_attention")
-        else:
-            n_sw = fields["num_layers"]
-        if n_sw:
-            fields["sliding_window"] = build(SlidingWindowSpec, {"window": window, "num_layers": n_sw}, "sliding_window")
+    moe_spec = _hf_moe(cfg)
+    if moe_spec is not None:
+        fields["moe"] = moe_spec
+    mla_spec = _hf_mla(cfg)
+    if mla_spec is not None:
+        fields["mla"] = mla_spec
+    window_spec = _hf_sliding_window(cfg, fields["num_layers"])
+    if window_spec is not None:
+        fields["sliding_window"] = window_spec
     q = cfg.get("quantization_config") or {}
     method = str(q.get("quant_method", "")).lower() if isinstance(q, dict) else ""
     if method == "fp8":
@@ -364,6 +336,62 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
     if arch not in _SUPPORTED_ARCHS:
         fields["notes"] = f"imported from an unrecognised architecture {arch!r}: check the figures"
     return build(ModelSpec, fields)
+
+
+def _hf_moe(cfg: dict) -> MoESpec | None:
+    """Routed experts from an HF config (Mixtral, DeepSeek, Qwen-MoE names); None if dense."""
+    experts = _first(cfg, "num_local_experts", "n_routed_experts", "num_experts")
+    if not experts:
+        return None
+    k = _first(cfg, "num_experts_per_tok", "experts_per_token", "moe_top_k")
+    if k is None:
+        raise SpecError("num_experts_per_tok: missing for an MoE model; cannot route tokens")
+    moe: dict[str, Any] = {
+        "num_experts": experts,
+        "experts_per_token": k,
+        "expert_intermediate_size": _first(cfg, "moe_intermediate_size", "intermediate_size"),
+        "num_shared_experts": _count(cfg.get("n_shared_experts")),
+        "first_dense_layers": _count(cfg.get("first_k_dense_replace")),
+    }
+    if cfg.get("shared_expert_intermediate_size") and isinstance(moe["num_shared_experts"], int):
+        moe["num_shared_experts"] = max(1, moe["num_shared_experts"])
+        moe["shared_expert_intermediate_size"] = cfg["shared_expert_intermediate_size"]
+    if cfg.get("mlp_only_layers"):
+        raise SpecError("mlp_only_layers: non-empty lists of dense layers inside an MoE stack are not supported")
+    return build(MoESpec, moe, "moe")
+
+
+def _hf_mla(cfg: dict) -> MLASpec | None:
+    """DeepSeek multi-head latent attention from an HF config; None without kv_lora_rank."""
+    if not cfg.get("kv_lora_rank"):
+        return None
+    mla = {
+        "kv_lora_rank": cfg["kv_lora_rank"],
+        "qk_nope_head_dim": cfg.get("qk_nope_head_dim"),
+        "qk_rope_head_dim": cfg.get("qk_rope_head_dim"),
+        "v_head_dim": cfg.get("v_head_dim"),
+        "q_lora_rank": cfg.get("q_lora_rank"),
+    }
+    for k2, v in mla.items():
+        if v is None and k2 != "q_lora_rank":
+            raise SpecError(f"{k2}: missing; MLA attention (kv_lora_rank set) needs it")
+    return build(MLASpec, mla, "mla")
+
+
+def _hf_sliding_window(cfg: dict, num_layers: Any) -> SlidingWindowSpec | None:
+    """Sliding-window layers: those `layer_types` marks sliding, else every layer; None if off."""
+    window = cfg.get("sliding_window")
+    use_sw = cfg.get("use_sliding_window", True)
+    if not (window and use_sw):
+        return None
+    types_ = cfg.get("layer_types")
+    if isinstance(types_, list):
+        n_sw = sum(1 for t in types_ if t == "sliding_attention")
+    else:
+        n_sw = num_layers
+    if not n_sw:
+        return None
+    return build(SlidingWindowSpec, {"window": window, "num_layers": n_sw}, "sliding_window")
 
 
 def iter_catalog_files(kind: str) -> Iterator[Path]:

@@ -21,23 +21,33 @@ number of distinct experts a step touches (uniform routing). The GEMM efficiency
 eta_c(T) = eta_c T / (T + T0) keeps compute time linear too: F/(P eta_c(T)) = f (T + T0)/(P eta_c).
 So the model compiles to two small matrices and the step time is
 sum_ops max(C_op . x, M_op . x) + P . x, costing the same for 1 or 1000 sequences.
+
+The single GEMM and ring all-reduce formulas are `gemm_time_s` and `allreduce_time_s`;
+`CostModel.linear_terms()` splits the step time by efficiency parameter for calibration;
+`StepCost` is what the engine needs of a cost model. This module takes specs only: names and
+files are resolved by `resolve.make_cost_model` (catalog), memory by `memory`, static-batch
+prediction by `predict`. About 670 lines because the op list, its evaluation paths (scalar,
+vectorised, per-op breakdown, linear terms) and the step statistics are one concept: a change
+to one op must be seen next to every path that prices it.
 """
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from .catalog import load_hardware, load_model
+from .memory import MemoryPlan, activation_reserve_bytes, memory_plan, weights_bytes_per_gpu
 from .specs import (
     DTYPE_BYTES,
-    DTYPES,
+    SCALAR_EFFICIENCY_FIELDS,
+    DTypes,
     Efficiency,
     HardwareSpec,
     ModelSpec,
+    Parallelism,
     SpecError,
     _did_you_mean,
 )
@@ -48,48 +58,12 @@ _I = {name: i for i, name in enumerate(FEATURES)}
 
 
 @dataclass(frozen=True)
-class Parallelism:
-    """Tensor- and pipeline-parallel degrees of one replica (GPUs per replica = tp * pp)."""
-
-    tp: int = 1
-    pp: int = 1
-
-    def __post_init__(self) -> None:
-        for name in ("tp", "pp"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise SpecError(f"{name}: {v!r} must be an integer >= 1")
-
-    @property
-    def num_gpus(self) -> int:
-        return self.tp * self.pp
-
-
-@dataclass(frozen=True)
-class DTypes:
-    """Numeric formats of weights, activations and the KV cache."""
-
-    weight: str = "bf16"
-    activation: str = "bf16"
-    kv: str = "bf16"
-
-    def __post_init__(self) -> None:
-        for name in ("weight", "activation", "kv"):
-            v = getattr(self, name)
-            if v not in DTYPE_BYTES:
-                raise SpecError(f"{name}_dtype: {v!r} is not one of {', '.join(DTYPES)}")
-
-    @property
-    def gemm(self) -> str:
-        """The GEMM format: the wider of weight and activation (W4A16 runs bf16 tensor cores)."""
-        if DTYPE_BYTES[self.weight] >= DTYPE_BYTES[self.activation]:
-            return self.weight
-        return self.activation
-
-
-@dataclass(frozen=True)
 class Op:
-    """One operator's cost as linear forms over FEATURES (already x layer count, per GPU)."""
+    """One operator's cost as linear forms over FEATURES (already x layer count, per GPU).
+
+    compute_s includes ramp_s (the T0 part of eta_c(T)); extra_s = launch_s + link_s + latency_s.
+    The parts are kept so that `CostModel.linear_terms` can split the time by parameter.
+    """
 
     name: str
     kind: str  # "gemm", "attention", "vector", "gather", "comm"
@@ -101,6 +75,80 @@ class Op:
     compute_s: np.ndarray  # linear form of compute time
     memory_s: np.ndarray  # linear form of memory time
     extra_s: np.ndarray  # added outside the max (launch overhead, communication)
+    ramp_s: np.ndarray  # the part of compute_s from the GEMM ramp T0
+    launch_s: np.ndarray  # kernel launches x kernel_overhead_s
+    link_s: np.ndarray  # bytes over the link / (link_bw eta_link)
+    latency_s: np.ndarray  # link latencies x link_latency_s
+
+
+@dataclass(frozen=True)
+class Rates:
+    """The hardware rates and fixed costs the op forms divide by or add, efficiencies applied."""
+
+    gemm_flops_per_s: float  # P_gemm = peak[gemm dtype] eta_c[gemm dtype]
+    attention_flops_per_s: float  # P_attn = peak[activation dtype] eta_att[kv dtype]
+    vector_flops_per_s: float  # P_vec = peak[activation dtype] eta_c
+    hbm_bytes_per_s: float  # bw eta_m
+    ramp_tokens: float  # T0[gemm dtype]
+    kernel_overhead_s: float
+    link_bytes_per_s: float  # link_bw eta_link
+    link_latency_s: float
+
+    @classmethod
+    def of(cls, hw: HardwareSpec, gemm_dtype: str, attention_dtype: str, kv_dtype: str, eff: Efficiency,
+           link_latency_s: float) -> Rates:
+        """The rates of `hw` at efficiencies `eff`; GEMM efficiency and ramp per GEMM format and
+        attention efficiency per KV format where `eff` gives them, else its single values."""
+        return cls(
+            gemm_flops_per_s=hw.flops(gemm_dtype) * eff.compute_for(gemm_dtype),
+            attention_flops_per_s=hw.flops(attention_dtype) * eff.attention_for(kv_dtype),
+            vector_flops_per_s=hw.flops(attention_dtype) * eff.compute_efficiency,
+            hbm_bytes_per_s=hw.hbm_bandwidth_bytes_per_s * eff.memory_efficiency,
+            ramp_tokens=eff.ramp_for(gemm_dtype),
+            kernel_overhead_s=eff.kernel_overhead_s,
+            link_bytes_per_s=hw.link_bandwidth_bytes_per_s * eff.link_efficiency,
+            link_latency_s=link_latency_s,
+        )
+
+
+@dataclass(frozen=True)
+class LinearTerms:
+    """A cost model's step time split by the parameter that scales each term (calibration).
+
+    At unit efficiencies, T0 = 1 token, kernel overhead 1 s and link latency 1 s, for step
+    features x (n_ops x len(FEATURES) matrices, then vectors over FEATURES):
+
+        time(x) = sum_ops max( (C + T0 R) x / eta_c + A x / eta_att,  M x / eta_m )
+                  + k_launch L x + W x / eta_link + l_link N x + step_overhead_s x_one
+
+    Exact: every term of `CostModel` is linear in one parameter or in its inverse.
+    """
+
+    compute_s: np.ndarray  # C: GEMM and vector compute at eta_c = 1, T0 = 0
+    ramp_s_per_token: np.ndarray  # R: GEMM compute per ramp token T0, at eta_c = 1
+    attention_s: np.ndarray  # A: attention compute at eta_att = 1
+    memory_s: np.ndarray  # M: HBM time at eta_m = 1
+    launches: np.ndarray  # L: kernel launches
+    link_s: np.ndarray  # W: link transfer time at eta_link = 1
+    latencies: np.ndarray  # N: link latencies paid
+
+
+class StepCost(Protocol):
+    """What the engine needs from a cost model: the model, the replica's parallelism, step
+    times (scalar and vectorised, seconds) and the memory plan. `CostModel` is one;
+    `whatif.SpeculativeCostModel` another."""
+
+    model: ModelSpec
+    par: Parallelism
+
+    def step_time(self, T: float, S: float, Ad: float = 0.0, Ap: float = 0.0, R: float = 0.0,
+                  Aw: float | None = None, Rw: float | None = None, Pc: float = 0.0) -> float: ...
+
+    def step_times(self, T: Any, S: Any, Ad: Any = 0.0, Ap: Any = 0.0, R: Any = 0.0,
+                   Aw: Any = None, Rw: Any = None, Pc: Any = 0.0) -> np.ndarray: ...
+
+    def memory(self, gpu_memory_utilization: float = 0.9, max_num_batched_tokens: int = 8192,
+               max_num_seqs: int = 256, seq_len: int | None = None) -> MemoryPlan: ...
 
 
 def _vec(**coeffs: float) -> np.ndarray:
@@ -108,6 +156,28 @@ def _vec(**coeffs: float) -> np.ndarray:
     for k, c in coeffs.items():
         v[_I[k]] = c
     return v
+
+
+def _add_communication(add: Callable[..., None], m: ModelSpec, par: Parallelism, rates: Rates,
+                       ba: float) -> None:
+    """The link ops of a step. Tensor parallel: a ring all-reduce of H b_a bytes per token after
+    attention and after the MLP (once with parallel attention), 2 (t-1)/t msg / link + latency
+    (`allreduce_time_s`). Pipeline parallel: pp - 1 sends of H b_a bytes per token."""
+    H, L, t = m.hidden_size, m.num_layers, par.tp
+    link = rates.link_bytes_per_s
+    if t > 1:
+        per_layer = 1 if m.parallel_attention else 2
+        ring = allreduce_time_s(t, H * ba, link)  # per token; the latency is its own term
+        add("allreduce", "comm", L * per_layer, np.zeros(_NF), a=np.zeros(_NF), link=_vec(T=ring),
+            latency=_vec(one=rates.link_latency_s), launches=_vec())
+    if par.pp > 1:
+        add("pp_send", "comm", par.pp - 1, np.zeros(_NF), link=_vec(T=H * ba / link),
+            latency=_vec(one=rates.link_latency_s), launches=_vec())
+
+
+def _zeros_for_none(*forms: np.ndarray | None) -> list[np.ndarray]:
+    """The forms with None replaced by the zero form (an op without that term)."""
+    return [np.zeros(_NF) if v is None else v for v in forms]
 
 
 @dataclass(frozen=True)
@@ -149,6 +219,35 @@ class StepBatch:
         return cls(T, S, Ad, Ap, R, Aw, Rw, Pc)
 
 
+# ---------------------------------------------------------------------- single-op closed forms
+
+
+def gemm_time_s(T: Any, n_in: Any, n_out: Any, *, peak_flops_per_s: float, hbm_bytes_per_s: float,
+                bytes_per_element: float, ramp_tokens: float = 0.0, kernel_overhead_s: float = 0.0) -> Any:
+    """One GEMM [T, n_in] x [n_in, n_out] in the roofline model, seconds:
+
+        max( 2 n_in n_out (T + T0) / (P eta_c),  (n_in n_out + T (n_in + n_out)) b / (bw eta_m) ) + k_launch
+
+    `peak_flops_per_s` = P eta_c and `hbm_bytes_per_s` = bw eta_m (efficiencies applied), b the
+    bytes per element of weights and activations alike. This is the time of each GEMM op of
+    `CostModel` (its linear forms expand the same expression: tests tie the two), and the
+    formula `calibrate` fits to measured GEMM times. numpy arrays broadcast.
+    """
+    f = 2.0 * n_in * n_out
+    comp = f * (T + ramp_tokens) / peak_flops_per_s
+    mem = (n_in * n_out * bytes_per_element + T * (n_in + n_out) * bytes_per_element) / hbm_bytes_per_s
+    return np.maximum(comp, mem) + kernel_overhead_s
+
+
+def allreduce_time_s(workers: Any, message_bytes: Any, link_bytes_per_s: float,
+                     link_latency_s: float = 0.0) -> Any:
+    """Ring all-reduce of `message_bytes` over `workers` GPUs, seconds (Patarasuk & Yuan, JPDC 2009;
+    NCCL's ring): 2 (t - 1) / t * msg / (link_bw eta_link) + latency, with `link_bytes_per_s` =
+    link_bw eta_link. `CostModel` prices each tensor-parallel all-reduce with it (msg = H b_a per
+    token) and `calibrate` fits it to measured NCCL times."""
+    return 2.0 * (workers - 1) / workers * message_bytes / link_bytes_per_s + link_latency_s
+
+
 class CostModel:
     """Step-time model of one replica: model x hardware x parallelism x dtypes x efficiency.
 
@@ -156,20 +255,26 @@ class CostModel:
     `step_times(...)` the same over numpy arrays; `breakdown(batch)` the per-op detail.
     """
 
+    step_time: Callable[..., float]
+
     def __init__(
         self,
-        model: ModelSpec | str,
-        hardware: HardwareSpec | str,
+        model: ModelSpec,
+        hardware: HardwareSpec,
         parallelism: Parallelism | None = None,
         dtypes: DTypes | None = None,
         *,
         ideal: bool = False,
         efficiency: dict[str, float] | None = None,
     ) -> None:
-        self.model = load_model(model) if isinstance(model, str) else model
-        hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
+        # specs only: names and files are resolved by `resolve.make_cost_model` / `catalog`
+        if not isinstance(model, ModelSpec) or not isinstance(hardware, HardwareSpec):
+            raise TypeError("CostModel takes a ModelSpec and a HardwareSpec; resolve names with "
+                            "simulator.resolve.make_cost_model or simulator.catalog.load_model/load_hardware")
+        self.model = model
+        hw = hardware
         if efficiency:
-            allowed = [f.name for f in dataclasses.fields(Efficiency) if f.name != "sources"]
+            allowed = list(SCALAR_EFFICIENCY_FIELDS)
             for key in efficiency:
                 if key not in allowed:
                     raise SpecError(f"efficiency: unknown field {key!r}{_did_you_mean(str(key), allowed)}; "
@@ -196,7 +301,8 @@ class CostModel:
             self.notes.append(
                 f"{hw.id} has no {self.dtypes.activation} rate: attention priced at {self.attention_dtype}"
             )
-        self.ops = self._build_ops()
+        self.ops = self._build_ops(Rates.of(hw, self.gemm_dtype, self.attention_dtype, self.dtypes.kv, hw.efficiency,
+                                            hw.link_latency_s))
         self._C = np.array([op.compute_s for op in self.ops])
         self._M = np.array([op.memory_s for op in self.ops])
         self._P = np.sum([op.extra_s for op in self.ops], axis=0)
@@ -204,16 +310,13 @@ class CostModel:
         self.step_time = self._compile_scalar()
 
     # ------------------------------------------------------------------ building the ops
-    def _build_ops(self) -> list[Op]:
-        m, hw, par, dt = self.model, self.hardware, self.par, self.dtypes
-        eff = hw.efficiency
+    def _build_ops(self, rates: Rates) -> list[Op]:
+        m, par, dt = self.model, self.par, self.dtypes
         t = par.tp
         bw, ba, bkv = DTYPE_BYTES[dt.weight], DTYPE_BYTES[dt.activation], DTYPE_BYTES[dt.kv]
-        P_gemm = hw.flops(self.gemm_dtype) * eff.compute_efficiency
-        P_attn = hw.flops(self.attention_dtype) * eff.attention_efficiency
-        P_vec = hw.flops(self.attention_dtype) * eff.compute_efficiency
-        mem = hw.hbm_bandwidth_bytes_per_s * eff.memory_efficiency
-        T0 = eff.gemm_ramp_tokens
+        P_gemm, P_attn, P_vec = rates.gemm_flops_per_s, rates.attention_flops_per_s, rates.vector_flops_per_s
+        mem = rates.hbm_bytes_per_s
+        T0 = rates.ramp_tokens
         H, nh, nkv, d = m.hidden_size, m.num_heads, m.num_kv_heads, m.d_head
         t_kv = m.kv_shards(t)
         kv_elem = m.kv_elements_per_token_per_layer
@@ -223,19 +326,20 @@ class CostModel:
 
         def add(name: str, kind: str, count: float, flops: np.ndarray, *, w: np.ndarray | None = None,
                 a: np.ndarray | None = None, kr: np.ndarray | None = None, kw: np.ndarray | None = None,
-                comp: np.ndarray | None = None, extra: np.ndarray | None = None, launches: np.ndarray | None = None) -> None:
+                comp: np.ndarray | None = None, ramp: np.ndarray | None = None, link: np.ndarray | None = None,
+                latency: np.ndarray | None = None, launches: np.ndarray | None = None) -> None:
             if count <= 0:
                 return
-            z = np.zeros(_NF)
-            w, a, kr, kw = (z if v is None else v for v in (w, a, kr, kw))
+            w, a, kr, kw, ramp, link, latency = _zeros_for_none(w, a, kr, kw, ramp, link, latency)
             if comp is None:
                 rate = {"gemm": P_gemm, "attention": P_attn, "vector": P_vec}.get(kind)
-                comp = flops / rate if rate else z
+                comp = flops / rate if rate else np.zeros(_NF)
             memory = (w + a + kr + kw) / mem
-            ex = z.copy() if extra is None else extra.copy()
-            ex += (_vec(one=1.0) if launches is None else launches) * eff.kernel_overhead_s
+            launch = (_vec(one=1.0) if launches is None else launches) * rates.kernel_overhead_s
+            # comp and ramp, link and latency have disjoint features: their sums are exact
             ops.append(Op(name, kind, count * flops, count * w, count * a, count * kr, count * kw,
-                          count * comp, count * memory, count * ex))
+                          count * (comp + ramp), count * memory, count * (link + latency + launch),
+                          count * ramp, count * launch, count * link, count * latency))
 
         def gemm(name: str, count: float, n_in: float, n_out: float, tokens: str = "T") -> None:
             """A GEMM over `tokens` rows: [rows, n_in] x [n_in, n_out] (per-GPU dims)."""
@@ -243,15 +347,15 @@ class CostModel:
             flops = _vec(**{tokens: f})
             # eta_c(T) = eta_c T/(T+T0): compute time f (T + T0) / (P eta_c)
             if tokens == "S":  # LM head: rows = S; it only runs when some sequence emits
-                comp = _vec(S=f / P_gemm, emit=f * T0 / P_gemm)
+                comp, ramp = _vec(S=f / P_gemm), _vec(emit=f * T0 / P_gemm)
                 w = _vec(emit=n_in * n_out * bw)
                 launches = _vec(emit=1.0)
             else:
-                comp = _vec(T=f / P_gemm, one=f * T0 / P_gemm)
+                comp, ramp = _vec(T=f / P_gemm), _vec(one=f * T0 / P_gemm)
                 w = _vec(one=n_in * n_out * bw)
                 launches = None
             add(name, "gemm", count, flops, w=w, a=_vec(**{tokens: (n_in + n_out) * ba}), comp=comp,
-                launches=launches)
+                ramp=ramp, launches=launches)
 
         # --- attention projections
         L = m.num_layers
@@ -317,7 +421,7 @@ class CostModel:
             add("moe_experts", "gemm", nl, _vec(T=f_tok),
                 w=_vec(U=n_mat * H * Ie * bw),
                 a=_vec(T=moe.experts_per_token * (2 * H + n_mat * Ie) * ba),
-                comp=_vec(T=f_tok / P_gemm, U=f_exp * T0 / P_gemm),
+                comp=_vec(T=f_tok / P_gemm), ramp=_vec(U=f_exp * T0 / P_gemm),
                 launches=_vec(one=1.0))
             if moe.num_shared_experts:
                 Is = moe.shared_intermediate / t
@@ -327,19 +431,7 @@ class CostModel:
         # --- norms, residuals, activation function: memory-bound element-wise work
         add("norm_act", "vector", L, _vec(T=10.0 * H), a=_vec(T=4.0 * H * ba))
 
-        # --- tensor-parallel all-reduce: ring, 2 (t-1)/t * message / link + latency
-        if t > 1:
-            per_layer = 1 if m.parallel_attention else 2
-            link = hw.link_bandwidth_bytes_per_s * eff.link_efficiency
-            msg = H * ba
-            ring = 2.0 * (t - 1) / t * msg / link
-            extra = _vec(T=ring, one=hw.link_latency_s)
-            add("allreduce", "comm", L * per_layer, np.zeros(_NF), a=np.zeros(_NF), extra=extra,
-                launches=_vec())
-        if par.pp > 1:
-            link = hw.link_bandwidth_bytes_per_s * eff.link_efficiency
-            extra = _vec(T=H * ba / link, one=hw.link_latency_s)
-            add("pp_send", "comm", par.pp - 1, np.zeros(_NF), extra=extra, launches=_vec())
+        _add_communication(add, m, par, rates, ba)
 
         # --- once per step: embedding gather and LM head (only for emitting sequences)
         add("embedding", "gather", 1, np.zeros(_NF), w=_vec(T=H * bw), a=_vec(T=H * ba))
@@ -347,7 +439,8 @@ class CostModel:
         return ops
 
     # ------------------------------------------------------------------ evaluation
-    def _features(self, T: Any, S: Any, Ad: Any, Ap: Any, R: Any, Aw: Any, Rw: Any, Pc: Any = 0.0) -> np.ndarray:
+    def features(self, T: Any, S: Any, Ad: Any, Ap: Any, R: Any, Aw: Any, Rw: Any, Pc: Any = 0.0) -> np.ndarray:
+        """The feature matrix x (len(FEATURES) x broadcast shape) of batch statistics."""
         T = np.asarray(T, dtype=float)
         S = np.asarray(S, dtype=float)
         shape = np.broadcast(T, S, Ad, Ap, R, Aw, Rw, Pc).shape
@@ -379,13 +472,51 @@ class CostModel:
             Aw = np.asarray(Ad) + np.asarray(Ap)
         if Rw is None:
             Rw = R
-        X = self._features(T, S, Ad, Ap, R, Aw, Rw, Pc)
+        X = self.features(T, S, Ad, Ap, R, Aw, Rw, Pc)
         flat = X.reshape(_NF, -1)
         t = np.maximum(self._C @ flat, self._M @ flat).sum(axis=0) + self._P @ flat
         return t.reshape(X.shape[1:])
 
+    def linear_terms(self) -> LinearTerms:
+        """This model's step time split by the parameter that scales each term (see
+        `LinearTerms`): the ops priced once at unit efficiencies, T0 = 1, k_launch = 1 s,
+        link latency 1 s, and their parts read off. Calibration re-prices with these."""
+        unit = Efficiency(gemm_ramp_tokens=1.0, kernel_overhead_s=1.0)
+        ops = self._build_ops(Rates.of(self.hardware, self.gemm_dtype, self.attention_dtype, self.dtypes.kv, unit, 1.0))
+        n = len(ops)
+        C, R, A, M = (np.zeros((n, _NF)) for _ in range(4))
+        launches, link, lat = np.zeros(_NF), np.zeros(_NF), np.zeros(_NF)
+        for j, op in enumerate(ops):
+            M[j] = op.memory_s
+            if op.kind == "attention":
+                A[j] = op.compute_s
+            else:
+                C[j] = op.compute_s - op.ramp_s  # disjoint features: exact
+                R[j] = op.ramp_s
+            launches += op.launch_s
+            link += op.link_s
+            lat += op.latency_s
+        return LinearTerms(C, R, A, M, launches, link, lat)
+
     def _compile_scalar(self) -> Any:
-        """Generate an unrolled pure-Python step_time: ~2 us a call, no numpy overhead."""
+        """Generate an unrolled pure-Python step_time: constants inlined, one max per op.
+
+        Why: the engine prices every step one call at a time (the discrete-event loop cannot
+        batch them), so this call is the simulator's inner loop. On one core,
+        `python benchmarks/bench_step_cost.py --compare` (mixed decode/prefill batches, best of 3;
+        measured 2026-12-01 on a shared 2-core host, load ~4, so absolute rates are conservative):
+
+            llama-3.1-8b / a100 (8 ops):   compiled 1.78-1.88 M steps/s (~0.55 us a call);
+                                           plain Python loops over the same forms 45-52 k/s
+                                           (34-41x slower); numpy, one feature vector and
+                                           two mat-vecs a step, 189-192 k/s (9.4-9.8x slower)
+            deepseek-v3 / h200 tp=8 (17):  compiled 1.01 M/s; plain Python 26 k/s (39x);
+                                           numpy 189 k/s (5.3x)
+
+        numpy loses at this size because a call's fixed overhead (array creation, dispatch)
+        exceeds the 2 x 11 x n_ops multiply-adds; for many steps at once use `step_times`.
+        The three paths agree (the benchmark checks it; tests compare scalar and vectorised).
+        """
         names = ["1.0", "T", "S", "h", "Ad", "Ap", "R", "Aw", "Rw", "U", "Pc"]
 
         def form(vec: np.ndarray) -> str:
@@ -425,7 +556,7 @@ class CostModel:
         """Per-op FLOPs, bytes by kind, time and bound for one step (the slow, explanatory path)."""
         Aw = batch.Ad + batch.Ap if batch.Aw is None else batch.Aw
         Rw = batch.R if batch.Rw is None else batch.Rw
-        x = self._features(batch.T, batch.S, batch.Ad, batch.Ap, batch.R, Aw, Rw, batch.Pc)
+        x = self.features(batch.T, batch.S, batch.Ad, batch.Ap, batch.R, Aw, Rw, batch.Pc)
         ops = []
         tot = {"compute": 0.0, "memory": 0.0, "communication": 0.0, "overhead": 0.0}
         for op in self.ops:
@@ -468,181 +599,7 @@ class CostModel:
                            gpu_memory_utilization, max_num_batched_tokens, max_num_seqs, seq_len)
 
 
-# ---------------------------------------------------------------------- memory model
-
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    """What fits on one GPU of a replica (bytes) and the KV capacity that leaves."""
-
-    weights_bytes_per_gpu: float
-    activation_reserve_bytes: float
-    usable_bytes_per_gpu: float
-    kv_budget_bytes_per_gpu: float
-    kv_bytes_per_token: float  # whole model, before sharding
-    kv_bytes_per_token_per_gpu: float
-    kv_capacity_tokens: int
-    seq_len: int
-    max_concurrent_sequences: int
-    fits: bool
-    smallest_tp_that_fits: int | None
-    message: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def weights_bytes_per_gpu(model: ModelSpec, par: Parallelism, dtypes: DTypes) -> float:
-    """Weight bytes one GPU holds: all parameters / (tp * pp), K/V projections replicated
-    when tp exceeds the KV heads, MoE experts sharded by TP."""
-    bw = DTYPE_BYTES[dtypes.weight]
-    t = par.tp
-    total = model.param_count
-    replicated = 0.0
-    if model.mla is None and t > model.num_kv_heads:
-        kv_proj = 2 * model.hidden_size * model.num_kv_heads * model.d_head * model.num_layers
-        # each GPU holds one full KV head's projection instead of n_kv/t of them
-        replicated = kv_proj * (1.0 / model.kv_shards(t) - 1.0 / t)
-    return (total / t + replicated) * bw / par.pp
-
-
-def activation_reserve_bytes(model: ModelSpec, par: Parallelism, dtypes: DTypes,
-                             max_num_batched_tokens: int, max_num_seqs: int) -> float:
-    """Peak activation memory of one step at the token budget, plus logits and a fixed
-    workspace (CUDA graphs, NCCL buffers) of 0.5 GB: an estimate of what vLLM's profiling run reserves."""
-    ba = DTYPE_BYTES[dtypes.activation]
-    t = par.tp
-    inter = model.intermediate_size if model.moe is None else max(
-        model.intermediate_size if model.num_dense_layers else 0,
-        model.moe.expert_intermediate_size * model.moe.experts_per_token)
-    per_token = (4 * model.hidden_size + 2 * inter / t) * ba
-    logits = min(max_num_seqs, max_num_batched_tokens) * model.vocab_size / t * 4.0
-    return max_num_batched_tokens * per_token + logits + 0.5e9
-
-
-def memory_plan(model: ModelSpec, hardware: HardwareSpec, par: Parallelism, dtypes: DTypes,
-                gpu_memory_utilization: float = 0.9, max_num_batched_tokens: int = 8192,
-                max_num_seqs: int = 256, seq_len: int | None = None) -> MemoryPlan:
-    """Weights per GPU, KV bytes per token, KV capacity in tokens and in sequences of `seq_len`.
-
-    KV budget/GPU = capacity * utilisation - weights/GPU - activation reserve;
-    KV tokens = budget / (KV bytes per token / (t' * pp)), t' = min(tp, n_kv) (1 for MLA).
-    """
-    if not (0 < gpu_memory_utilization <= 1):
-        raise SpecError(f"gpu_memory_utilization: {gpu_memory_utilization!r} must be in (0, 1]")
-    w = weights_bytes_per_gpu(model, par, dtypes)
-    reserve = activation_reserve_bytes(model, par, dtypes, max_num_batched_tokens, max_num_seqs)
-    usable = hardware.hbm_capacity_bytes * gpu_memory_utilization
-    budget = usable - w - reserve
-    kv_tok = model.kv_bytes_per_token(dtypes.kv)
-    kv_tok_gpu = kv_tok / (model.kv_shards(par.tp) * par.pp)
-    tokens = int(max(budget, 0.0) // kv_tok_gpu)
-    L = seq_len or min(model.max_context, 4096)
-    seqs = tokens // L
-    fits = budget > 0 and tokens >= 16
-    smallest = None
-    msg = ""
-    if not fits:
-        for tp in (1, 2, 4, 8, 16, 32, 64, 128):
-            if tp < par.tp or (model.mla is None and model.num_heads % tp):
-                continue
-            p2 = Parallelism(tp, par.pp)
-            b2 = usable - weights_bytes_per_gpu(model, p2, dtypes) - activation_reserve_bytes(
-                model, p2, dtypes, max_num_batched_tokens, max_num_seqs)
-            if b2 > 0 and b2 / (kv_tok / (model.kv_shards(tp) * par.pp)) >= 16:
-                smallest = tp
-                break
-        hint = f"; smallest TP that fits: {smallest}" if smallest else "; no TP up to 128 fits (try pp or a narrower weight dtype)"
-        msg = (f"{model.id} does not fit on {hardware.id} with tp={par.tp} pp={par.pp}: weights "
-               f"{w / 1e9:.1f} GB + activations {reserve / 1e9:.1f} GB per GPU > "
-               f"{usable / 1e9:.1f} GB usable ({gpu_memory_utilization:.0%} of "
-               f"{hardware.hbm_capacity_bytes / 1e9:.1f} GB){hint}")
-    return MemoryPlan(w, reserve, usable, budget, kv_tok, kv_tok_gpu, tokens, L, seqs, fits, smallest, msg)
-
-
-# ---------------------------------------------------------------------- static prediction
-
-
-def decode_step_arrays(batch: int, input_len: int, output_len: int) -> dict[str, np.ndarray]:
-    """Batch statistics of the O-1 decode steps of a static batch (context grows by 1 a step).
-
-    Decode step k = 1..O-1 feeds token k: each sequence has p = I + k - 1 cached tokens.
-    """
-    k = np.arange(1, max(output_len, 1), dtype=float)
-    p = input_len + k - 1
-    B = float(batch)
-    return {"T": np.full_like(k, B), "S": np.full_like(k, B), "Ad": B * (p + 0.5),
-            "Ap": np.zeros_like(k), "R": B * (p + 1), "p": p}
-
-
-def predict_static(cost: CostModel, batch_size: int, input_len: int, output_len: int,
-                   gpu_memory_utilization: float = 0.9) -> dict[str, Any]:
-    """A static batch: B prompts of I tokens prefilled in one step, then O-1 decode steps.
-
-    Returns vLLM/SCHEMA metric names: ttft_ms, tpot_ms, e2e_ms, throughputs, per-phase
-    breakdowns and the memory plan.
-    """
-    for name, v, lo in (("batch_size", batch_size, 1), ("input_len", input_len, 1), ("output_len", output_len, 1)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-            raise SpecError(f"{name}: {v!r} must be an integer >= {lo}")
-    m = cost.model
-    B, I, O = batch_size, input_len, output_len  # noqa: E741 (the paper's symbols)
-    window = m.sliding_window.window if m.sliding_window else None
-    pre = prefill_step(m, B, I)
-    prefill = cost.breakdown(pre)
-    ttft_s = prefill["time_ms"] / 1e3
-    dec = decode_step_arrays(B, I, O)
-    if O > 1:
-        if window:
-            Aw = B * np.minimum(dec["p"] + 0.5, window)
-            Rw = B * np.minimum(dec["p"] + 1, window)
-        else:
-            Aw, Rw = None, None
-        times = cost.step_times(dec["T"], dec["S"], dec["Ad"], dec["Ap"], dec["R"], Aw, Rw)
-        decode_s = float(times.sum())
-        tpot_s = decode_s / (O - 1)
-        mid = int(len(times) // 2)
-        p_mid = float(dec["p"][mid])
-        mid_batch = decode_step(m, B, p_mid)
-        decode = cost.breakdown(mid_batch)
-    else:
-        decode_s, tpot_s, decode = 0.0, float("nan"), None
-    e2e_s = ttft_s + decode_s
-    mem = cost.memory(gpu_memory_utilization, max_num_batched_tokens=max(B * I, 1),
-                      max_num_seqs=B, seq_len=I + O)
-    kv_needed = B * (I + O)
-    gpus = cost.par.num_gpus
-    out = {
-        "model": m.id,
-        "hardware": cost.hardware.id,
-        "tp": cost.par.tp,
-        "pp": cost.par.pp,
-        "batch_size": B,
-        "input_len": I,
-        "output_len": O,
-        "weight_dtype": cost.dtypes.weight,
-        "activation_dtype": cost.dtypes.activation,
-        "kv_dtype": cost.dtypes.kv,
-        "gemm_dtype": cost.gemm_dtype,
-        "ttft_ms": ttft_s * 1e3,
-        "tpot_ms": tpot_s * 1e3,
-        "e2e_ms": e2e_s * 1e3,
-        "decode_tokens_per_s": 1.0 / tpot_s if O > 1 else float("nan"),
-        "prefill_tokens_per_s": B * I / ttft_s,
-        "output_tokens_per_s": B * O / e2e_s,
-        "output_tokens_per_s_per_gpu": B * O / e2e_s / gpus,
-        "prefill": prefill,
-        "decode": decode,
-        "memory": {**mem.as_dict(), "kv_tokens_needed": kv_needed,
-                   "kv_fits": kv_needed <= mem.kv_capacity_tokens},
-        "notes": list(cost.notes) + ([mem.message] if mem.message else []) + (
-            [f"input_len + output_len = {I + O} exceeds {m.id}'s context of {m.max_context} tokens"]
-            if I + O > m.max_context else []) + (
-            [f"batch needs {kv_needed} KV tokens, capacity is {mem.kv_capacity_tokens}"]
-            if mem.fits and kv_needed > mem.kv_capacity_tokens else []),
-        "ideal": cost.hardware.efficiency == type(cost.hardware.efficiency)(),
-    }
-    return out
+# ---------------------------------------------------------------------- step statistics
 
 
 def prefill_step(model: ModelSpec, batch_size: int, input_len: int) -> StepBatch:
@@ -663,26 +620,10 @@ def decode_step(model: ModelSpec, batch_size: int, cached: float) -> StepBatch:
                      Rw=B * min(p + 1, window) if window else None)
 
 
-def top_ops(breakdown: dict[str, Any], n: int = 5) -> list[dict[str, Any]]:
-    """The `n` slowest ops of a `CostModel.breakdown` result, slowest first."""
-    return sorted(breakdown["ops"], key=lambda o: o["time_ms"], reverse=True)[:n]
-
-
-def op_points(breakdown: dict[str, Any]) -> list[dict[str, Any]]:
-    """Roofline coordinates of the ops that do arithmetic: intensity (FLOP/byte) and attained
-    FLOP/s (FLOPs over the op's time). Communication and gathers (no FLOPs) are left out."""
-    pts = []
-    for o in breakdown["ops"]:
-        if o["flops"] > 0 and o["bytes"] > 0 and o["time_ms"] > 0:
-            pts.append({"name": o["name"], "intensity": o["flops"] / o["bytes"],
-                        "flops_per_s": o["flops"] / (o["time_ms"] / 1e3), "bound": o["bound"]})
-    return pts
-
-
 def parse_efficiency_overrides(items: list[str] | tuple[str, ...]) -> dict[str, float]:
     """Turn ["compute_efficiency=0.7", ...] into {field: value}; unknown fields and
     non-numbers raise SpecError naming the item."""
-    fields = {f.name for f in dataclasses.fields(Efficiency) if f.name != "sources"}
+    fields = set(SCALAR_EFFICIENCY_FIELDS)
     out: dict[str, float] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -699,20 +640,28 @@ def parse_efficiency_overrides(items: list[str] | tuple[str, ...]) -> dict[str, 
     return out
 
 
-def make_cost_model(model: str | ModelSpec, hardware: str | HardwareSpec, tp: int = 1, pp: int = 1,
-                    weight_dtype: str | None = None, activation_dtype: str = "bf16",
-                    kv_dtype: str | None = None, ideal: bool = False,
-                    efficiency: dict[str, float] | None = None) -> CostModel:
-    """Convenience constructor from plain values (the CLI and notebooks use this)."""
-    m = load_model(model) if isinstance(model, str) else model
-    w = weight_dtype or m.default_weight_dtype
-    kv = kv_dtype or ("bf16" if DTYPE_BYTES[activation_dtype] >= 2 else activation_dtype)
-    return CostModel(m, hardware, Parallelism(tp, pp), DTypes(w, activation_dtype, kv),
-                     ideal=ideal, efficiency=efficiency)
+#: moved to `predict` (static-batch prediction and reading a breakdown); see `__getattr__`
+_MOVED_TO_PREDICT = ("decode_step_arrays", "op_points", "predict_static", "top_ops")
+
+
+def __getattr__(name: str) -> Any:
+    """Transitional: `from simulator.roofline import make_cost_model` (now `simulator.resolve`:
+    name resolution is no longer roofline's job) and `predict_static`, `decode_step_arrays`,
+    `top_ops`, `op_points` (now `simulator.predict`) keep working while callers move. Resolved on
+    first use only, so importing roofline loads neither the catalog nor `predict`."""
+    if name == "make_cost_model":
+        from . import resolve
+
+        return resolve.make_cost_model
+    if name in _MOVED_TO_PREDICT:
+        from . import predict
+
+        return getattr(predict, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
-    "CostModel", "DTypes", "MemoryPlan", "Op", "Parallelism", "StepBatch", "FEATURES",
-    "decode_step", "decode_step_arrays", "make_cost_model", "memory_plan", "op_points",
-    "parse_efficiency_overrides", "predict_static", "prefill_step", "top_ops", "weights_bytes_per_gpu",
+    "CostModel", "DTypes", "FEATURES", "LinearTerms", "MemoryPlan", "Op", "Parallelism", "Rates",
+    "StepBatch", "StepCost", "activation_reserve_bytes", "allreduce_time_s", "decode_step",
+    "gemm_time_s", "memory_plan", "parse_efficiency_overrides", "prefill_step", "weights_bytes_per_gpu",
 ]

@@ -6,6 +6,11 @@ raise `SpecError` with one line naming the field, the value and what is allowed.
 facts (parameter counts, weight bytes, KV bytes per token, ridge point) are properties.
 
 All quantities are SI: bytes, bytes/s, FLOP/s, seconds. 1 GB = 1e9 bytes.
+
+Also here: the replica setup every cost model takes (`Parallelism`, `DTypes`) and the
+package's one set of value checks (`is_int`, `is_number`, `check_int`, `check_choice`), so that
+every "must be an integer >= 1" error reads the same. About 650 lines: the spec types, their
+field checks and the mapping builder are one concept (what a valid spec is) and are read together.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 #: Bytes per element of each supported numeric format.
 DTYPE_BYTES: dict[str, float] = {
@@ -46,6 +53,41 @@ class SpecError(ValueError):
     """A user-supplied spec, option or file is invalid. The message is one line for the user."""
 
 
+# --------------------------------------------------------------------------- shared checks
+
+
+def is_int(value: Any) -> bool:
+    """An integer (Python or numpy), not a bool (True is an int to Python, not a count to a user)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """A real number (Python or numpy), not a bool; NaN and inf count as numbers here."""
+    return isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: Any, minimum: int = 1, *, optional: bool = False, note: str = "") -> Any:
+    """The one integer check of the package: `value` must be an integer (not a bool) >= `minimum`.
+
+    Raises `SpecError` "<name>: <value!r> must be an integer >= <minimum>[ note][ (or omitted)]";
+    `optional` lets None through. Returns `value` unchanged, so callers can check and assign.
+    """
+    if value is None and optional:
+        return value
+    if not is_int(value) or value < minimum:
+        tail = (f" {note}" if note else "") + (" (or omitted)" if optional else "")
+        raise SpecError(f"{name}: {value!r} must be an integer >= {minimum}{tail}")
+    return value
+
+
+def check_choice(name: str, value: Any, choices: typing.Iterable[str]) -> Any:
+    """`value` must be one of `choices`: "<name>: <value!r> is not one of a, b, c"."""
+    allowed = tuple(choices)
+    if value not in allowed:
+        raise SpecError(f"{name}: {value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
 def _where(owner: str, name: str) -> str:
     return f"{owner}.{name}" if owner else name
 
@@ -73,8 +115,6 @@ def _type_ok(value: Any, tp: Any) -> bool:
         return isinstance(value, tuple)
     if origin is dict or tp is dict:
         return isinstance(value, dict)
-    if dataclasses.is_dataclass(tp):
-        return isinstance(value, tp)
     return isinstance(value, tp)
 
 
@@ -121,8 +161,8 @@ def _check_fields(obj: Any, owner: str) -> None:
             raise SpecError(f"{where}: {value!r} must be >= 0")
         if "max" in meta and value > meta["max"]:
             raise SpecError(f"{where}: {value!r} must be <= {meta['max']}")
-        if "choices" in meta and value not in meta["choices"]:
-            raise SpecError(f"{where}: {value!r} is not one of {', '.join(meta['choices'])}")
+        if "choices" in meta:
+            check_choice(where, value, meta["choices"])
 
 
 def _pos(default: Any = dataclasses.MISSING, **kw: Any) -> Any:
@@ -147,6 +187,12 @@ class Efficiency:
     `kernel_overhead_s` is paid once per op per layer (launch and tail effects);
     `step_overhead_s` once per engine step (scheduler, sampling, host sync).
     `link_efficiency` is the fraction of link bandwidth an all-reduce achieves.
+
+    Optional per-format values (absent: every format uses the single value above):
+    `compute_efficiency_by_dtype` and `gemm_ramp_tokens_by_dtype` map a GEMM's tensor-core format
+    (the rate it runs at, after fallback) to its eta_c and T0, e.g. fp8 GEMMs reaching less of
+    their (twice as high) peak than bf16; `attention_efficiency_by_kv_dtype` maps the KV-cache
+    format to the attention efficiency (an fp8 KV cache is dequantised inside the kernel).
     """
 
     compute_efficiency: float = _pos(1.0, max=1.0)
@@ -156,15 +202,44 @@ class Efficiency:
     kernel_overhead_s: float = _nonneg(0.0)
     step_overhead_s: float = _nonneg(0.0)
     link_efficiency: float = _pos(1.0, max=1.0)
+    compute_efficiency_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
+    gemm_ramp_tokens_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
+    attention_efficiency_by_kv_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     sources: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check_fields(self, "efficiency")
+        for name, at_most_one in (("compute_efficiency_by_dtype", True), ("gemm_ramp_tokens_by_dtype", False),
+                                  ("attention_efficiency_by_kv_dtype", True)):
+            for k, v in getattr(self, name).items():
+                where = f"efficiency.{name}.{k}"
+                if k not in DTYPE_BYTES:
+                    raise SpecError(f"{where}: unknown dtype{_did_you_mean(str(k), DTYPES)}; allowed: {', '.join(DTYPES)}")
+                ok = is_number(v) and math.isfinite(v) and ((0 < v <= 1) if at_most_one else v >= 0)
+                if not ok:
+                    raise SpecError(f"{where}: {v!r} must be a number {'in (0, 1]' if at_most_one else '>= 0'}")
+
+    def compute_for(self, gemm_dtype: str) -> float:
+        """eta_c of GEMMs run at `gemm_dtype`'s tensor rate (the single value when not given)."""
+        return float(self.compute_efficiency_by_dtype.get(gemm_dtype, self.compute_efficiency))
+
+    def ramp_for(self, gemm_dtype: str) -> float:
+        """T0 of GEMMs run at `gemm_dtype`'s tensor rate (the single value when not given)."""
+        return float(self.gemm_ramp_tokens_by_dtype.get(gemm_dtype, self.gemm_ramp_tokens))
+
+    def attention_for(self, kv_dtype: str) -> float:
+        """Attention efficiency with a `kv_dtype` KV cache (the single value when not given)."""
+        return float(self.attention_efficiency_by_kv_dtype.get(kv_dtype, self.attention_efficiency))
 
     @classmethod
     def ideal(cls) -> Efficiency:
         """Pure roofline: efficiencies 1, overheads 0."""
         return cls()
+
+
+#: the Efficiency fields that are one number (settable with `--efficiency KEY=VALUE`)
+SCALAR_EFFICIENCY_FIELDS = ("compute_efficiency", "memory_efficiency", "attention_efficiency", "gemm_ramp_tokens",
+                            "kernel_overhead_s", "step_overhead_s", "link_efficiency")
 
 
 @dataclass(frozen=True)
@@ -195,7 +270,7 @@ class HardwareSpec:
         for k, v in self.peak_flops_per_s.items():
             if k not in DTYPE_BYTES:
                 raise SpecError(f"peak_flops_per_s.{k}: unknown dtype{_did_you_mean(k, DTYPES)}; allowed: {', '.join(DTYPES)}")
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            if not is_number(v) or not math.isfinite(v) or v <= 0:
                 raise SpecError(f"peak_flops_per_s.{k}: {v!r} must be a number > 0 (FLOP/s)")
 
     def gemm_dtype(self, dtype: str) -> str:
@@ -226,6 +301,45 @@ class HardwareSpec:
     def ideal(self) -> HardwareSpec:
         """A copy with pure-roofline efficiencies (1) and no overheads."""
         return dataclasses.replace(self, efficiency=Efficiency.ideal())
+
+
+# --------------------------------------------------------------------------- replica setup
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """Tensor- and pipeline-parallel degrees of one replica (GPUs per replica = tp * pp)."""
+
+    tp: int = 1
+    pp: int = 1
+
+    def __post_init__(self) -> None:
+        check_int("tp", self.tp)
+        check_int("pp", self.pp)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp
+
+
+@dataclass(frozen=True)
+class DTypes:
+    """Numeric formats of weights, activations and the KV cache."""
+
+    weight: str = "bf16"
+    activation: str = "bf16"
+    kv: str = "bf16"
+
+    def __post_init__(self) -> None:
+        for name in ("weight", "activation", "kv"):
+            check_choice(f"{name}_dtype", getattr(self, name), DTYPES)
+
+    @property
+    def gemm(self) -> str:
+        """The GEMM format: the wider of weight and activation (W4A16 runs bf16 tensor cores)."""
+        if DTYPE_BYTES[self.weight] >= DTYPE_BYTES[self.activation]:
+            return self.weight
+        return self.activation
 
 
 # --------------------------------------------------------------------------- models
@@ -533,10 +647,10 @@ def _parse_number(text: str, where: str) -> Any:
 
 
 def _dataclass_in(tp: Any) -> type | None:
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return tp
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         for a in typing.get_args(tp):
-            if dataclasses.is_dataclass(a):
+            if isinstance(a, type) and dataclasses.is_dataclass(a):
                 return a
     return None

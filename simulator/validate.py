@@ -7,7 +7,7 @@ settings come from the caller: the JSON does not record them).
 
 `Validator.predict_row(row)` prices one row:
 
-* `static_batch` rows go through `roofline.predict_static` (B prompts of I tokens prefilled
+* `static_batch` rows go through `predict.predict_static` (B prompts of I tokens prefilled
   in one step, then O-1 decode steps); the row's metric is read from the prediction, with
   `output_tokens_per_s` counting every replica (num_gpus / (tp*pp)) and `_per_gpu` dividing
   by num_gpus.
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .specs import DTYPES, HardwareSpec, SpecError
+from .specs import DTYPES, HardwareSpec, SpecError, is_number
 
 SCENARIOS = ("static_batch", "offline_max_throughput", "online_poisson", "closed_loop")
 
@@ -137,6 +137,14 @@ def parse_row(raw: Mapping[str, Any]) -> dict[str, Any]:
     row["value"] = _parse_float(row["value"], "value") if row["value"] else None
     if row["value"] is None:
         raise ValueError("value: empty")
+    _check_categories(row)
+    row["replicas"] = row["num_gpus"] // (row["tp"] * row["pp"])
+    return row
+
+
+def _check_categories(row: dict[str, Any]) -> None:
+    """The dtype, scenario, metric and unit columns, and what each scenario requires (in place:
+    the unit is normalised)."""
     for col in ("weight_dtype", "activation_dtype", "kv_dtype"):
         if row[col] not in DTYPES:
             raise ValueError(f"{col}: {row[col]!r} is not one of {', '.join(DTYPES)}")
@@ -156,8 +164,6 @@ def parse_row(raw: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("request_rate: empty (required for online_poisson)")
     if sc == "closed_loop" and row["concurrency"] is None:
         raise ValueError("concurrency: empty (required for closed_loop)")
-    row["replicas"] = row["num_gpus"] // (row["tp"] * row["pp"])
-    return row
 
 
 def read_measurements(path: str | Path, skip_bad_rows: bool = False) -> tuple[list[dict], list[dict]]:
@@ -237,7 +243,7 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
         raise SpecError(f"{p}:{e.lineno}: invalid JSON: {e.msg}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{p}: expected a JSON object (a vllm bench serve result)")
-    found = [k for k in _VLLM_KEYS if isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool)]
+    found = [k for k in _VLLM_KEYS if is_number(data.get(k))]
     if not found:
         raise SpecError(f"{p}: no vllm bench serve metrics found (expected keys like "
                         "request_throughput, output_throughput, mean_ttft_ms)")
@@ -246,7 +252,7 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
         v = data.get(key)
         if isinstance(v, str) and v.strip().lower() in ("inf", "infinity"):
             return math.inf
-        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        return v if is_number(v) else None
 
     rate = num("request_rate")
     conc = num("max_concurrency")
@@ -356,8 +362,9 @@ class Validator:
         return self._hw[hw_id]
 
     def cost_model(self, row: Mapping[str, Any]) -> Any:
-        from .catalog import model_catalog
-        from .roofline import CostModel, DTypes, Parallelism
+        from .catalog import load_model, model_catalog
+        from .roofline import CostModel
+        from .specs import DTypes, Parallelism
 
         key = (row["model"], row["hardware"], row["tp"], row["pp"], row["weight_dtype"],
                row["activation_dtype"], row["kv_dtype"])
@@ -366,7 +373,7 @@ class Validator:
                 raise SkipRow(f"unknown model {row['model']!r} (not in the catalog)")
             hw = self.hardware(row["hardware"])
             try:
-                cost = CostModel(row["model"], hw, Parallelism(row["tp"], row["pp"]),
+                cost = CostModel(load_model(row["model"]), hw, Parallelism(row["tp"], row["pp"]),
                                  DTypes(row["weight_dtype"], row["activation_dtype"], row["kv_dtype"]))
             except SpecError as e:
                 raise SkipRow(f"unsupported setting: {e}") from None
@@ -408,7 +415,7 @@ class Validator:
         return self.cost_model(row), row["batch_size"], row["input_len"], out_len, note
 
     def _static(self, row: Mapping[str, Any]) -> tuple[float, str]:
-        from .roofline import predict_static
+        from .predict import predict_static
 
         metric = row["metric"]
         cost, _, _, out_len, note = self.static_setting(row)

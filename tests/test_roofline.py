@@ -18,19 +18,11 @@ from hypothesis import strategies as st
 
 from simulator.catalog import hardware_catalog, load_hardware, load_model
 from simulator.cli import main
-from simulator.roofline import (
-    CostModel,
-    DTypes,
-    Parallelism,
-    StepBatch,
-    decode_step,
-    make_cost_model,
-    memory_plan,
-    predict_static,
-    prefill_step,
-    weights_bytes_per_gpu,
-)
-from simulator.specs import SpecError
+from simulator.memory import memory_plan, weights_bytes_per_gpu
+from simulator.predict import predict_static
+from simulator.resolve import make_cost_model
+from simulator.roofline import CostModel, StepBatch, decode_step, prefill_step
+from simulator.specs import DTypes, Parallelism, SpecError
 
 A100 = "a100-sxm-80gb"
 H100 = "h100-sxm"
@@ -418,3 +410,176 @@ def test_sliding_window_attention_flops_by_hand() -> None:
     ops = {o["name"]: o for o in c.breakdown(prefill_step(m, 1, 8192))["ops"]}
     expected = 4 * m.num_heads * m.d_head * 8192 * 4096 * m.num_layers
     assert close(ops["attention_sliding"]["flops"], expected, 1e-12)
+
+
+# ------------------------------------------------------------------ the physics layer's seams
+
+
+def test_roofline_imports_no_catalog() -> None:
+    """The physics layer (specs -> memory -> roofline) imports nothing above it at module
+    level: names and files are resolved by catalog/resolve, not by the cost model."""
+    import ast
+    from pathlib import Path
+
+    import simulator
+
+    pkg = Path(simulator.__file__).parent
+    allowed = {"specs.py": set(), "memory.py": {"specs"}, "roofline.py": {"memory", "specs"}}
+    for fname, deps in allowed.items():
+        tree = ast.parse((pkg / fname).read_text())
+        found = {n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.level == 1}
+        found |= {n.names[0].name for n in tree.body if isinstance(n, ast.ImportFrom) and n.level == 1
+                  and n.module is None}
+        assert found == deps, fname
+
+
+def test_cost_model_takes_specs_not_names() -> None:
+    with pytest.raises(TypeError, match="ModelSpec"):
+        CostModel("llama-2-7b", load_hardware(A100))  # type: ignore[arg-type]
+    from simulator import memory, predict, resolve, roofline, specs
+
+    assert roofline.make_cost_model is resolve.make_cost_model  # the transitional import paths
+    assert roofline.predict_static is predict.predict_static and roofline.top_ops is predict.top_ops
+    assert roofline.memory_plan is memory.memory_plan
+    assert roofline.Parallelism is specs.Parallelism and roofline.DTypes is specs.DTypes
+
+
+@pytest.mark.parametrize("T", [1, 7, 300, 5000])
+def test_gemm_ops_are_the_single_gemm_formula(T: int) -> None:
+    """Each GEMM op of CostModel takes roofline.gemm_time_s per layer (the formula calibrate fits).
+
+    Llama-2-7B (H = 4096, n_h d = 4096, I = 11008), all bf16, tp = 1, REAL_EFF on an A100."""
+    from simulator.roofline import Rates, gemm_time_s
+
+    c = cost("llama-2-7b", real=True)
+    hw = c.hardware
+    r = Rates.of(hw, "bf16", "bf16", "bf16", hw.efficiency, hw.link_latency_s)
+    ops = {o["name"]: o for o in c.breakdown(StepBatch(T=T, S=1, Ap=T * T / 2.0, R=T))["ops"]}
+    H, inter, L = 4096, 11008, 32
+    shapes = {"qkv_proj": (H, 3 * H), "o_proj": (H, H), "mlp_gate_up": (H, 2 * inter), "mlp_down": (inter, H)}
+    for name, (n_in, n_out) in shapes.items():
+        ref = gemm_time_s(T, n_in, n_out, peak_flops_per_s=r.gemm_flops_per_s, hbm_bytes_per_s=r.hbm_bytes_per_s,
+                          bytes_per_element=2.0, ramp_tokens=r.ramp_tokens, kernel_overhead_s=r.kernel_overhead_s)
+        assert close(ops[name]["time_ms"] / 1e3 / L, float(ref), 1e-12), name
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_allreduce_op_is_the_single_ring_formula(tp: int) -> None:
+    """Two ring all-reduces of T H b_a bytes per layer (Llama-3.1-70B: H = 8192, L = 80)."""
+    from simulator.roofline import allreduce_time_s
+
+    c = make_cost_model("llama-3.1-70b", H100, tp=tp, efficiency=REAL_EFF)
+    hw = c.hardware
+    T = 256
+    ops = {o["name"]: o for o in c.breakdown(decode_step(c.model, T, 1000))["ops"]}
+    ref = 2 * 80 * allreduce_time_s(tp, T * 8192 * 2.0, hw.link_bandwidth_bytes_per_s * 0.8, hw.link_latency_s)
+    assert close(ops["allreduce"]["time_ms"] / 1e3, ref, 1e-12)
+
+
+@pytest.mark.parametrize("model,tp", [("llama-2-7b", 1), ("mixtral-8x7b", 2), ("deepseek-v3", 8),
+                                      ("gpt-oss-120b", 2), ("llama-3.1-70b", 4)])
+def test_linear_terms_rebuild_step_time(model: str, tp: int) -> None:
+    """sum_ops max((C + T0 R)/eta_c + A/eta_att, M/eta_m) + k L + W/eta_link + l N + overhead
+    equals step_time at the hardware's own (non-trivial) efficiencies: calibration's re-pricing
+    is the cost model's."""
+    c = make_cost_model(model, H100, tp=tp, efficiency=REAL_EFF)
+    e, hw = c.hardware.efficiency, c.hardware
+    lt = c.linear_terms()
+    w = c.model.sliding_window.window if c.model.sliding_window else None
+    for seqs in ([(1, 100)], [(1, 3000)] * 64, [(512, 0), (1, 20), (1, 900)], [(2048, 4096)]):
+        b = StepBatch.from_sequences(seqs, window=w)
+        x = c.features(b.T, b.S, b.Ad, b.Ap, b.R, b.Aw, b.Rw, b.Pc)
+        comp = (lt.compute_s + e.gemm_ramp_tokens * lt.ramp_s_per_token) @ x / e.compute_efficiency
+        comp = comp + lt.attention_s @ x / e.attention_efficiency
+        t = np.maximum(comp, lt.memory_s @ x / e.memory_efficiency).sum()
+        t += (e.kernel_overhead_s * lt.launches @ x + lt.link_s @ x / e.link_efficiency
+              + hw.link_latency_s * lt.latencies @ x + e.step_overhead_s * x[0])
+        assert close(float(t), c.time(b), 1e-12), seqs
+
+
+# ------------------------------------------------------------------ per-format efficiencies
+
+
+def _with_eff(hw_id: str, **by: dict) -> object:
+    hw = load_hardware(hw_id)
+    return dataclasses.replace(hw, efficiency=dataclasses.replace(hw.efficiency, **by))
+
+
+def _op_forms(c: CostModel) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    return {op.name: (op.compute_s, op.memory_s, op.extra_s) for op in c.ops}
+
+
+@pytest.mark.parametrize("hw_id", [H100, "mi300x", A100])
+def test_per_dtype_efficiency_absent_or_equal_is_identical(hw_id: str) -> None:
+    """No per-format values, or values equal to the chip's single ones, or values for formats
+    a model does not use: bit-identical op forms and step times."""
+    base_hw = load_hardware(hw_id)
+    e = base_hw.efficiency
+    same = _with_eff(hw_id, compute_efficiency_by_dtype={"bf16": e.compute_efficiency, "fp4": 0.1},
+                     gemm_ramp_tokens_by_dtype={"bf16": e.gemm_ramp_tokens, "int8": 999.0},
+                     attention_efficiency_by_kv_dtype={"bf16": e.attention_efficiency, "fp8": 0.1})
+    for model, tp in (("llama-3.1-8b", 1), ("mixtral-8x7b", 2)):
+        a = make_cost_model(model, base_hw, tp=tp)
+        b = make_cost_model(model, same, tp=tp)
+        for name, forms in _op_forms(a).items():
+            for x, y in zip(forms, _op_forms(b)[name], strict=True):
+                assert np.array_equal(x, y), name
+        batch = StepBatch.from_sequences([(1, 2000)] * 32 + [(512, 100)])
+        assert a.time(batch) == b.time(batch)
+
+
+def test_fp8_gemm_efficiency_changes_only_fp8_gemms() -> None:
+    """An fp8-specific eta_c on an H100: bf16 models are untouched; an fp8 model's GEMM compute
+    forms scale by eta_c / eta_c[fp8] (the ramp too, with T0[fp8]); attention, element-wise,
+    memory and launch terms stay as they were."""
+    hw = load_hardware(H100)
+    e = hw.efficiency
+    fp8 = _with_eff(H100, compute_efficiency_by_dtype={"fp8": 0.3}, gemm_ramp_tokens_by_dtype={"fp8": 7.0})
+    b16, b16x = make_cost_model("llama-3.1-8b", hw), make_cost_model("llama-3.1-8b", fp8)
+    assert all(np.array_equal(x, y) for n, f in _op_forms(b16).items() for x, y in zip(f, _op_forms(b16x)[n], strict=True))
+    a = make_cost_model("llama-3.1-8b", hw, weight_dtype="fp8", activation_dtype="fp8", kv_dtype="bf16")
+    b = make_cost_model("llama-3.1-8b", fp8, weight_dtype="fp8", activation_dtype="fp8", kv_dtype="bf16")
+    assert a.gemm_dtype == "fp8"
+    peak = hw.flops("fp8")
+    for oa, ob in zip(a.ops, b.ops, strict=True):
+        assert np.array_equal(oa.memory_s, ob.memory_s) and np.array_equal(oa.extra_s, ob.extra_s), oa.name
+        if oa.kind == "gemm" and oa.name != "kv_up_proj_context":
+            base = oa.compute_s - oa.ramp_s  # f/(P eta_c) per row feature
+            np.testing.assert_allclose(ob.compute_s - ob.ramp_s, base * e.compute_efficiency / 0.3, rtol=1e-12)
+            # ramp: f T0 / (P eta_c) -> f 7 / (P 0.3)
+            f = (oa.ramp_s * peak * e.compute_efficiency / e.gemm_ramp_tokens) if e.gemm_ramp_tokens else None
+            if f is not None:
+                np.testing.assert_allclose(ob.ramp_s, f * 7.0 / (peak * 0.3), rtol=1e-12)
+        else:
+            assert np.array_equal(oa.compute_s, ob.compute_s), oa.name
+
+
+def test_attention_efficiency_per_kv_dtype() -> None:
+    """attention_efficiency_by_kv_dtype[fp8] changes only the attention ops of an fp8-KV model."""
+    hw = load_hardware(H100)
+    e = hw.efficiency
+    hw2 = _with_eff(H100, attention_efficiency_by_kv_dtype={"fp8": 0.2})
+    for kv, changed in (("bf16", False), ("fp8", True)):
+        a = make_cost_model("llama-3.1-8b", hw, kv_dtype=kv)
+        b = make_cost_model("llama-3.1-8b", hw2, kv_dtype=kv)
+        for oa, ob in zip(a.ops, b.ops, strict=True):
+            if changed and oa.kind == "attention":
+                np.testing.assert_allclose(ob.compute_s, oa.compute_s * e.attention_efficiency / 0.2, rtol=1e-12)
+            else:
+                assert np.array_equal(oa.compute_s, ob.compute_s), (kv, oa.name)
+
+
+def test_per_dtype_efficiency_validation_and_yaml(tmp_path) -> None:
+    from simulator.specs import Efficiency
+
+    with pytest.raises(SpecError, match=r"^efficiency.compute_efficiency_by_dtype.fp9: unknown dtype"):
+        Efficiency(compute_efficiency_by_dtype={"fp9": 0.5})
+    with pytest.raises(SpecError, match=r"^efficiency.attention_efficiency_by_kv_dtype.fp8: 1.5 must be a number in \(0, 1\]$"):
+        Efficiency(attention_efficiency_by_kv_dtype={"fp8": 1.5})
+    with pytest.raises(SpecError, match=r"^efficiency.gemm_ramp_tokens_by_dtype.fp8: -1 must be a number >= 0$"):
+        Efficiency(gemm_ramp_tokens_by_dtype={"fp8": -1})
+    f = tmp_path / "h100-fp8.yaml"
+    f.write_text("base: h100-sxm\nefficiency:\n  compute_efficiency_by_dtype: {fp8: 0.35}\n")
+    hw = load_hardware(str(f))
+    assert hw.efficiency.compute_for("fp8") == 0.35
+    assert hw.efficiency.compute_for("bf16") == load_hardware(H100).efficiency.compute_efficiency

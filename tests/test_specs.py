@@ -271,3 +271,31 @@ def test_specs_frozen():
     assert isinstance(h, HardwareSpec)
     with pytest.raises(dataclasses.FrozenInstanceError):
         h.tdp_w = 1  # type: ignore[misc]
+
+
+# --------------------------------------------------------------------------- shared checks
+
+
+def test_check_int_one_line_errors():
+    import numpy as np
+
+    from simulator.specs import DTypes, Parallelism, check_int
+
+    assert check_int("n", 3) == 3
+    assert check_int("n", np.int64(2)) == 2
+    assert check_int("n", 0, minimum=0) == 0
+    assert check_int("n", None, optional=True) is None
+    for bad in (True, 0, -1, 1.0, "2", None):
+        with pytest.raises(SpecError) as e:
+            check_int("max_num_seqs", bad)
+        assert str(e.value) == f"max_num_seqs: {bad!r} must be an integer >= 1"
+    with pytest.raises(SpecError, match=r"^gamma: 0 must be an integer >= 1 \(draft tokens\) \(or omitted\)$"):
+        check_int("gamma", 0, note="(draft tokens)", optional=True)
+    with pytest.raises(SpecError, match=r"^tp: True must be an integer >= 1$"):
+        Parallelism(True, 1)
+    with pytest.raises(SpecError, match=r"^pp: 0 must be an integer >= 1$"):
+        Parallelism(1, 0)
+    with pytest.raises(SpecError, match=r"^kv_dtype: 'fp6' is not one of fp32, bf16"):
+        DTypes("bf16", "bf16", "fp6")
+    assert DTypes("int4", "bf16").gemm == "bf16" and DTypes("fp8", "fp8").gemm == "fp8"
+    assert Parallelism(2, 4).num_gpus == 8

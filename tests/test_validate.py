@@ -15,7 +15,9 @@ from simulator import calibrate as C
 from simulator import validate as V
 from simulator.catalog import load_hardware, load_model
 from simulator.cli import main
-from simulator.roofline import make_cost_model, predict_static
+from simulator.predict import predict_static
+from simulator.resolve import make_cost_model
+from simulator.roofline import StepBatch, decode_step
 from simulator.specs import SpecError
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -266,6 +268,30 @@ def test_vidur_fits_recover_synthetic_parameters(tmp_path: Path) -> None:
     r = C.fit_ops(f, hw)
     for k in ("compute_efficiency", "memory_efficiency", "gemm_ramp_tokens", "kernel_overhead_s"):
         assert r["params"][k] == pytest.approx(q[k], rel=0.02), k
+
+
+def test_vidur_fit_formulas_are_the_cost_models() -> None:
+    """What fit_ops and fit_allreduce fit is what CostModel prices: at the same parameters,
+    calibrate's GEMM time equals the cost model's per-layer GEMM op times (Llama-2-7B in fp16:
+    H = 4096, I = 11008, L = 32) and its all-reduce time the per-layer all-reduce op time."""
+    hw = load_hardware(A100)
+    p = {**C.params_of(hw), "compute_efficiency": 0.6, "memory_efficiency": 0.75, "gemm_ramp_tokens": 90.0,
+         "kernel_overhead_s": 4e-6, "link_efficiency": 0.7, "link_latency_s": 2e-5}
+    H, inter, L = 4096, 11008, 32
+    for tp in (1, 2):
+        c = make_cost_model("llama-2-7b", C.apply_params(hw, p), tp=tp, weight_dtype="fp16",
+                            activation_dtype="fp16", kv_dtype="fp16")
+        for T in (1, 64, 3000):
+            ops = {o["name"]: o for o in c.breakdown(StepBatch(T=T, S=1, Ap=T * T / 2.0, R=T))["ops"]}
+            shapes = {"qkv_proj": (H, 3 * H / tp), "o_proj": (H / tp, H), "mlp_gate_up": (H, 2 * inter / tp),
+                      "mlp_down": (inter / tp, H)}
+            for name, (n_in, n_out) in shapes.items():
+                assert ops[name]["time_ms"] / 1e3 / L == pytest.approx(
+                    float(C.gemm_time(hw, p, T, n_in, n_out, dtype="fp16")), rel=1e-12), (name, tp, T)
+        if tp > 1:
+            ops = {o["name"]: o for o in c.breakdown(decode_step(c.model, 128, 500))["ops"]}
+            per_layer = ops["allreduce"]["time_ms"] / 1e3 / (2 * L)
+            assert per_layer == pytest.approx(float(C.allreduce_time(hw, p, tp, 128 * H * 2.0)), rel=1e-12)
 
 
 # --------------------------------------------------------------------------- CLI

@@ -1,0 +1,29 @@
+"""From names and plain option values to a `CostModel`: the one place the physics meets the catalog.
+
+`roofline.CostModel` takes specs only; this module resolves a catalog id, alias or file path
+(`catalog.load_model`, `catalog.load_hardware`) and fills the defaults the CLI, scenarios and
+notebooks share: the weight dtype is the model's own, and the KV cache is bf16 unless the
+activations are narrower (then it follows them).
+"""
+
+from __future__ import annotations
+
+from .catalog import load_hardware, load_model
+from .roofline import CostModel
+from .specs import DTYPE_BYTES, DTypes, HardwareSpec, ModelSpec, Parallelism
+
+
+def make_cost_model(model: str | ModelSpec, hardware: str | HardwareSpec, tp: int = 1, pp: int = 1,
+                    weight_dtype: str | None = None, activation_dtype: str = "bf16",
+                    kv_dtype: str | None = None, ideal: bool = False,
+                    efficiency: dict[str, float] | None = None) -> CostModel:
+    """Convenience constructor from plain values (the CLI and notebooks use this)."""
+    m = load_model(model) if isinstance(model, str) else model
+    hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
+    w = weight_dtype or m.default_weight_dtype
+    kv = kv_dtype or ("bf16" if DTYPE_BYTES[activation_dtype] >= 2 else activation_dtype)
+    return CostModel(m, hw, Parallelism(tp, pp), DTypes(w, activation_dtype, kv),
+                     ideal=ideal, efficiency=efficiency)
+
+
+__all__ = ["make_cost_model"]
