@@ -202,6 +202,12 @@ class Workload:
         )
 
 
+def object_column(items: Any) -> np.ndarray:
+    """A 1-D object array with one element per item, even when the items are equal-length
+    tuples (which `np.array` would turn into a 2-D array)."""
+    return np.fromiter(items, dtype=object, count=len(items))
+
+
 def _check_extra(extra: Any, n: int) -> Mapping[str, np.ndarray]:
     """`extra` as a read-only mapping of read-only 1-D arrays of length n (copied)."""
     if not isinstance(extra, Mapping):
@@ -210,7 +216,7 @@ def _check_extra(extra: Any, n: int) -> Mapping[str, np.ndarray]:
     for k, v in extra.items():
         if not isinstance(k, str):
             raise SpecError(f"workload.extra: column name {k!r} is not a string")
-        a = np.array(v, dtype=object) if isinstance(v, (list, tuple)) else np.array(v)
+        a = object_column(v) if isinstance(v, (list, tuple)) else np.array(v)
         if a.ndim != 1 or a.size != n:
             raise SpecError(
                 f"workload.extra[{k!r}]: expected one value per request ({n}), got shape {a.shape}"

@@ -258,6 +258,7 @@ def test_mooncake_hash_ids_follow_their_request(tmp_path: Path, careful: bool) -
     # out of order: read_trace sorts by arrival and the hash_ids move with their rows
     lines = [
         '{"timestamp": 3000, "input_length": 30, "output_length": 3, "hash_ids": [7, 8, 9]}',
+        '{"timestamp": 5000, "input_length": 50, "output_length": 5, "hash_ids": [5, 6]}',
         '{"timestamp": 1000, "input_length": 10, "output_length": 1, "hash_ids": [1]}',
         '{"timestamp": 2000, "input_length": 20, "output_length": 2, "hash_ids": [1, 2]}',
     ]
@@ -265,10 +266,16 @@ def test_mooncake_hash_ids_follow_their_request(tmp_path: Path, careful: bool) -
         lines += ['{"timestamp": -1, "input_length": 5, "output_length": 5, "hash_ids": [4]}',
                   '{"input_length": 40, "timestamp": 4000, "output_length": 4, "hash_ids": [3, 4]}']
     w = read_trace(_write(tmp_path, "m.jsonl", "\n".join(lines) + "\n"), skip_bad_rows=careful)
-    np.testing.assert_array_equal(w.input_len, [10, 20, 30, 40][: w.num_requests])
-    want = [(1,), (1, 2), (7, 8, 9), (3, 4)][: w.num_requests]
+    np.testing.assert_array_equal(w.input_len, [10, 20, 30, 40, 50] if careful else [10, 20, 30, 50])
+    want = [(1,), (1, 2), (7, 8, 9), (3, 4), (5, 6)] if careful else [(1,), (1, 2), (7, 8, 9), (5, 6)]
     assert w.extra["hash_ids"].tolist() == want and w.bad_rows == int(careful)
-    assert w.num_requests == 3 + careful
+
+
+def test_mooncake_hash_ids_of_equal_length(tmp_path: Path) -> None:
+    text = "".join(f'{{"timestamp": {t}, "input_length": 5, "output_length": 3, "hash_ids": [{t}, 9]}}\n'
+                   for t in (0, 1))
+    w = read_trace(_write(tmp_path, "m.jsonl", text))
+    assert w.extra["hash_ids"].shape == (2,) and w.extra["hash_ids"].tolist() == [(0, 9), (1, 9)]
 
 
 def test_mooncake_bad_hash_ids_is_one_line_error(tmp_path: Path) -> None:
@@ -577,6 +584,8 @@ def test_extra_columns_are_read_only_and_checked() -> None:
     with pytest.raises(SpecError, match="workload.extra: list is not a mapping"):
         Workload(np.zeros(2), [1, 1], [1, 1], extra=[1, 2])  # type: ignore[arg-type]
     assert dict(synthetic(3, 1.0, 4, 4).extra) == {}
+    same_len = Workload(np.zeros(2), [1, 1], [1, 1], extra={"hash_ids": [(1, 2), (3, 4)]})
+    assert same_len.extra["hash_ids"].shape == (2,)  # a tuple per request, not a 2-D table
 
 
 def test_transforms_keep_extra_columns_aligned() -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..specs import SpecError
-from ..workload import MAX_TOKENS
+from ..workload import MAX_TOKENS, object_column
 from .cells import _FLOAT_KW, _HINT, _TOKENS, ParsedTrace, _scalar_ok
 
 
@@ -62,13 +62,6 @@ def _hash_tuple(digits_and_commas: str) -> tuple[int, ...]:
         return tuple(map(int, _DIGITS_RE.findall(digits_and_commas)))
 
 
-def _object_array(items: list[Any]) -> np.ndarray:
-    """A 1-D object array of the items (np.array would make a 2-D array of equal tuples)."""
-    out = np.empty(len(items), dtype=object)
-    out[:] = items
-    return out
-
-
 def _read_canonical(text: str) -> ParsedTrace | None:
     """Every non-blank line in the canonical published form, or None.
 
@@ -90,7 +83,7 @@ def _read_canonical(text: str) -> ParsedTrace | None:
     extra = {}
     if '"hash_ids"' in text:
         hashes = [_hash_tuple(m.group(4) or "") for m in _MOONCAKE_RE.finditer(text)]
-        extra["hash_ids"] = _object_array(hashes)
+        extra["hash_ids"] = object_column(hashes)
     return ParsedTrace(a[:, 0] / 1000.0, a[:, 1], a[:, 2], 0, 0, extra)
 
 
@@ -152,5 +145,5 @@ def _read_mooncake(path: Path, skip_bad_rows: bool) -> ParsedTrace:
     a = np.array(rows, dtype=np.float64).reshape(-1, 3)
     extra = {}
     if any(h is not None for h in hashes):
-        extra["hash_ids"] = _object_array([() if h is None else h for h in hashes])
+        extra["hash_ids"] = object_column([() if h is None else h for h in hashes])
     return ParsedTrace(a[:, 0] / 1000.0, a[:, 1], a[:, 2], nbad, 0, extra)
