@@ -1,10 +1,16 @@
 """Turn a simulation's per-request records into vLLM's benchmark metrics.
 
-Definitions and JSON names are those of `vllm bench serve` (SERVING_MODEL.md):
-TTFT = first token - arrival; E2EL = last token - arrival; TPOT = (E2EL - TTFT)/(out - 1)
-for out > 1; ITL = every gap between consecutive tokens, pooled over requests.
-Percentiles interpolate linearly, as numpy.percentile does. Goodput (DistServe): a request
-is good when it meets every SLO given (<=, inclusive); request_goodput = good / duration.
+Definitions and JSON names are those of `vllm bench serve` (docs/serving_model.md), for
+request i with arrival a_i, first token f_i, last token l_i and out_i output tokens:
+
+    TTFT_i = f_i - a_i          E2EL_i = l_i - a_i
+    TPOT_i = (E2EL_i - TTFT_i) / (out_i - 1)      for out_i > 1 (see `tpot`)
+    ITL    = every gap between consecutive tokens, pooled over requests
+
+One-token outputs have no TPOT: they are left out of the TPOT statistics, and for goodput
+their TPOT counts as 0 (vLLM's rule). Percentiles interpolate linearly, as numpy.percentile
+does. Goodput (DistServe): a request is good when it completed and meets every SLO given
+(<=, inclusive); request_goodput = good / duration.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ def parse_goodput(items: Any) -> dict[str, float]:
         raise SpecError(f"goodput: {items!r} is not KEY:MS items (KEY one of {', '.join(SLO_KEYS)}), e.g. ttft:500")
     out: dict[str, float] = {}
     for it in items:
-        m = re.fullmatch(r"\s*([a-zA-Z_]+)\s*[:=]\s*([0-9.eE+-]+)\s*", str(it))
+        m = re.fullmatch(r"\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*[:=]\s*([0-9.eE+-]+)\s*", str(it))
         if not m:
             raise SpecError(f"goodput: {it!r} is not KEY:MS (KEY one of {', '.join(SLO_KEYS)}), e.g. ttft:500")
         key, val = m.group(1).lower(), m.group(2)
@@ -46,6 +52,23 @@ def parse_goodput(items: Any) -> dict[str, float]:
         if not np.isfinite(v) or v <= 0:
             raise SpecError(f"goodput: {key} value {val!r} must be a positive number of milliseconds")
         out[key] = v / 1e3
+    return out
+
+
+def tpot(ttft_s: np.ndarray, e2el_s: np.ndarray, output_len: np.ndarray) -> np.ndarray:
+    """Time per output token after the first, per request (s); NaN where out_i <= 1.
+
+    TPOT_i = (E2EL_i - TTFT_i) / (out_i - 1), vLLM `bench serve`'s definition
+    (`calculate_metrics`): a one-token output has no inter-token time, so it gets NaN here,
+    is left out of the TPOT statistics, and meets any TPOT SLO (`good_mask`). The only TPOT
+    formula in llmsim: the per-request table, the statistics and goodput all call it.
+    """
+    ttft_s = np.asarray(ttft_s, dtype=np.float64)
+    e2el_s = np.asarray(e2el_s, dtype=np.float64)
+    output_len = np.asarray(output_len)
+    out = np.full(output_len.shape, np.nan)
+    multi = output_len > 1
+    out[multi] = (e2el_s[multi] - ttft_s[multi]) / (output_len[multi] - 1)
     return out
 
 
@@ -85,20 +108,20 @@ def _pname(p: float) -> str:
 
 
 def good_mask(res: SimResult, slos: dict[str, float]) -> np.ndarray:
-    """Completed requests meeting every SLO (inclusive)."""
+    """Completed requests meeting every SLO (inclusive); a one-token output meets any TPOT SLO."""
     ok = res.status == COMPLETED
     ttft = res.first_token_s - res.arrival_s
     e2el = res.finish_s - res.arrival_s
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(res.output_len > 1, (e2el - ttft) / np.maximum(res.output_len - 1, 1), 0.0)
     # tolerance: times are sums of floats; an SLO equal to the exact value must pass
     eps = 1e-9
-    if "ttft" in slos:
-        ok &= ttft <= slos["ttft"] + eps
-    if "tpot" in slos:
-        ok &= tpot <= slos["tpot"] + eps
-    if "e2el" in slos:
-        ok &= e2el <= slos["e2el"] + eps
+    with np.errstate(invalid="ignore"):  # NaN times of unfinished requests compare False
+        if "ttft" in slos:
+            ok &= ttft <= slos["ttft"] + eps
+        if "tpot" in slos:
+            # vLLM counts TPOT as 0 for <= 1 output token, i.e. it always meets the SLO
+            ok &= (res.output_len <= 1) | (tpot(ttft, e2el, res.output_len) <= slos["tpot"] + eps)
+        if "e2el" in slos:
+            ok &= e2el <= slos["e2el"] + eps
     return ok
 
 
@@ -129,11 +152,8 @@ def summarize(res: SimResult, goodput: dict[str, float] | None = None,
     }
     ttft = (res.first_token_s - arr)[done]
     e2el = (res.finish_s - arr)[done]
-    ol = res.output_len[done]
-    multi = ol > 1
-    tpot = (e2el[multi] - ttft[multi]) / (ol[multi] - 1)
     _stats("ttft", ttft, s, percentiles)
-    _stats("tpot", tpot, s, percentiles)
+    _stats("tpot", tpot(ttft, e2el, res.output_len[done]), s, percentiles)  # NaNs dropped
     v, c = res.itl_values_s, res.itl_counts
     if c.sum():
         mean = float((v * c).sum() / c.sum())

@@ -1,35 +1,52 @@
-"""Request streams for the simulator: synthetic arrivals and lengths, and published traces.
+"""Request streams for the simulator: the `Workload` type, synthetic arrivals and lengths.
 
 A `Workload` is three aligned arrays: arrival times (seconds, nondecreasing), prompt lengths
-and output lengths (tokens, >= 1). Synthetic workloads follow vLLM's `bench serve`
-conventions (Poisson or gamma arrivals with `--burstiness`, `--random-range-ratio` lengths);
-traces are read in the forms they are published in (simple CSV, Azure LLM inference
-2023/2024, Mooncake JSONL, BurstGPT). Every random draw comes from an explicit
+and output lengths (tokens, >= 1), plus optional further per-request columns (`extra`).
+Synthetic workloads follow vLLM's `bench serve` conventions (Poisson or gamma arrivals with
+`--burstiness`, `--random-range-ratio` lengths). Every random draw comes from an explicit
 `numpy.random.Generator` built from a seed, so the same seed gives the same arrays bit for bit.
 
-Every bad user input raises `SpecError` with one line naming the file, the 1-based line,
-the column, the value and what is allowed.
+Published traces (simple CSV, Azure LLM inference 2023/2024, Mooncake JSONL, BurstGPT) are
+read by `simulator.traces`; its `read_trace`, `write_trace`, `builtin`, `load_workload`,
+`BUILTIN_WORKLOADS` and `TRACE_FORMATS` are also importable from here (imported on first use,
+because the trace readers import this module).
+
+Every bad user input raises `SpecError` with one line naming what is wrong, the value and
+what is allowed.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import functools
-import importlib.resources
-import io
-import json
+import importlib
 import math
-import re
-import warnings
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from .specs import SpecError, _did_you_mean
+
+if TYPE_CHECKING:  # the re-exports below, for type checkers
+    from .traces import BUILTIN_WORKLOADS as BUILTIN_WORKLOADS
+    from .traces import TRACE_FORMATS as TRACE_FORMATS
+    from .traces import builtin as builtin
+    from .traces import load_workload as load_workload
+    from .traces import read_trace as read_trace
+    from .traces import write_trace as write_trace
+
+#: Names re-exported from `simulator.traces` (PEP 562: resolved on first access).
+_FROM_TRACES = frozenset(
+    {"BUILTIN_WORKLOADS", "TRACE_FORMATS", "builtin", "load_workload", "read_trace", "write_trace"}
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_TRACES:
+        return getattr(importlib.import_module(".traces", __package__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: Largest token count accepted in a trace or a length option (a sanity bound, not a model limit).
 MAX_TOKENS = 10**9
@@ -38,29 +55,7 @@ MAX_TOKENS = 10**9
 _PROCESSES = ("poisson", "gamma", "constant")
 _LENGTH_DISTS = ("fixed", "uniform", "lognormal")
 
-#: Trace formats `read_trace` understands (besides "auto").
-TRACE_FORMATS = ("simple", "azure", "mooncake", "burstgpt")
-
-#: Built-in traces: name -> (file in simulator/traces, one-line description with licence).
-BUILTIN_WORKLOADS: dict[str, tuple[str, str]] = {
-    "azure-conv": (
-        "azure_conv_2023.csv",
-        "Azure LLM inference trace 2023, conversation service: 19,366 requests over ~1 h, "
-        "~5.5 req/s, prompt mean ~1155, output mean ~211 tokens (Microsoft/Splitwise, CC-BY-4.0)",
-    ),
-    "azure-code": (
-        "azure_code_2023.csv",
-        "Azure LLM inference trace 2023, code-completion service: 8,819 requests over ~1 h, "
-        "~2.6 req/s, prompt mean ~2048, output mean ~28 tokens (Microsoft/Splitwise, CC-BY-4.0)",
-    ),
-}
-
-# Exact (round-trip) float parsing: the default from pandas 3, which deprecates the option.
-_FLOAT_KW: dict[str, Any] = (
-    {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
-)
-
-_HINT = " (pass skip_bad_rows / --skip-bad-rows to skip malformed rows)"
+_NO_EXTRA: Mapping[str, np.ndarray] = types.MappingProxyType({})
 
 
 # --------------------------------------------------------------------------- Workload
@@ -93,8 +88,11 @@ class Workload:
     `concurrency` set means a closed loop of that many clients; the engine then ignores
     `arrival_s`. `bad_rows` counts rows a trace reader skipped (`skip_bad_rows`);
     `failed_in_trace` counts requests the trace itself records as failed (BurstGPT rows with
-    0 response tokens), which are dropped. Arrays are copied and made read-only. Equality is
-    identity (`eq=False`): arrays do not compare as booleans.
+    0 response tokens), which are dropped. `extra` maps a column name to one 1-D array with a
+    value per request (aligned with `arrival_s`): the columns a trace carries besides the
+    three above, e.g. Mooncake's `hash_ids` (an object array of int tuples, the request's
+    KV-block hashes) or BurstGPT's `model`; empty for synthetic workloads. Arrays are copied
+    and made read-only. Equality is identity (`eq=False`): arrays do not compare as booleans.
     """
 
     arrival_s: np.ndarray
@@ -104,6 +102,7 @@ class Workload:
     concurrency: int | None = None
     bad_rows: int = 0
     failed_in_trace: int = 0
+    extra: Mapping[str, np.ndarray] = field(default_factory=lambda: _NO_EXTRA, repr=False)
 
     def __post_init__(self) -> None:
         arr = np.asarray(self.arrival_s)
@@ -150,6 +149,8 @@ class Workload:
         object.__setattr__(self, "output_len", out)
         if c is not None:
             object.__setattr__(self, "concurrency", int(c))
+        if self.extra is not _NO_EXTRA:
+            object.__setattr__(self, "extra", _check_extra(self.extra, arr.size))
 
     @property
     def num_requests(self) -> int:
@@ -199,6 +200,30 @@ class Workload:
             f"offered_rate={self.offered_rate:.4g}, mean_input_len={self.mean_input_len:.1f}, "
             f"mean_output_len={self.mean_output_len:.1f}, concurrency={self.concurrency})"
         )
+
+
+def object_column(items: Any) -> np.ndarray:
+    """A 1-D object array with one element per item, even when the items are equal-length
+    tuples (which `np.array` would turn into a 2-D array)."""
+    return np.fromiter(items, dtype=object, count=len(items))
+
+
+def _check_extra(extra: Any, n: int) -> Mapping[str, np.ndarray]:
+    """`extra` as a read-only mapping of read-only 1-D arrays of length n (copied)."""
+    if not isinstance(extra, Mapping):
+        raise SpecError(f"workload.extra: {type(extra).__name__} is not a mapping of column -> values")
+    out: dict[str, np.ndarray] = {}
+    for k, v in extra.items():
+        if not isinstance(k, str):
+            raise SpecError(f"workload.extra: column name {k!r} is not a string")
+        a = object_column(v) if isinstance(v, (list, tuple)) else np.array(v)
+        if a.ndim != 1 or a.size != n:
+            raise SpecError(
+                f"workload.extra[{k!r}]: expected one value per request ({n}), got shape {a.shape}"
+            )
+        a.setflags(write=False)
+        out[k] = a
+    return types.MappingProxyType(out) if out else _NO_EXTRA
 
 
 # --------------------------------------------------------------------------- synthetic
@@ -430,6 +455,7 @@ def take(w: Workload, n: int) -> Workload:
             concurrency=w.concurrency,
             bad_rows=w.bad_rows,
             failed_in_trace=w.failed_in_trace,
+            extra={k: v[sl] for k, v in w.extra.items()} if w.extra else _NO_EXTRA,
         )
     reps = -(-n // m)
     period = w.duration_s * m / (m - 1) if m > 1 else 0.0
@@ -446,555 +472,5 @@ def take(w: Workload, n: int) -> Workload:
         concurrency=w.concurrency,
         bad_rows=w.bad_rows,
         failed_in_trace=w.failed_in_trace,
-    )
-
-
-# --------------------------------------------------------------------------- trace reading
-
-
-# Column kinds: (expected text, minimum value, integer?) ; time columns have min 0, not integer.
-_TIME = ("a finite number of seconds >= 0", 0.0, False)
-_TOKENS = (f"a whole number of tokens from 1 to {MAX_TOKENS}", 1.0, True)
-_DATETIME = (
-    "a date-time like '2023-11-16 18:15:46.6805900' (ISO 8601, years 1678-2261)",
-    0.0,
-    False,
-)
-_TOKENS0 = (f"a whole number of tokens from 0 to {MAX_TOKENS}", 0.0, True)
-
-_SIMPLE_COLS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
-_AZURE_COLS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-_BURST_COLS = ("Timestamp", "Request tokens", "Response tokens")
-_MOON_KEYS = ("timestamp", "input_length", "output_length")
-
-
-def _bad_mask(v: np.ndarray, kind: tuple[str, float, bool]) -> np.ndarray:
-    _, lo, integer = kind
-    with np.errstate(invalid="ignore"):
-        bad = ~np.isfinite(v) | (v < lo)
-        if integer:
-            bad |= (v > MAX_TOKENS) | (v != np.floor(v))
-    return bad
-
-
-def _scalar_ok(v: float, kind: tuple[str, float, bool]) -> bool:
-    """The scalar version of `_bad_mask` (negated), for row-by-row readers."""
-    _, lo, integer = kind
-    if not (math.isfinite(v) and v >= lo):
-        return False
-    return not integer or (v <= MAX_TOKENS and v == math.floor(v))
-
-
-def _problem(raw: Any, kind: tuple[str, float, bool]) -> str:
-    """Why one raw cell is bad (for the error message)."""
-    if (
-        raw is None
-        or (isinstance(raw, str) and not raw.strip())
-        or (not isinstance(raw, str) and bool(pd.isna(raw)))
-    ):
-        return "missing value"
-    if kind is _DATETIME:
-        return f"{str(raw)[:40]!r} is not a date-time"
-    try:
-        v = float(str(raw).strip().strip('"'))
-    except (ValueError, OverflowError):
-        return f"{str(raw)[:40]!r} is not a number"
-    _, lo, integer = kind
-    if not math.isfinite(v):
-        return f"{str(raw)[:40]!r} is not finite"
-    if v < lo:
-        return f"{str(raw)[:40]!r} is {'negative' if v < 0 else 'zero'}"
-    if integer and v != math.floor(v):
-        return f"{str(raw)[:40]!r} is not a whole number"
-    if integer and v > MAX_TOKENS:
-        return f"{str(raw)[:40]!r} is too large"
-    return f"{str(raw)[:40]!r} is invalid"
-
-
-def _to_float(col: pd.Series) -> np.ndarray:
-    """A column as float64 (unparseable cells -> NaN), tolerating spaces and double quotes."""
-    if col.dtype.kind in "iuf":
-        return col.to_numpy(dtype=np.float64, na_value=np.nan)
-    v = _numeric(col)
-    retry = np.isnan(v) & col.notna().to_numpy()
-    if retry.any():  # the slow path, only for cells that failed
-        v[retry] = _numeric(col[retry].astype("str").str.strip().str.strip('"'))
-    return v
-
-
-def _numeric(col: pd.Series) -> np.ndarray:
-    """pandas.to_numeric with errors -> NaN, as a writable float64 array."""
-    try:
-        out = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-        return np.array(out, dtype=np.float64)
-    except (OverflowError, ValueError, TypeError):  # e.g. integers beyond float range
-        return np.array([_parse_float(x) for x in col], dtype=np.float64)
-
-
-def _parse_float(x: Any) -> float:
-    try:
-        return float(x)
-    except (ValueError, TypeError, OverflowError):
-        return math.nan
-
-
-def _to_ns(col: pd.Series) -> np.ndarray:
-    """ISO 8601 date-times as int64 ns since the epoch (UTC; naive taken as UTC); NaT -> int64 min."""
-
-    def conv(s: pd.Series) -> np.ndarray:
-        s = s.astype("str")
-        try:
-            ts = pd.to_datetime(s, format="ISO8601", errors="coerce", utc=True)
-            ns = np.array(ts.dt.tz_localize(None), dtype="datetime64[ns]").view(np.int64)
-        except (ValueError, TypeError, OverflowError):
-            return np.full(len(s), _NAT, dtype=np.int64)
-        # ISO 8601 also allows bare years ("2023", "-1"); a trace timestamp has a full date.
-        full = s.str.match(r"[0-9]{4}-[0-9]{2}-[0-9]{2}").to_numpy(dtype=bool, na_value=False)
-        ns[~full] = _NAT
-        return ns
-
-    ns = conv(col)
-    retry = (ns == _NAT) & col.notna().to_numpy()
-    if retry.any():
-        ns[retry] = conv(col[retry].astype("str").str.strip().str.strip('"'))
-    return ns
-
-
-_NAT = np.iinfo(np.int64).min
-
-
-def _sniff(path: Path) -> str:
-    """The first line of the file (decoded leniently); SpecError if unreadable or empty."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(1 << 16)
-    except OSError as e:
-        raise SpecError(
-            f"{path}: cannot read ({e.__class__.__name__}: {e.strerror or e})"
-        ) from None
-    text = head.decode("utf-8", errors="replace").lstrip("\ufeff")
-    if not text.strip():
-        raise SpecError(
-            f"{path}: empty file; expected a trace with a header and at least one request"
-        )
-    return re.split(r"\r\n|\r|\n", text, maxsplit=1)[0]
-
-
-def _header_cols(line: str) -> list[str]:
-    return [c.strip().strip('"').strip() for c in line.split(",")]
-
-
-def _detect(path: Path, first: str) -> str:
-    cols = {c.lower() for c in _header_cols(first)}
-    if {c.lower() for c in _SIMPLE_COLS} <= cols:
-        return "simple"
-    if {c.lower() for c in _AZURE_COLS} <= cols:
-        return "azure"
-    if {c.lower() for c in _BURST_COLS} <= cols:
-        return "burstgpt"
-    if first.lstrip().startswith("{") or path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
-        return "mooncake"
-    raise SpecError(
-        f"{path}:1: unrecognised trace header {first[:80]!r}; expected simple CSV "
-        f"'{','.join(_SIMPLE_COLS)}', Azure CSV '{','.join(_AZURE_COLS)}', BurstGPT CSV "
-        f"'Timestamp,Model,Request tokens,Response tokens,...', or Mooncake JSONL "
-        f"(timestamp, input_length, output_length)"
-    )
-
-
-def _norm(name: Any) -> str:
-    return str(name).lstrip("\ufeff").strip().strip('"').strip().lower()
-
-
-def _read_csv(
-    path: Path, wanted: tuple[str, ...]
-) -> tuple[pd.DataFrame, np.ndarray, dict[int, str], np.ndarray]:
-    """Read a CSV trace.
-
-    Returns the frame (only the `wanted` columns, under those names), the 1-based file line
-    of each row, {line: problem} for lines with more fields than the header (left out of
-    the frame), and a mask of blank rows. pandas' C parser reads clean files; anything it
-    complains about (for instance a first row with extra fields, which pandas would
-    otherwise turn into an index) is re-read line by line so that every problem gets its
-    exact line number.
-    """
-    df: pd.DataFrame | None
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            df = pd.read_csv(
-                path,
-                skip_blank_lines=False,
-                index_col=False,
-                on_bad_lines="warn",
-                quoting=csv.QUOTE_NONE,
-                low_memory=False,
-                encoding="utf-8",
-                encoding_errors="replace",
-                **_FLOAT_KW,
-            )
-        if caught or not isinstance(df.index, pd.RangeIndex):
-            df = None
-    except pd.errors.EmptyDataError:
-        raise SpecError(
-            f"{path}: empty file; expected a trace with a header and at least one request"
-        ) from None
-    except (pd.errors.ParserError, ValueError, UnicodeError, OverflowError, csv.Error):
-        df = None
-    if df is not None:
-        # QUOTE_NONE and blank lines kept: row i is line i + 2 (header is line 1).
-        lines = np.arange(2, 2 + len(df), dtype=np.int64)
-        field_errors: dict[int, str] = {}
-        columns = [_norm(c) for c in df.columns]
-    else:
-        df, lines, field_errors, columns = _read_csv_slow(path)
-    pos: dict[str, int] = {}
-    for k, c in enumerate(columns):
-        pos.setdefault(c, k)
-    blank = df.isna().all(axis=1).to_numpy()
-    out = {}
-    for want in wanted:
-        if want.lower() not in pos:
-            raise SpecError(
-                f"{path}:1: column {want!r} missing{_did_you_mean(want.lower(), pos)}; "
-                f"expected columns {', '.join(wanted)}"
-            )
-        out[want] = df.iloc[:, pos[want.lower()]]
-    return pd.DataFrame(out), lines, field_errors, blank
-
-
-# pandas.read_csv's default missing-value markers (so both readers agree on blank rows).
-_NA_STRINGS = frozenset(
-    [
-        "",
-        "#N/A",
-        "#N/A N/A",
-        "#NA",
-        "-1.#IND",
-        "-1.#QNAN",
-        "-NaN",
-        "-nan",
-        "1.#IND",
-        "1.#QNAN",
-        "<NA>",
-        "N/A",
-        "NA",
-        "NULL",
-        "NaN",
-        "None",
-        "n/a",
-        "nan",
-        "null",
-    ]
-)
-
-
-def _read_csv_slow(path: Path) -> tuple[pd.DataFrame, np.ndarray, dict[int, str], list[str]]:
-    """Split a CSV line by line (no quoting).
-
-    Returns a frame of strings (None for missing), each row's line number, {line: problem}
-    for lines with extra non-empty fields, and the normalised header names.
-    """
-    try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except OSError as e:
-        raise SpecError(
-            f"{path}: cannot read ({e.__class__.__name__}: {e.strerror or e})"
-        ) from None
-    all_lines = re.split(r"\r\n|\r|\n", text)
-    if all_lines and all_lines[-1] == "":
-        all_lines.pop()
-    header = [_norm(c) for c in all_lines[0].split(",")]
-    n = len(header)
-    rows: list[list[str | None]] = []
-    line_nos: list[int] = []
-    field_errors: dict[int, str] = {}
-    for lineno, line in enumerate(all_lines[1:], start=2):
-        fields: list[str | None] = [None if f in _NA_STRINGS else f for f in line.split(",")]
-        if len(fields) > n:
-            if any(f is not None for f in fields[n:]):
-                field_errors[lineno] = f"expected {n} fields, saw {len(fields)}"
-                continue
-            fields = fields[:n]  # trailing empty fields (e.g. a trailing comma) are harmless
-        rows.append(fields + [None] * (n - len(fields)))
-        line_nos.append(lineno)
-    df = (
-        pd.DataFrame(rows, columns=range(n), dtype=object)
-        if rows
-        else pd.DataFrame(columns=range(n))
-    )
-    return df, np.array(line_nos, dtype=np.int64), field_errors, header
-
-
-def _finish(
-    path: Path,
-    cols: list[tuple[str, np.ndarray, np.ndarray, tuple[str, float, bool]]],
-    raw: dict[str, pd.Series],
-    lines: np.ndarray,
-    blank: np.ndarray,
-    field_errors: dict[int, str],
-    skip_bad_rows: bool,
-) -> tuple[np.ndarray, int]:
-    """Combine per-column bad masks; raise for the first bad line or return (keep mask, bad count)."""
-    bad = np.zeros(lines.size, dtype=bool)
-    for _, _, b, _ in cols:
-        bad |= b
-    bad &= ~blank
-    nbad = int(bad.sum()) + len(field_errors)
-    if nbad and not skip_bad_rows:
-        first_row = int(np.argmax(bad)) if bad.any() else -1
-        row_line = int(lines[first_row]) if first_row >= 0 else None
-        field_line = min(field_errors) if field_errors else None
-        if field_line is not None and (row_line is None or field_line < row_line):
-            raise SpecError(f"{path}:{field_line}: {field_errors[field_line]}{_HINT}")
-        assert row_line is not None
-        for name, _, b, kind in cols:
-            if b[first_row]:
-                cell = raw[name].iloc[first_row]
-                raise SpecError(
-                    f"{path}:{row_line}: column {name!r}: {_problem(cell, kind)}; expected {kind[0]}{_HINT}"
-                )
-    return ~bad & ~blank, nbad
-
-
-def _read_simple_like(
-    path: Path, fmt: str, skip_bad_rows: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
-    wanted = {"simple": _SIMPLE_COLS, "azure": _AZURE_COLS, "burstgpt": _BURST_COLS}[fmt]
-    df, lines, field_errors, blank = _read_csv(path, wanted)
-    tcol, icol, ocol = wanted
-    if fmt == "azure":
-        ns = _to_ns(df[tcol])
-        tbad = ns == _NAT
-        t = np.zeros(len(df), dtype=np.float64)
-        if (~tbad).any():
-            t[~tbad] = (ns[~tbad] - ns[~tbad].min()) / 1e9
-        tkind = _DATETIME
-    else:
-        t = _to_float(df[tcol])
-        tkind = _TIME
-        tbad = _bad_mask(t, tkind)
-    i = _to_float(df[icol])
-    o = _to_float(df[ocol])
-    okind = _TOKENS0 if fmt == "burstgpt" else _TOKENS
-    ikind = _TOKENS
-    obad = _bad_mask(o, okind)
-    ibad = _bad_mask(i, ikind)
-    failed = np.zeros(len(df), dtype=bool)
-    if fmt == "burstgpt":
-        # A request BurstGPT records as failed (0 response tokens) is dropped, not bad,
-        # whatever its request-token count, as long as its timestamp and counts parse.
-        failed = ~tbad & ~obad & (o == 0) & ~_bad_mask(i, _TOKENS0)
-        ibad &= ~failed
-    raw = {c: df[c] for c in (tcol, icol, ocol)}
-    keep, nbad = _finish(
-        path,
-        [(tcol, t, tbad, tkind), (icol, i, ibad, ikind), (ocol, o, obad, okind)],
-        raw,
-        lines,
-        blank,
-        field_errors,
-        skip_bad_rows,
-    )
-    nfailed = int((failed & keep).sum())
-    keep &= ~failed
-    return t[keep], i[keep], o[keep], nbad, nfailed
-
-
-def _num(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return math.nan
-    try:
-        return float(v)
-    except OverflowError:
-        return math.inf
-
-
-_JINT = r"(?:0|[1-9][0-9]*)"
-_JSP = r"[ \t]*"
-_MOONCAKE_RE = re.compile(
-    rf'^{_JSP}\{{{_JSP}"timestamp"{_JSP}:{_JSP}({_JINT}(?:\.[0-9]+)?){_JSP},'
-    rf'{_JSP}"input_length"{_JSP}:{_JSP}({_JINT}){_JSP},'
-    rf'{_JSP}"output_length"{_JSP}:{_JSP}({_JINT}){_JSP}'
-    rf'(?:,{_JSP}"hash_ids"{_JSP}:{_JSP}\[[0-9, \t]*\]{_JSP})?'
-    rf"\}}[ \t\r]*$",
-    re.MULTILINE,
-)
-_NONBLANK_RE = re.compile(r"^[^\S\n]*\S", re.MULTILINE)
-# hash_ids (KV block hashes) are not used; a list of digits and commas is accepted as is.
-_HASH_IDS_RE = re.compile(r'"hash_ids"[ \t]*:[ \t]*\[[0-9, \t]*\]')
-
-
-def _read_mooncake(
-    path: Path, skip_bad_rows: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
-    try:
-        text = path.read_bytes().decode("utf-8", errors="replace").lstrip("\ufeff")
-    except OSError as e:
-        raise SpecError(
-            f"{path}: cannot read ({e.__class__.__name__}: {e.strerror or e})"
-        ) from None
-    # Fast path: every non-blank line has the canonical published form, checked by a regex
-    # that matches within one line, so a match is a valid JSON object with valid values.
-    csv_text, nmatch = _MOONCAKE_RE.subn(r"\1,\2,\3", text)
-    nlines = text.count("\n") + (0 if text.endswith("\n") else 1)
-    if nmatch and (nmatch == nlines or nmatch == len(_NONBLANK_RE.findall(text))):
-        try:
-            a = pd.read_csv(
-                io.StringIO(csv_text), header=None, dtype=np.float64, **_FLOAT_KW
-            ).to_numpy()
-        except (ValueError, pd.errors.ParserError, OverflowError):
-            a = np.empty((0, 0))  # odd whitespace lines etc.: take the careful path
-        if a.shape == (nmatch, 3) and np.all(a[:, 1:] <= MAX_TOKENS) and np.all(a[:, 1:] >= 1):
-            return a[:, 0] / 1000.0, a[:, 1], a[:, 2], 0, 0
-    text = _HASH_IDS_RE.sub('"hash_ids": []', text)
-    kinds = {
-        "timestamp": ("a finite number of milliseconds >= 0", 0.0, False),
-        "input_length": _TOKENS,
-        "output_length": _TOKENS,
-    }
-    rows: list[tuple[float, float, float]] = []
-    nbad = 0
-    for lineno, line in enumerate(text.split("\n"), start=1):
-        line = line.strip()
-        if not line:
-            continue
-        problem = None
-        try:
-            obj = json.loads(line)
-        except (ValueError, RecursionError) as e:
-            obj = None
-            problem = f"not a JSON object ({getattr(e, 'msg', e.__class__.__name__)})"
-        if problem is None and not isinstance(obj, dict):
-            problem = f"not a JSON object (got {type(obj).__name__})"
-        vals: list[float] = []
-        if problem is None:
-            assert isinstance(obj, dict)
-            for key, kind in kinds.items():
-                if key not in obj:
-                    problem = f"key {key!r}: missing; expected {kind[0]}"
-                    break
-                v = _num(obj[key])
-                if not _scalar_ok(v, kind):
-                    shown = repr(obj[key])[:40]
-                    problem = f"key {key!r}: {shown} is invalid; expected {kind[0]}"
-                    break
-                vals.append(v)
-        if problem is not None:
-            if not skip_bad_rows:
-                raise SpecError(f"{path}:{lineno}: {problem}{_HINT}")
-            nbad += 1
-            continue
-        rows.append((vals[0] / 1000.0, vals[1], vals[2]))
-    a = np.array(rows, dtype=np.float64).reshape(-1, 3)
-    return a[:, 0], a[:, 1], a[:, 2], nbad, 0
-
-
-def read_trace(path: str | Path, fmt: str = "auto", skip_bad_rows: bool = False) -> Workload:
-    """Read a published request trace into a `Workload`.
-
-    Formats (`fmt`, or "auto" to detect from the header / extension):
-
-    - "simple": CSV `arrived_at,num_prefill_tokens,num_decode_tokens` (seconds, tokens).
-    - "azure": Azure LLM inference 2023/2024 CSV `TIMESTAMP,ContextTokens,GeneratedTokens`;
-      TIMESTAMP is a date-time string (e.g. `2023-11-16 18:15:46.6805900`, up to 9 fractional
-      digits, optional UTC offset), converted exactly (ns) to seconds.
-    - "mooncake": JSONL with `timestamp` (ms), `input_length`, `output_length` (`hash_ids` ignored).
-    - "burstgpt": CSV `Timestamp` (s), `Model`, `Request tokens`, `Response tokens`, ...;
-      rows with 0 response tokens are requests that failed in the trace: they are dropped
-      and counted in `Workload.failed_in_trace`.
-
-    Arrivals are shifted so the earliest is at 0 and the rows stably sorted by arrival.
-    Extra columns/keys are ignored; blank lines are skipped. A row is malformed when a column
-    is missing, not a number, NaN/inf, negative, fractional (token counts), or when it has
-    more fields than the header. A prompt of 0 tokens is malformed, and so is an output of 0
-    tokens outside BurstGPT (a served request emits at least one token; vLLM cannot serve
-    max_tokens=0). A malformed row raises SpecError naming the file, the 1-based line and the
-    column, unless `skip_bad_rows`, in which case it is skipped and counted in `bad_rows`.
-    """
-    p = Path(path)
-    if fmt not in ("auto", *TRACE_FORMATS):
-        raise SpecError(
-            f"trace format: {fmt!r} is not one of auto, {', '.join(TRACE_FORMATS)}"
-            f"{_did_you_mean(str(fmt), TRACE_FORMATS)}"
-        )
-    if not p.exists():
-        raise SpecError(f"{p}: no such file")
-    if p.is_dir():
-        raise SpecError(f"{p}: is a folder, expected a trace file")
-    first = _sniff(p)
-    kind = _detect(p, first) if fmt == "auto" else fmt
-    if kind == "mooncake":
-        t, i, o, nbad, nfailed = _read_mooncake(p, skip_bad_rows)
-    else:
-        if not first.strip():
-            raise SpecError(f"{p}:1: blank line where the CSV header belongs")
-        t, i, o, nbad, nfailed = _read_simple_like(p, kind, skip_bad_rows)
-    if t.size == 0:
-        why = f"all {nbad} rows are malformed" if nbad else "no request rows"
-        why += f", {nfailed} failed in the trace" if nfailed else ""
-        raise SpecError(f"{p}: no requests ({why})")
-    order = np.argsort(t, kind="stable")
-    t = t[order]
-    t = t - t[0]
-    return Workload(
-        t,
-        i[order].astype(np.int64),
-        o[order].astype(np.int64),
-        name=p.stem,
-        bad_rows=nbad,
-        failed_in_trace=nfailed,
-    )
-
-
-def write_trace(w: Workload, path: str | Path) -> None:
-    """Write `w` as a simple CSV trace (`arrived_at,num_prefill_tokens,num_decode_tokens`).
-
-    Floats are written in shortest round-trip form, so `read_trace` gives back the same arrays.
-    """
-    pd.DataFrame(
-        {_SIMPLE_COLS[0]: w.arrival_s, _SIMPLE_COLS[1]: w.input_len, _SIMPLE_COLS[2]: w.output_len}
-    ).to_csv(path, index=False)
-
-
-# --------------------------------------------------------------------------- built-ins
-
-
-def _read_builtin(fname: str) -> Workload:
-    """Read a packaged trace via importlib.resources, falling back to the path next to this file."""
-    try:
-        res = importlib.resources.files("simulator") / "traces" / fname
-        if res.is_file():
-            with importlib.resources.as_file(res) as p:
-                return read_trace(p, fmt="simple")
-    except (ModuleNotFoundError, TypeError, AttributeError, NotImplementedError, OSError):
-        pass
-    return read_trace(Path(__file__).resolve().parent / "traces" / fname, fmt="simple")
-
-
-@functools.cache
-def builtin(name: str) -> Workload:
-    """A built-in trace by name (see `BUILTIN_WORKLOADS`); cached (Workloads are immutable)."""
-    key = name.strip().lower().replace("_", "-")
-    if key not in BUILTIN_WORKLOADS:
-        raise SpecError(
-            f"workload: {name!r} is not a built-in{_did_you_mean(key, BUILTIN_WORKLOADS)}; "
-            f"built-ins: {', '.join(BUILTIN_WORKLOADS)}"
-        )
-    w = _read_builtin(BUILTIN_WORKLOADS[key][0])
-    return Workload(w.arrival_s, w.input_len, w.output_len, name=key)
-
-
-def load_workload(spec: str | Path, **kw: Any) -> Workload:
-    """Resolve a built-in name (e.g. "azure-conv") or a trace file path; `kw` go to `read_trace`."""
-    s = str(spec)
-    key = s.strip().lower().replace("_", "-")
-    if key in BUILTIN_WORKLOADS and not Path(s).is_file():
-        return builtin(key)
-    p = Path(s)
-    if p.is_file():
-        return read_trace(p, **kw)
-    raise SpecError(
-        f"workload: {s!r} is not a built-in or a file{_did_you_mean(key, BUILTIN_WORKLOADS)}; "
-        f"built-ins: {', '.join(BUILTIN_WORKLOADS)}"
+        extra={k: np.tile(v, reps)[:n] for k, v in w.extra.items()} if w.extra else _NO_EXTRA,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -248,6 +249,46 @@ def test_mooncake_jsonl_ms_to_s(tmp_path: Path) -> None:
     w2 = read_trace(_write(tmp_path, "m2.txt", text2))  # detected by the leading "{"
     np.testing.assert_array_equal(w2.arrival_s, [0.0, 1.5, 2.5005])
     np.testing.assert_array_equal(w2.input_len, [6955, 100, 5])
+    assert w.extra["hash_ids"].tolist() == [(46, 47), ()]
+    assert w2.extra["hash_ids"].tolist() == [(46, 47), (), ()]  # absent key: no blocks
+
+
+@pytest.mark.parametrize("careful", [False, True])
+def test_mooncake_hash_ids_follow_their_request(tmp_path: Path, careful: bool) -> None:
+    # out of order: read_trace sorts by arrival and the hash_ids move with their rows
+    lines = [
+        '{"timestamp": 3000, "input_length": 30, "output_length": 3, "hash_ids": [7, 8, 9]}',
+        '{"timestamp": 5000, "input_length": 50, "output_length": 5, "hash_ids": [5, 6]}',
+        '{"timestamp": 1000, "input_length": 10, "output_length": 1, "hash_ids": [1]}',
+        '{"timestamp": 2000, "input_length": 20, "output_length": 2, "hash_ids": [1, 2]}',
+    ]
+    if careful:  # a malformed row (skipped) and a reordered key send it down the careful path
+        lines += ['{"timestamp": -1, "input_length": 5, "output_length": 5, "hash_ids": [4]}',
+                  '{"input_length": 40, "timestamp": 4000, "output_length": 4, "hash_ids": [3, 4]}']
+    w = read_trace(_write(tmp_path, "m.jsonl", "\n".join(lines) + "\n"), skip_bad_rows=careful)
+    np.testing.assert_array_equal(w.input_len, [10, 20, 30, 40, 50] if careful else [10, 20, 30, 50])
+    want = [(1,), (1, 2), (7, 8, 9), (3, 4), (5, 6)] if careful else [(1,), (1, 2), (7, 8, 9), (5, 6)]
+    assert w.extra["hash_ids"].tolist() == want and w.bad_rows == int(careful)
+
+
+def test_mooncake_hash_ids_of_equal_length(tmp_path: Path) -> None:
+    text = "".join(f'{{"timestamp": {t}, "input_length": 5, "output_length": 3, "hash_ids": [{t}, 9]}}\n'
+                   for t in (0, 1))
+    w = read_trace(_write(tmp_path, "m.jsonl", text))
+    assert w.extra["hash_ids"].shape == (2,) and w.extra["hash_ids"].tolist() == [(0, 9), (1, 9)]
+
+
+def test_mooncake_bad_hash_ids_is_one_line_error(tmp_path: Path) -> None:
+    p = _write(tmp_path, "m.jsonl",
+               '{"timestamp": 0, "input_length": 5, "output_length": 3, "hash_ids": [1]}\n'
+               '{"timestamp": 1, "input_length": 5, "output_length": 3, "hash_ids": ["a"]}\n')
+    with pytest.raises(SpecError, match=r"m\.jsonl:2: key 'hash_ids': \['a'\] is invalid"):
+        read_trace(p)
+
+
+def test_mooncake_without_hash_ids_has_no_extra_column(tmp_path: Path) -> None:
+    w = read_trace(_write(tmp_path, "m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 3}\n'))
+    assert dict(w.extra) == {}
 
 
 def test_burstgpt_drops_failed(tmp_path: Path) -> None:
@@ -265,6 +306,9 @@ def test_burstgpt_drops_failed(tmp_path: Path) -> None:
     np.testing.assert_array_equal(w.input_len, [472, 417])
     np.testing.assert_array_equal(w.output_len, [18, 276])
     assert w.failed_in_trace == 2 and w.bad_rows == 0
+    assert w.extra["model"].tolist() == ["ChatGPT", "GPT-4"]
+    assert w.extra["total_tokens"].tolist() == [490.0, 693.0]
+    assert w.extra["log_type"].tolist() == ["Conversation log", "API log"]
 
 
 def test_write_trace_round_trip(tmp_path: Path) -> None:
@@ -518,3 +562,48 @@ def test_take_and_tile() -> None:
     assert big.offered_rate == pytest.approx(builtin("azure-code").offered_rate, rel=0.01)
     one = take(Workload(np.zeros(1), [3], [4]), 3)
     assert not one.arrival_s.any()
+
+
+# --------------------------------------------------------------------------- extra columns
+
+
+def _with_extra() -> Workload:
+    return Workload(np.array([0.0, 1.0, 2.0]), [1, 2, 3], [4, 5, 6],
+                    extra={"hash_ids": [(1,), (1, 2), ()], "model": np.array(["a", "b", "c"])})
+
+
+def test_extra_columns_are_read_only_and_checked() -> None:
+    w = _with_extra()
+    assert w.extra["hash_ids"].tolist() == [(1,), (1, 2), ()]
+    with pytest.raises(ValueError):
+        w.extra["model"][0] = "z"
+    with pytest.raises(TypeError):
+        w.extra["new"] = np.zeros(3)  # type: ignore[index]
+    with pytest.raises(SpecError, match=r"workload.extra\['model'\]: expected one value per request \(2\)"):
+        Workload(np.zeros(2), [1, 1], [1, 1], extra={"model": ["a"]})
+    with pytest.raises(SpecError, match="workload.extra: list is not a mapping"):
+        Workload(np.zeros(2), [1, 1], [1, 1], extra=[1, 2])  # type: ignore[arg-type]
+    assert dict(synthetic(3, 1.0, 4, 4).extra) == {}
+    same_len = Workload(np.zeros(2), [1, 1], [1, 1], extra={"hash_ids": [(1, 2), (3, 4)]})
+    assert same_len.extra["hash_ids"].shape == (2,)  # a tuple per request, not a 2-D table
+
+
+def test_transforms_keep_extra_columns_aligned() -> None:
+    w = _with_extra()
+    assert take(w, 2).extra["hash_ids"].tolist() == [(1,), (1, 2)]
+    assert take(w, 5).extra["model"].tolist() == ["a", "b", "c", "a", "b"]  # tiled in order
+    assert scale_to_rate(w, 4.0).extra["hash_ids"].tolist() == [(1,), (1, 2), ()]
+    assert with_arrivals(w, 4.0).extra["model"].tolist() == ["a", "b", "c"]
+
+
+def test_builtin_trace_files_are_package_resources() -> None:
+    """The built-in CSVs are found through importlib.resources (a wheel install has no
+    source tree), and the package data in pyproject.toml names them."""
+    import importlib.resources
+
+    files = importlib.resources.files("simulator.traces")
+    for fname, _ in BUILTIN_WORKLOADS.values():
+        assert (files / fname).is_file(), fname
+    cfg = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert re.search(r'^packages = \[.*"simulator\.traces"', cfg, re.MULTILINE)
+    assert re.search(r'^"simulator\.traces" = \[.*"\*\.csv"', cfg, re.MULTILINE)
