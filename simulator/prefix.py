@@ -108,7 +108,7 @@ def block_hashes(segments: Sequence[Segment], block_size: int) -> list[int]:
 def shared_blocks(a: Sequence[int], b: Sequence[int]) -> int:
     """Number of leading block hashes two prompts share."""
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
@@ -136,7 +136,9 @@ class PrefixWorkload:
         n = len(self.prompts)
         for name in ("arrival_s", "input_len", "output_len", "session", "parent", "think_time_s"):
             if len(getattr(self, name)) != n:
-                raise SpecError(f"prefix workload: {name} has {len(getattr(self, name))} rows, not {n}")
+                raise SpecError(
+                    f"prefix workload: {name} has {len(getattr(self, name))} rows, not {n}"
+                )
         if n == 0:
             return
         if not np.all(np.isfinite(self.arrival_s)) or np.any(self.arrival_s < 0):
@@ -275,9 +277,7 @@ def multi_turn_chats(
     conversation start, then turn; a later turn's `arrival_s` is its conversation's start.
     """
     if think_time_dist not in ("constant", "exponential"):
-        raise SpecError(
-            f"think_time_dist: {think_time_dist!r} is not one of constant, exponential"
-        )
+        raise SpecError(f"think_time_dist: {think_time_dist!r} is not one of constant, exponential")
     sys_len = _pos_int(system_prompt_len, "system_prompt_len", 0)
     nsys = _pos_int(num_system_prompts, "num_system_prompts")
     think = _nonneg_float(think_time_s, "think_time_s")

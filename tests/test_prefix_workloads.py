@@ -50,16 +50,14 @@ def test_block_hashes_chain_by_prefix():
 
 def test_segment_offsets_matter():
     # Segment 5 twice (tokens 0..9 then 0..9 again) is not segment 5's tokens 0..19.
-    assert block_hashes((Segment(5, 10), Segment(5, 10)), 20) != block_hashes(
-        (Segment(5, 20),), 20
-    )
+    assert block_hashes((Segment(5, 10), Segment(5, 10)), 20) != block_hashes((Segment(5, 20),), 20)
     # Splitting a segment at a block boundary is the same tokens.
     assert block_hashes((Segment(5, 20),), 10) == block_hashes((Segment(5, 20),), 10)
 
 
-seg_lists = st.lists(
-    st.tuples(st.integers(0, 3), st.integers(0, 12)), min_size=0, max_size=6
-).map(lambda xs: tuple(Segment(i, n) for i, n in xs))
+seg_lists = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 12)), min_size=0, max_size=6).map(
+    lambda xs: tuple(Segment(i, n) for i, n in xs)
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -110,7 +108,7 @@ def test_shared_prefix_groups_and_shuffle():
     # Every question once; each question belongs to its own group (id = G + p, p // 4 = group).
     qs = [p[1].segment_id for p in w.prompts]
     assert sorted(qs) == list(range(3, 15))
-    assert all((q - 3) // 4 == g for q, g in zip(qs, groups))
+    assert all((q - 3) // 4 == g for q, g in zip(qs, groups, strict=True))
     h = w.block_hashes(16)
     for i in range(12):
         for j in range(12):
@@ -153,11 +151,11 @@ def test_poisson_and_gamma_arrivals_seeded():
 
 def test_inference_perf_multi_turn_rounds_resend_history():
     # N = 2 x 3 = 6 sessions; request i is round i // 6 of session i % 6 (in shuffled order).
-    S, Q, O = 100, 40, 10
-    w = shared_prefix(2, 3, S, Q, O, num_requests=18, multi_turn=True, rate=1.0, seed=2)
+    S, Q, A = 100, 40, 10
+    w = shared_prefix(2, 3, S, Q, A, num_requests=18, multi_turn=True, rate=1.0, seed=2)
     for i in range(18):
         r = i // 6
-        assert w.input_len[i] == S + Q + r * (O + Q)
+        assert w.input_len[i] == S + Q + r * (A + Q)
         assert w.parent[i] == (i - 6 if r else -1)
         assert w.session[i] == w.session[i % 6]
         if r:
@@ -165,7 +163,7 @@ def test_inference_perf_multi_turn_rounds_resend_history():
             answer, question = w.prompts[i][len(prev)], w.prompts[i][len(prev) + 1]
             # round r = round r-1's prompt + its answer + the same question again
             assert w.prompts[i][: len(prev)] == prev
-            assert answer.num_tokens == O and question == prev[1]
+            assert answer.num_tokens == A and question == prev[1]
             assert len(w.prompts[i]) == len(prev) + 2
     # Answers are unique segments (ids G + N + request index).
     answers = [p[2].segment_id for p in w.prompts[6:12]]
