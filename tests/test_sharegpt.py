@@ -338,3 +338,28 @@ def test_sharegpt_multi_turn_resends_history():
             assert w.input_len[i] == w.input_len[j] + w.output_len[j] + cur[-1].num_tokens
             assert w.think_time_s[i] == 5.0
     assert np.any(w.parent >= 0)
+
+
+def test_user_dataset_path_is_tokenized(tmp_path):
+    quicktok = pytest.importorskip("quicktok")
+    texts = [
+        ("Hello there, how are you doing today?", "I am fine, thank you for asking!"),
+        ("Hi", "A short prompt is dropped: under 4 tokens."),
+        (
+            "Write a haiku about the sea, please.",
+            "Waves fold into foam / salt wind carries gull cries",
+        ),
+    ]
+    entries = [
+        {"conversations": [{"from": "human", "value": a}, {"from": "gpt", "value": b}]}
+        for a, b in texts
+    ] + [{"conversations": [{"from": "human", "value": "one turn only"}]}]
+    path = tmp_path / "mini.json"
+    path.write_text(json.dumps(entries), encoding="utf-8")
+    enc = quicktok.get_encoding("llama3")
+    s = sample_sharegpt(2, seed=0, tokenizer="llama3", dataset_path=path, shuffle=False)
+    assert s.conversation.tolist() == [0, 2]
+    assert s.prompt_tokens.tolist() == [len(enc.encode(texts[i][0])) + 1 for i in (0, 2)]
+    assert s.output_tokens.tolist() == [len(enc.encode(texts[i][1])) + 1 for i in (0, 2)]
+    assert s.prompt_chars.tolist() == [len(texts[i][0]) for i in (0, 2)]
+    assert not s.truncated_dataset
