@@ -22,8 +22,8 @@ Generators (all deterministic from `seed`):
   becomes that prompt + the response).
 - `multi_turn_chats`: chat conversations whose turn k sends the system prompt and every earlier
   user turn and answer, then user turn k; the next turn is sent a think time after the answer.
-- `mooncake_segments`: a Mooncake trace row's `hash_ids` (one id per 512-token block, chained by
-  prefix in the published traces) as segments.
+- `mooncake_segments` / `read_mooncake_prefix`: a Mooncake trace row's `hash_ids` (one id per
+  512-token block, chained by prefix in the published traces) as segments.
 
 Departures from the sources, on purpose: token texts are not generated, so the separators
 inference-perf inserts (" " between context and question) and any BOS count as zero tokens; the
@@ -32,9 +32,11 @@ shuffle uses its own seeded generator (same structure, not inference-perf's exac
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -368,3 +370,64 @@ def mooncake_segments(
             )
         segs.append(Segment(int(unique_id), left))
     return tuple(segs)
+
+
+def read_mooncake_prefix(path: str | Path) -> PrefixWorkload:
+    """A Mooncake JSONL trace (`timestamp` ms, `input_length`, `output_length`, `hash_ids`)
+    with each prompt's prefix structure from its `hash_ids` (`mooncake_segments`).
+
+    Rows keep file order (timestamps must be nondecreasing). A row whose ids cover fewer
+    tokens than its input_length gets an unshared tail segment (id = its 0-based row index).
+    Bad rows raise one line naming the line number and key.
+    """
+    p = Path(path)
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read ({e.strerror or e})") from None
+    arr: list[float] = []
+    ins: list[int] = []
+    outs: list[int] = []
+    prompts: list[Prompt] = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise SpecError(f"{path}:{lineno}: not a JSON object ({e})") from None
+        if not isinstance(obj, dict):
+            raise SpecError(f"{path}:{lineno}: not a JSON object")
+        for key in ("timestamp", "input_length", "output_length", "hash_ids"):
+            if key not in obj:
+                raise SpecError(f"{path}:{lineno}: key {key!r} is missing")
+        ts, hids = obj["timestamp"], obj["hash_ids"]
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+            raise SpecError(f"{path}:{lineno}: key 'timestamp': {ts!r} is not a number of ms")
+        if ts < 0 or (arr and ts / 1000.0 < arr[-1]):
+            raise SpecError(
+                f"{path}:{lineno}: key 'timestamp': {ts!r} must be >= 0 and nondecreasing"
+            )
+        if not isinstance(hids, list):
+            raise SpecError(f"{path}:{lineno}: key 'hash_ids': expected a list of integers")
+        try:
+            o = _pos_int(obj["output_length"], "output_length")
+            prompt = mooncake_segments(hids, obj["input_length"], unique_id=len(prompts))
+        except SpecError as e:
+            raise SpecError(f"{path}:{lineno}: {e}") from None
+        arr.append(float(ts) / 1000.0)
+        ins.append(prompt_tokens(prompt))
+        outs.append(o)
+        prompts.append(prompt)
+    n = len(prompts)
+    if n == 0:
+        raise SpecError(f"{path}: no requests")
+    return PrefixWorkload(
+        arrival_s=np.array(arr, dtype=np.float64),
+        input_len=np.array(ins, dtype=np.int64),
+        output_len=np.array(outs, dtype=np.int64),
+        prompts=tuple(prompts),
+        session=np.full(n, -1, dtype=np.int64),
+        parent=np.full(n, -1, dtype=np.int64),
+        think_time_s=np.zeros(n, dtype=np.float64),
+    )

@@ -16,6 +16,7 @@ from simulator.prefix import (
     block_hashes,
     mooncake_segments,
     multi_turn_chats,
+    read_mooncake_prefix,
     shared_blocks,
     shared_prefix,
 )
@@ -293,3 +294,30 @@ def test_shared_prefix_bad_input(kwargs, field):
     args.update(kwargs)
     with pytest.raises(SpecError, match=field):
         shared_prefix(**args)
+
+
+def test_read_mooncake_prefix(tmp_path):
+    rows = [
+        '{"timestamp": 0, "input_length": 1200, "output_length": 7, "hash_ids": [1, 2, 3]}',
+        '{"timestamp": 250, "input_length": 1100, "output_length": 9, "hash_ids": [1, 2, 4]}',
+        "",
+        '{"timestamp": 250, "input_length": 600, "output_length": 1, "hash_ids": [5]}',
+    ]
+    path = tmp_path / "mc.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    w = read_mooncake_prefix(path)
+    assert w.arrival_s.tolist() == [0.0, 0.25, 0.25]
+    assert w.input_len.tolist() == [1200, 1100, 600]
+    assert w.output_len.tolist() == [7, 9, 1]
+    # Row 3 has one id for 600 tokens: 512 from id 5, an unshared 88-token tail (id 2).
+    assert w.prompts[2] == (Segment(-6, 512), Segment(2, 88))
+    h = w.block_hashes(16)
+    assert shared_blocks(h[0], h[1]) == 64  # ids 1, 2 in common: 1024 tokens
+    assert shared_blocks(h[0], h[2]) == 0
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(rows[0] + "\n" + '{"timestamp": -1, "input_length": 5}\n')
+    with pytest.raises(SpecError, match=r"bad.jsonl:2: key 'output_length' is missing"):
+        read_mooncake_prefix(bad)
+    bad.write_text(rows[1] + "\n" + rows[0] + "\n")
+    with pytest.raises(SpecError, match=r":2: key 'timestamp'.*nondecreasing"):
+        read_mooncake_prefix(bad)
