@@ -1,0 +1,1 @@
+"""Data files shipped with llmsim (see each module that reads them)."""
