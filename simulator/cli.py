@@ -21,7 +21,11 @@ from .specs import SpecError
 
 
 class _Group(click.Group):
-    """Click group that turns SpecError (and bad files) into one line and exit 2."""
+    """Click group that turns SpecError (and bad files) into one line and exit 2, and accepts
+    vLLM's space-separated `--goodput ttft:500 tpot:50` (`options.expand_nargs`)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, opt.expand_nargs(list(args)))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -184,12 +188,20 @@ def roofline(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | No
 @main.command()
 @opt.scenario_options
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write summary.json, requests.csv, timeline.csv and timeline.png here.")
+@opt.vllm_result_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def simulate(out_dir: str | None, as_json: bool, quiet: bool, **kw: Any) -> None:
+def simulate(out_dir: str | None, as_json: bool, quiet: bool, save_result: bool, result_dir: str | None,
+             result_filename: str | None, percentile_metrics: str, metric_percentiles: str,
+             label: str | None, **kw: Any) -> None:
     """Serve a request stream through continuous batching and report vLLM's metrics."""
     sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
     res, summary = sc.run(progress=report.Progress("simulating", quiet or as_json))
+    if save_result or result_dir or result_filename:
+        path = report.save_vllm_result(sc, res, summary, result_dir, result_filename, percentile_metrics,
+                                       metric_percentiles, label)
+        if not (quiet or as_json):
+            click.echo(f"wrote {path}", err=True)
     if out_dir:
         from pathlib import Path
 

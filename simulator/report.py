@@ -14,9 +14,28 @@ from typing import Any
 import click
 
 
+def llmsim_version() -> str:
+    """The installed llmsim's version (the package's own when it is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("llmsim")
+    except metadata.PackageNotFoundError:  # run from a source tree without `pip install`
+        from . import __version__
+
+        return __version__
+
+
+def versioned(obj: Any) -> Any:
+    """A result dict with `llmsim_version` added (other JSON values unchanged)."""
+    if isinstance(obj, dict) and "llmsim_version" not in obj:
+        return {**obj, "llmsim_version": llmsim_version()}
+    return obj
+
+
 def echo_json(obj: Any) -> None:
-    """Print one JSON object (NaN/inf written as null)."""
-    click.echo(json.dumps(clean(obj), indent=2))
+    """Print one JSON object (NaN/inf written as null); a dict records llmsim's version."""
+    click.echo(json.dumps(clean(versioned(obj)), indent=2))
 
 
 def clean(obj: Any) -> Any:
@@ -139,7 +158,7 @@ def write_atomic(path: Any, data: bytes | str) -> None:
 
 
 def write_json(path: Any, obj: Any) -> None:
-    write_atomic(path, json.dumps(clean(obj), indent=2) + "\n")
+    write_atomic(path, json.dumps(clean(versioned(obj)), indent=2) + "\n")
 
 
 def write_csv(path: Any, df: Any) -> None:
@@ -504,3 +523,19 @@ def print_yaml(obj: Any) -> None:
     import yaml
 
     click.echo(yaml.safe_dump(clean(obj), sort_keys=False, width=100).rstrip())
+
+
+def save_vllm_result(sc: Any, res: Any, summary: dict[str, Any], result_dir: str | None,
+                     result_filename: str | None, percentile_metrics: str, metric_percentiles: str,
+                     label: str | None) -> Any:
+    """Write the run as `vllm bench serve --save-result` would (simulator.vllm_result); returns the path."""
+    from pathlib import Path
+
+    from . import vllm_result as vr
+
+    result = vr.result_json(sc, res, summary, sc.cost_model().model, version=llmsim_version(),
+                            percentile_metrics=percentile_metrics, metric_percentiles=metric_percentiles,
+                            label=label)
+    path = Path(result_dir or ".") / (result_filename or vr.result_filename(result))
+    write_json(path, result)
+    return path

@@ -1,0 +1,190 @@
+"""Issue 16: vLLM's spellings (flags, --goodput, result JSON), SLO presets, KV dtype default."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from simulator.cli import main
+from simulator.options import expand_nargs
+from simulator.scenario import Scenario
+from simulator.slo import SLO_PRESETS, parse_goodput
+from simulator.specs import SpecError
+
+DATA = Path(__file__).parent / "data"
+SMALL = ["-m", "llama-3.1-8b", "-H", "h100-sxm", "-w", "random", "--input-len", "256", "--output-len", "16"]
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(main, list(args))
+    return r.exit_code, r.stdout, r.stderr
+
+
+# ---- finding 1: e2el (a key with a digit) is accepted everywhere ---------------------------
+
+def test_goodput_e2el_parses():
+    assert parse_goodput("ttft:500 e2el:2000") == {"ttft": 0.5, "e2el": 2.0}
+    assert parse_goodput({"e2el": 1500}) == {"e2el": 1.5}
+
+
+def test_goodput_e2el_in_python_api_and_yaml(tmp_path):
+    assert Scenario(goodput={"e2el": 2000}).goodput == {"e2el": 2000.0}
+    assert Scenario(goodput="ttft:500 e2el:2000").goodput == {"ttft": 500.0, "e2el": 2000.0}
+    assert Scenario.from_dict({"goodput": {"e2el": 2000}}).slos_s == {"e2el": 2.0}
+    y = tmp_path / "s.yaml"
+    y.write_text("goodput: {e2el: 2000, ttft: 500}\nnum_requests: 10\nworkload: random\n")
+    code, out, err = run("simulate", "-c", str(y), "--json", "-q")
+    assert code == 0, err
+    assert json.loads(out)["goodput_slos_ms"] == {"e2el": 2000.0, "ttft": 500.0}
+
+
+def test_goodput_unknown_key_still_one_line():
+    with pytest.raises(SpecError, match="unknown metric 'e2e'"):
+        parse_goodput("e2e:10")
+
+
+# ---- finding 2: vLLM's space-separated --goodput ------------------------------------------
+
+def test_expand_nargs():
+    assert expand_nargs(["--goodput", "ttft:1", "tpot:2", "-q"]) == [
+        "--goodput", "ttft:1", "--goodput", "tpot:2", "-q"]
+    # a positional argument that is not KEY:VALUE is left alone
+    assert expand_nargs(["validate", "f.json", "--goodput", "ttft:1", "x.csv"]) == [
+        "validate", "f.json", "--goodput", "ttft:1", "x.csv"]
+
+
+@pytest.mark.parametrize("form", [
+    ["--goodput", "ttft:2000", "tpot:100", "e2el:20000"],
+    ["--goodput", "ttft:2000", "--goodput", "tpot:100", "--goodput", "e2el:20000"],
+    ["--goodput", "ttft:2000 tpot:100 e2el:20000"],
+])
+def test_goodput_spellings_agree(form):
+    code, out, err = run("simulate", *SMALL, "-n", "20", *form, "--json", "-q")
+    assert code == 0, err
+    assert json.loads(out)["goodput_slos_ms"] == {"ttft": 2000.0, "tpot": 100.0, "e2el": 20000.0}
+
+
+# ---- finding 3: KV cache format independent of the activation format ----------------------
+
+def test_fp8_activations_keep_bf16_kv():
+    cost = Scenario(weight_dtype="fp8", activation_dtype="fp8").cost_model()
+    assert cost.dtypes.kv == "bf16"
+    assert Scenario(activation_dtype="fp8", kv_dtype="fp8").cost_model().dtypes.kv == "fp8"
+
+
+def test_kv_cache_dtype_alias_and_capacity():
+    def cap(*extra: str) -> int:
+        code, out, err = run("simulate", *SMALL, "-n", "5", "--weight-dtype", "fp8", *extra, "--json", "-q")
+        assert code == 0, err
+        return json.loads(out)["kv_capacity_tokens_per_replica"]
+
+    bf16 = cap("--kv-dtype", "bf16")
+    act8 = cap("--activation-dtype", "fp8")  # a smaller activation reserve only: ~0.5 % more room
+    assert act8 == pytest.approx(bf16, rel=0.01)
+    fp8 = cap("--activation-dtype", "fp8", "--kv-cache-dtype", "fp8")
+    assert fp8 == pytest.approx(2 * act8, rel=0.001)  # 1 byte per element instead of 2
+
+
+def test_predict_kv_default_bf16():
+    code, out, err = run("predict", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--weight-dtype", "fp8",
+                         "--activation-dtype", "fp8", "--json")
+    assert code == 0, err
+    assert json.loads(out)["kv_dtype"] == "bf16"
+
+
+# ---- vLLM flag aliases and the result JSON ------------------------------------------------
+
+def test_vllm_aliases_equal_llmsim_flags():
+    a = run("simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--dataset-name", "random",
+            "--random-input-len", "300", "--random-output-len", "20", "--random-range-ratio", "0.1",
+            "--num-prompts", "40", "--request-rate", "5", "--json", "-q")
+    b = run("simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-w", "random", "--input-len", "300",
+            "--output-len", "20", "--range-ratio", "0.1", "-n", "40", "--rate", "5", "--json", "-q")
+    assert a[0] == b[0] == 0, a[2] + b[2]
+    assert json.loads(a[1]) == json.loads(b[1])
+
+
+def test_dataset_name_sharegpt_clean_error():
+    code, out, err = run("simulate", "--dataset-name", "sharegpt", "-n", "5")
+    assert code == 2
+    assert err.strip() == ("error: dataset-name: dataset sharegpt not available yet; use random, a built-in "
+                           "workload (azure-conv, azure-code) or --workload FILE")
+
+
+def test_max_concurrency_is_closed_loop_at_rate_inf():
+    a = run("simulate", *SMALL, "-n", "30", "--max-concurrency", "4", "--json", "-q")
+    b = run("simulate", *SMALL, "-n", "30", "--concurrency", "4", "--json", "-q")
+    assert a[0] == 0, a[2]
+    assert json.loads(a[1]) == json.loads(b[1])
+    code, _, err = run("simulate", *SMALL, "-n", "30", "--max-concurrency", "4", "--request-rate", "5")
+    assert code == 2 and "not modelled yet" in err
+
+
+def test_must_show_vllm_command_writes_vllm_keys(tmp_path):
+    d = tmp_path / "D"
+    code, out, err = run("simulate", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--dataset-name",
+                         "random", "--random-input-len", "1024", "--random-output-len", "128", "--num-prompts",
+                         "500", "--request-rate", "10", "--goodput", "ttft:2000", "tpot:100", "e2el:20000",
+                         "--save-result", "--result-dir", str(d))
+    assert code == 0, err
+    files = list(d.glob("*.json"))
+    assert len(files) == 1
+    assert files[0].name.startswith("llmsim-10.0qps-Llama-3.1-8B-")
+    ours = json.loads(files[0].read_text())
+    run_keys = json.loads((DATA / "vllm_bench_serve_run_keys.json").read_text())["keys"]
+    assert list(ours)[:len(run_keys)] == run_keys
+    real = json.loads((DATA / "vllm_bench_serve_result.json").read_text())
+    assert set(real) - set(ours) == set()
+    for k in set(real):  # the same types, so one plotting script reads both (None: no --goodput there)
+        if real[k] is not None:
+            assert isinstance(ours[k], type(real[k])) or {type(ours[k]), type(real[k])} <= {int, float}, k
+    assert ours["num_prompts"] == 500 and ours["request_rate"] == 10.0 and ours["max_concurrency"] is None
+    assert ours["completed"] == len(ours["input_lens"]) == 500
+    assert ours["llmsim_version"] and ours["llmsim_summary"]["goodput_slos_ms"]["e2el"] == 20000.0
+    assert ours["request_goodput"] == pytest.approx(ours["llmsim_summary"]["request_goodput"])
+
+
+def test_percentile_options_and_result_filename(tmp_path):
+    code, _, err = run("simulate", *SMALL, "-n", "20", "--percentile-metrics", "ttft,e2el",
+                       "--metric-percentiles", "25,50,99.9", "--result-dir", str(tmp_path),
+                       "--result-filename", "r.json", "-q")
+    assert code == 0, err
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert {"p25_ttft_ms", "p50_ttft_ms", "p99.9_ttft_ms", "p25_e2el_ms"} <= set(r)
+    assert "mean_tpot_ms" not in r and "p99_ttft_ms" not in r
+    assert r["request_rate"] == "inf"
+    assert r["p25_ttft_ms"] <= r["p50_ttft_ms"] <= r["p99.9_ttft_ms"]
+    code, _, err = run("simulate", *SMALL, "-n", "5", "--save-result", "--percentile-metrics", "foo",
+                       "--result-dir", str(tmp_path))
+    assert code == 2 and "percentile-metrics: 'foo' is not one of" in err
+
+
+# ---- SLO presets -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(SLO_PRESETS))
+def test_slo_preset_sets_goodput(name):
+    code, out, err = run("simulate", *SMALL, "-n", "10", "--slo", name, "--json", "-q")
+    assert code == 0, err
+    assert json.loads(out)["goodput_slos_ms"] == SLO_PRESETS[name].goodput_ms
+
+
+def test_explicit_goodput_overrides_preset():
+    code, out, err = run("simulate", *SMALL, "-n", "10", "--slo", "chat", "--goodput", "e2el:9000", "--json", "-q")
+    assert code == 0, err
+    assert json.loads(out)["goodput_slos_ms"] == {"e2el": 9000.0}
+    code, _, err = run("simulate", "--slo", "nope", "-n", "5")
+    assert code == 2 and "slo: 'nope' is not a preset; allowed: chat, code, batch, agent" in err
+
+
+# ---- finding 9 (part): every output JSON records llmsim's version -------------------------
+
+def test_output_json_records_version(tmp_path):
+    from importlib.metadata import version
+
+    code, out, err = run("simulate", *SMALL, "-n", "10", "--json", "-q", "--out", str(tmp_path))
+    assert code == 0, err
+    assert json.loads(out)["llmsim_version"] == version("llmsim")
+    assert json.loads((tmp_path / "summary.json").read_text())["llmsim_version"] == version("llmsim")
