@@ -166,28 +166,62 @@ def write_csv(path: Any, df: Any) -> None:
 
 
 class Progress:
-    """A one-line progress bar on stderr (nothing when quiet or not a terminal-like run)."""
+    """Progress of a run on stderr, as a `(done, total)` callback; nothing when quiet.
 
-    def __init__(self, label: str, quiet: bool) -> None:
+    On a terminal: a tqdm bar with rate and ETA (the total may grow, e.g. a sweep's bisection
+    probes; the bar follows it). Elsewhere (a log file, CI): one plain line at most every
+    `LOG_INTERVAL_S` seconds with done/total, elapsed and ETA, and no line at all for a run
+    shorter than that, so a log never fills with "1/1 done ... 15/15 done" lines.
+    """
+
+    LOG_INTERVAL_S = 10.0
+
+    def __init__(self, label: str, quiet: bool, stream: Any = None, clock: Any = None) -> None:
+        import time
+
         self.label = label
         self.quiet = quiet
-        self.last = -1
+        self.stream = stream
+        self.clock = clock or time.monotonic
+        self.bar: Any = None
+        self.start: float | None = None
+        self.last_line = 0.0
 
     def __call__(self, done: int, total: int) -> None:
         if self.quiet or total <= 0:
             return
-        if not sys.stderr.isatty():
-            if done >= total:
-                click.echo(f"{self.label}: {done}/{total} done", err=True)
+        stream = self.stream or sys.stderr
+        if self.start is None:
+            self.start = self.last_line = self.clock()
+        if stream.isatty():
+            self._bar(stream, done, total)
+        else:
+            self._log(stream, done, total)
+
+    def _bar(self, stream: Any, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        if self.bar is None:
+            self.bar = tqdm(total=total, initial=0, desc=self.label, file=stream, unit="sim",
+                            dynamic_ncols=True, leave=True)
+        if self.bar.total != total:
+            self.bar.total = total
+        self.bar.update(done - self.bar.n)
+        if done >= total:  # a later call (a grown total) opens a new bar
+            self.bar.close()
+            self.bar = None
+
+    def _log(self, stream: Any, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        now = self.clock()
+        if now - self.last_line < self.LOG_INTERVAL_S:
             return
-        percent = int(100 * done / total)
-        if percent == self.last:
-            return
-        self.last = percent
-        bar = "#" * (percent // 4) + "." * (25 - percent // 4)
-        click.echo(f"\r{self.label} [{bar}] {percent:3d}% ({done}/{total})", err=True, nl=False)
-        if done >= total:
-            click.echo("", err=True)
+        self.last_line = now
+        line = tqdm.format_meter(done, total, now - (self.start or now), prefix=self.label, unit="sim",
+                                 bar_format="{desc}: {n_fmt}/{total_fmt} [{elapsed} elapsed, ETA {remaining}]")
+        stream.write(line + "\n")
+        stream.flush()
 
 
 def print_serving_summary(s: dict[str, Any]) -> None:

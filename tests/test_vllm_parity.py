@@ -188,3 +188,97 @@ def test_output_json_records_version(tmp_path):
     assert code == 0, err
     assert json.loads(out)["llmsim_version"] == version("llmsim")
     assert json.loads((tmp_path / "summary.json").read_text())["llmsim_version"] == version("llmsim")
+
+
+# ---- finding 9: a real progress bar; quiet logs ----------------------------------------
+
+class _Clock:
+    def __init__(self, step: float) -> None:
+        self.t, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.t += self.step
+        return self.t
+
+
+def test_progress_log_has_no_growing_done_lines():
+    import io
+
+    from simulator.report import Progress
+
+    buf = io.StringIO()
+    p = Progress("sweeping", False, stream=buf, clock=_Clock(0.01))
+    for n in range(1, 16):  # a sweep whose total grows with every probe, run in 0.15 s
+        p(n, n)
+    assert buf.getvalue() == ""
+    buf = io.StringIO()
+    p = Progress("sweeping", False, stream=buf, clock=_Clock(6.0))  # a slow run: a line per 10 s
+    for n in range(1, 6):
+        p(n, 10)
+    lines = buf.getvalue().splitlines()
+    assert lines == ["sweeping: 2/10 [00:12 elapsed, ETA 00:48]", "sweeping: 4/10 [00:24 elapsed, ETA 00:36]"]
+
+
+def test_progress_tty_is_tqdm_bar_with_eta():
+    import io
+
+    from simulator.report import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    buf = Tty()
+    p = Progress("simulating", False, stream=buf)
+    for n in range(0, 101, 10):
+        p(n, 100)
+    out = buf.getvalue()
+    assert "simulating: 100%" in out and "100/100" in out and "<" in out  # tqdm's elapsed<remaining
+    q = Tty()
+    Progress("x", True, stream=q)(5, 10)
+    assert q.getvalue() == ""
+
+
+# ---- finding 10: the default executor is not the slower path --------------------------
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def test_default_executor_is_auto_and_serial_on_two_cpus():
+    from simulator.executors import AutoExecutor, make_executor
+
+    ex = make_executor()
+    assert isinstance(ex, AutoExecutor)
+    two = AutoExecutor(cpus=2, clock=_Clock(100.0))  # every task "takes" 100 s: still no pool on 2 CPUs
+    seen = []
+    assert two.map(_square, [(i,) for i in range(6)], on_result=lambda i, r: seen.append(i)) == [0, 1, 4, 9, 16, 25]
+    assert two._pool is None and seen == list(range(6))
+
+
+def test_auto_executor_switches_to_pool_when_it_pays():
+    from simulator.executors import AutoExecutor
+
+    fast = AutoExecutor(cpus=4, clock=_Clock(0.001))  # 1 ms tasks: a pool never pays
+    assert fast.map(_square, [(i,) for i in range(20)]) == [i * i for i in range(20)]
+    assert fast._pool is None
+    slow = AutoExecutor(cpus=4, clock=_Clock(2.0))  # 2 s x 5 tasks left > 5 s: pool after one task
+    seen: list[int] = []
+    try:
+        assert slow.map(_square, [(i,) for i in range(6)], on_result=lambda i, r: seen.append(i)) == [
+            i * i for i in range(6)]
+        assert slow._pool is not None and len(slow.task_s) == 1 and sorted(seen) == list(range(6))
+    finally:
+        slow.close()
+
+
+def test_sweep_uses_preset_target_and_knee_metric():
+    code, out, err = run("sweep", *SMALL, "-n", "20", "--rates", "2,4", "--slo", "batch", "--json", "-q")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["slo_target"] == 0.9 and r["knee_metric"] == "p99_e2el_ms"
+    assert r["goodput_slos_ms"] == {"e2el": 600000.0}
+    code, out, err = run("sweep", *SMALL, "-n", "20", "--rates", "2,4", "--slo", "batch", "--slo-target", "0.5",
+                         "--knee-metric", "ttft", "--json", "-q")
+    r = json.loads(out)
+    assert r["slo_target"] == 0.5 and r["knee_metric"] == "p99_ttft_ms"
