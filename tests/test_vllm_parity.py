@@ -282,3 +282,67 @@ def test_sweep_uses_preset_target_and_knee_metric():
                          "--knee-metric", "ttft", "--json", "-q")
     r = json.loads(out)
     assert r["slo_target"] == 0.5 and r["knee_metric"] == "p99_ttft_ms"
+
+
+# ---- finding 8: plot labels never overlap; the legend hides no point ------------------
+
+def _boxes(fig):
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    return [t.get_window_extent(r) for ax in fig.axes for t in ax.texts if t.get_text()], r
+
+
+def _overlaps(boxes):
+    return [(i, j) for i in range(len(boxes)) for j in range(i + 1, len(boxes)) if boxes[i].overlaps(boxes[j])]
+
+
+@pytest.fixture(scope="module")
+def close_rates_sweep():
+    """A real sweep whose SLO capacity (13) and saturation rate (13.1) are 1 % apart."""
+    from simulator import sweep as sw
+
+    sc = Scenario(workload="random", input_len=256, output_len=16, num_requests=60, goodput={"ttft": 2000})
+    r = sw.sweep(sc, [2, 6, 10, 14])
+    r["curves"][0].update(knee={"rate": 12.9, "metric": "p99_ttft_ms", "value": 50.0},
+                          slo_capacity=13.0, saturation_rate=13.1)
+    return r
+
+
+def test_sweep_plots_no_overlapping_labels(close_rates_sweep):
+    from simulator import plots
+
+    for make in (plots.sweep_latency_fig, plots.sweep_throughput_fig):
+        fig = make(close_rates_sweep)
+        boxes, _ = _boxes(fig)
+        assert _overlaps(boxes) == [], make.__name__
+        labels = [t.get_text() for leg in [*fig.legends, *[a.get_legend() for a in fig.axes if a.get_legend()]]
+                  for t in leg.get_texts()]
+        assert {"knee 12.9 req/s", "SLO capacity 13 req/s", "saturation 13.1 req/s"} <= set(labels)
+
+
+def test_throughput_legend_hides_no_point(close_rates_sweep):
+    from simulator import plots
+
+    fig = plots.sweep_throughput_fig(close_rates_sweep)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    leg = ax.get_legend().get_window_extent(fig.canvas.get_renderer())
+    for line in ax.lines:
+        for x, y in ax.transData.transform(line.get_xydata()):
+            assert not leg.contains(x, y)
+
+
+def test_plan_labels_do_not_overlap():
+    from simulator import plots
+
+    def cand(hw: str, gpus: int, cost: float) -> dict:
+        return {"hardware": hw, "tp": 1, "pp": 1, "weight_dtype": "bf16", "kv_dtype": "bf16", "replicas": gpus,
+                "slo_capacity": 3.0, "gpus": gpus, "cost_per_hour_usd": cost}
+
+    result = {"model": "m", "rate": 10.0, "workload": "w", "goodput_slos_ms": {"ttft": 500}, "headroom": 0.2,
+              "candidates": [cand("h100-sxm", 4, 10.0), cand("h100-sxm", 4, 10.0), cand("a100-sxm-80gb", 4, 10.2),
+                             cand("l40s", 5, 10.1), cand("h200", 4, 10.4)]}
+    fig = plots.plan_fig(result)
+    boxes, _ = _boxes(fig)
+    assert len(boxes) == 4  # the two coincident candidates share the label "1,2"
+    assert _overlaps(boxes) == []
