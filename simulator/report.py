@@ -262,6 +262,10 @@ def print_serving_summary(s: dict[str, Any]) -> None:
     line("Peak KV-cache utilisation:", s["peak_kv_utilization"])
     line("Preemptions:", s["preemptions"])
     line("KV capacity per replica (tokens):", s.get("kv_capacity_tokens_per_replica"))
+    if s.get("joules_per_output_token") is not None:  # rough: simulator.energy, docs/concepts.md
+        line("Energy (J/output token, rough):", s["joules_per_output_token"])
+        line("Electricity ($/M output tokens):", s["energy_usd_per_million_output_tokens"], "{:<40} {:<10.4f}")
+    line("GPU-hours ($/M output tokens):", s.get("gpu_usd_per_million_output_tokens"))
     if s.get("unstable"):
         click.echo(f"UNSTABLE: offered {s['offered_rate']:.3g} req/s exceeds capacity "
                    f"(achieved {s['achieved_rate']:.3g} req/s); latencies grow with run length")

@@ -22,6 +22,7 @@ from typing import Any
 
 from . import workload as wl
 from .catalog import load_model, read_yaml
+from .energy import run_energy
 from .engine import ROUTERS, SCHEDULERS, EngineConfig, SimResult, simulate
 from .metrics import summarize
 from .roofline import CostModel, make_cost_model
@@ -205,6 +206,7 @@ class Scenario:
             raise SpecError(f"num_requests: {self.num_requests} requests do not fit in this machine's "
                             "memory (about 80 bytes each); simulate fewer") from None
         summary = summarize(res, self.slos_s)
+        summary.update(run_energy(cost.hardware, res.meta, summary["duration"], summary["total_output_tokens"]))
         summary["workload"] = w.name or str(self.workload)
         summary["model"] = cost.model.id
         summary["hardware"] = cost.hardware.id

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -346,3 +347,79 @@ def test_plan_labels_do_not_overlap():
     boxes, _ = _boxes(fig)
     assert len(boxes) == 4  # the two coincident candidates share the label "1,2"
     assert _overlaps(boxes) == []
+
+
+# ---- finding 7: an SLO capacity above the saturation rate is flagged -------------------
+
+def test_capacity_above_saturation_warns():
+    from simulator.sweep import _warn_capacity_above_saturation
+
+    info = {"slo_capacity": 1.712, "saturation_rate": 1.408, "warnings": []}
+    _warn_capacity_above_saturation(info, 100)
+    assert info["warnings"] == [
+        "SLO capacity 1.712 req/s is above the saturation rate 1.408 req/s: with 100 requests per point the "
+        "queue has no time to build, so the SLO capacity is optimistic; raise --num-requests until it falls "
+        "below the saturation rate"]
+    ok = {"slo_capacity": 1.4, "saturation_rate": 1.59, "warnings": []}
+    _warn_capacity_above_saturation(ok, 400)
+    assert ok["warnings"] == []
+
+
+def test_readme_whatif_short_run_is_flagged():
+    code, out, err = run("whatif", "kv-dtype", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-w", "random",
+                         "--input-len", "8192", "--output-len", "512", "-n", "100", "--values", "bf16",
+                         "--goodput", "ttft:4000", "tpot:100", "--serial", "--json")
+    assert code == 0, err
+    row = json.loads(out)["values"][0]
+    assert row["slo_capacity_rate"] > row["saturation_rate"]
+    assert any("above the saturation rate" in w for w in row["warnings"])
+
+
+# ---- finding 6: docs point at files that exist and at commands that work ---------------
+
+def test_docs_point_at_real_things():
+    root = Path(__file__).resolve().parent.parent
+    texts = {p: p.read_text(encoding="utf-8") for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))]}
+    import simulator.cli as cli_mod
+    import simulator.executors as ex_mod
+
+    texts[Path(cli_mod.__file__)] = Path(cli_mod.__file__).read_text(encoding="utf-8")
+    texts[Path(ex_mod.__file__)] = Path(ex_mod.__file__).read_text(encoding="utf-8")
+    for p, t in texts.items():
+        assert "reference/measurements/SCHEMA.md" not in t, p
+        assert "pip install llmsim[dask]" not in t, p
+        assert not re.search(r"llmsim (predict|roofline) [^\n`]* -g ", t), p  # -H, as every other command
+
+
+# ---- energy and cost per token (simulator.energy) ---------------------------------------
+
+class _Hw:
+    def __init__(self, tdp_w, price=None):
+        self.tdp_w, self.price_per_gpu_hour_usd = tdp_w, price
+
+
+def test_energy_by_hand():
+    from simulator.energy import power_w, run_energy
+
+    assert power_w(700, 0.0) == pytest.approx(140.0) and power_w(700, 1.0) == 700 and power_w(700, 0.5) == 420
+    # 2 GPUs, 4 s run, busy 1 s: E = 2 x (140 W x 4 s + 560 W x 1 x 1 s) = 2240 J
+    meta = {"gpus_per_replica": 2, "num_replicas": 1, "busy_s": 1.0}
+    e = run_energy(_Hw(700, price=3.6), meta, 4.0, 100)
+    assert e["energy_j"] == pytest.approx(2240.0)
+    assert e["mean_power_w_per_gpu"] == pytest.approx(280.0)
+    assert e["joules_per_output_token"] == pytest.approx(22.4)
+    assert e["energy_usd_per_million_output_tokens"] == pytest.approx(22.4e6 / 3.6e6 * 0.10)
+    # $3.6 per GPU-hour x 2 GPUs x 4 s = $0.008 for 100 tokens -> $80 per million
+    assert e["gpu_usd_per_million_output_tokens"] == pytest.approx(80.0)
+    half = run_energy(_Hw(700), {**meta, "busy_utilization": 0.5}, 4.0, 100)
+    assert half["energy_j"] == pytest.approx(2 * (560 + 280))
+    assert run_energy(_Hw(None), meta, 4.0, 100)["energy_j"] is None
+
+
+def test_simulate_reports_energy():
+    code, out, err = run("simulate", *SMALL, "-n", "30", "-r", "4", "--json", "-q")
+    assert code == 0, err
+    s = json.loads(out)
+    assert s["joules_per_output_token"] == pytest.approx(s["energy_j"] / s["total_output_tokens"])
+    # between all-idle and all-at-TDP for h100-sxm (700 W)
+    assert 140 <= s["mean_power_w_per_gpu"] <= 700
