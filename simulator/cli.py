@@ -414,10 +414,10 @@ def calibrate_cmd(file: str, hardware: str, ops: str | None, allreduce: str | No
 
 @main.command("plan")
 @opt.scenario_options_except(*opt.LIST_OPTS, "--rate", "--replicas", "--router", "--concurrency")
-@click.option("--rate", "-r", "target_rate", required=True, type=float, help="Request rate to serve (req/s, all replicas).")
+@click.option("--rate", "-r", "--request-rate", "target_rate", required=True, type=float, help="Request rate to serve (req/s, all replicas).")
 @click.option("--hardware", "-H", "hw_list", help="Candidate accelerators, comma-separated. [default: h100-sxm]")
 @click.option("--tp", "tp_list", help="Candidate TP degrees, comma-separated, e.g. 1,2,4,8. [default: 1]")
-@click.option("--kv-dtype", "kv_list", help="Candidate KV-cache formats, comma-separated. [default: bf16]")
+@click.option("--kv-dtype", "--kv-cache-dtype", "kv_list", help="Candidate KV-cache formats, comma-separated. [default: bf16]")
 @click.option("--weight-dtype", "wd_list", help="Candidate weight formats, comma-separated. [default: the model's]")
 @click.option("--headroom", type=float, default=0.2, show_default=True,
               help="Fraction of each replica's SLO capacity kept free.")

@@ -305,7 +305,7 @@ def vllm_result_options(fn: Any) -> Any:
     """`vllm bench serve`'s result-file options (simulate): --save-result and its companions."""
     from .vllm_result import DEFAULT_METRIC_PERCENTILES, DEFAULT_PERCENTILE_METRICS
 
-    for decls, kw in reversed([
+    opts: list[tuple[tuple[str, ...], dict[str, Any]]] = [
         (("--save-result",), {"is_flag": True, "help": "Write a vLLM-format result JSON (vllm bench serve's keys)."}),
         (("--result-dir",), {"type": click.Path(file_okay=False), "help": "Folder of the result JSON [default: .]."}),
         (("--result-filename",), {"help": "Result file name [default: vLLM's, {backend}-{rate}qps-{model}-{date}.json]."}),
@@ -314,6 +314,7 @@ def vllm_result_options(fn: Any) -> Any:
         (("--metric-percentiles",), {"default": DEFAULT_METRIC_PERCENTILES, "show_default": True,
                                      "help": "Percentiles listed, comma-separated, e.g. 25,50,99."}),
         (("--label",), {"help": "Result label (vLLM's --label; prefixes the file name)."}),
-    ]):
+    ]
+    for decls, kw in reversed(opts):
         fn = click.option(*decls, **kw)(fn)
     return fn
