@@ -118,6 +118,11 @@ def _clusters(pts: list[dict[str, Any]], tol: float = 0.06) -> list[tuple[float,
 __all__ = ["roofline_chart"]
 
 
+#: One colour per curve / hardware (matplotlib's tab10).
+COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
+          "tab:gray", "tab:olive", "tab:cyan"]
+
+
 def _png_bytes(fig: Any) -> bytes:
     """Render a figure to PNG bytes (the caller writes the file atomically) and close it."""
     import io
@@ -186,8 +191,7 @@ def _sweep_title(result: dict[str, Any], what: str) -> str:
 
 def _sweep_curves(result: dict[str, Any]) -> list[tuple[dict[str, Any], list[dict[str, Any]], str]]:
     """(curve info, its points sorted by offered rate, colour) for each curve."""
-    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
-              "tab:pink", "tab:gray", "tab:olive", "tab:cyan"]
+    colors = COLORS
     out = []
     for i, info in enumerate(result.get("curves", [])):
         pts = sorted((p for p in result.get("points", []) if p.get("curve") == info["curve"]),
@@ -437,8 +441,7 @@ def plan_fig(result: dict[str, Any]) -> Any:
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     cands = [c for c in result.get("candidates", []) if _finite(c.get("cost_per_hour_usd"))]
-    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
-              "tab:gray", "tab:olive", "tab:cyan"]
+    colors = COLORS
     hws = list(dict.fromkeys(c["hardware"] for c in cands))
     ranks: dict[tuple[float, float], list[str]] = {}  # coincident candidates: one label
     handles = []
@@ -475,8 +478,7 @@ def plan_fig(result: dict[str, Any]) -> Any:
 
 
 def _spread_labels(fig: Any, labels: list[Any], step_points: float = 9.0, tries: int = 40) -> None:
-    """Move each annotation (in order) up by `step_points` until its box overlaps no label
-    placed before it (labels of nearby points no longer print over each other)."""
+    """Move each annotation up by `step_points` until it overlaps no label placed before it."""
     if not labels:
         return
     renderer = fig.canvas.get_renderer()
