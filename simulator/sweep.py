@@ -562,8 +562,11 @@ def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
         if bracket is not None:
             brackets[c] = bracket
     _bisect(brackets, results, infos, run, slo_target, tol)
-    for info, (_, _, sc) in zip(infos, curves, strict=True):
+    for c, (info, (_, _, sc)) in enumerate(zip(infos, curves, strict=True)):
         _warn_capacity_above_saturation(info, sc.num_requests)
+        at = [p for p in results[c] if info["slo_capacity"] is not None and p["rate"] == info["slo_capacity"]]
+        for k in ("joules_per_output_token", "energy_usd_per_million_output_tokens"):  # simulator.energy
+            info[f"{k}_at_slo_capacity"] = at[0].get(k) if at else None
 
     points = []
     for c, (label, values, _sc) in enumerate(curves):

@@ -435,3 +435,16 @@ def test_simulate_reports_energy():
     assert s["joules_per_output_token"] == pytest.approx(s["energy_j"] / s["total_output_tokens"])
     # between all-idle and all-at-TDP for h100-sxm (700 W)
     assert 140 <= s["mean_power_w_per_gpu"] <= 700
+
+
+def test_sweep_and_plan_report_energy_at_slo_capacity():
+    code, out, err = run("sweep", *SMALL, "-n", "30", "--rates", "5,20,80,320", "--goodput", "ttft:300", "--json", "-q")
+    assert code == 0, err
+    r = json.loads(out)
+    c = r["curves"][0]
+    assert c["slo_capacity"] is not None
+    at = [p for p in r["points"] if p["rate"] == c["slo_capacity"]][0]
+    assert c["joules_per_output_token_at_slo_capacity"] == at["joules_per_output_token"] > 0
+    code, out, err = run("plan", *SMALL, "-n", "30", "-r", "20", "--goodput", "ttft:300", "--json", "-q")
+    assert code == 0, err
+    assert json.loads(out)["best"]["joules_per_output_token"] > 0
