@@ -448,3 +448,16 @@ def test_sweep_and_plan_report_energy_at_slo_capacity():
     code, out, err = run("plan", *SMALL, "-n", "30", "-r", "20", "--goodput", "ttft:300", "--json", "-q")
     assert code == 0, err
     assert json.loads(out)["best"]["joules_per_output_token"] > 0
+
+
+def test_saved_result_round_trips_through_validate(tmp_path):
+    """`validate` reads llmsim's vLLM-format file as it reads vLLM's: re-predicting the same
+    run gives 0 % error on every metric (same seed, same lengths from input_lens/output_lens)."""
+    code, _, err = run("simulate", *SMALL, "--num-prompts", "80", "--request-rate", "6", "--goodput", "ttft:500",
+                       "--save-result", "--result-dir", str(tmp_path), "--result-filename", "r.json", "-q")
+    assert code == 0, err
+    code, out, err = run("validate", str(tmp_path / "r.json"), "-m", "llama-3.1-8b", "-H", "h100-sxm", "--json", "-q")
+    assert code == 0, err
+    v = json.loads(out)
+    assert v["predicted"] >= 10
+    assert v["median_ape"] == pytest.approx(0.0, abs=1e-6) and v["p90_ape"] == pytest.approx(0.0, abs=1e-6)
