@@ -21,7 +21,11 @@ from .specs import SpecError
 
 
 class _Group(click.Group):
-    """Click group that turns SpecError (and bad files) into one line and exit 2."""
+    """Click group that turns SpecError (and bad files) into one line and exit 2, and accepts
+    vLLM's space-separated `--goodput ttft:500 tpot:50` (`options.expand_nargs`)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, opt.expand_nargs(list(args)))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -184,12 +188,20 @@ def roofline(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | No
 @main.command()
 @opt.scenario_options
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write summary.json, requests.csv, timeline.csv and timeline.png here.")
+@opt.vllm_result_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def simulate(out_dir: str | None, as_json: bool, quiet: bool, **kw: Any) -> None:
+def simulate(out_dir: str | None, as_json: bool, quiet: bool, save_result: bool, result_dir: str | None,
+             result_filename: str | None, percentile_metrics: str, metric_percentiles: str,
+             label: str | None, **kw: Any) -> None:
     """Serve a request stream through continuous batching and report vLLM's metrics."""
     sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
     res, summary = sc.run(progress=report.Progress("simulating", quiet or as_json))
+    if save_result or result_dir or result_filename:
+        path = report.save_vllm_result(sc, res, summary, result_dir, result_filename, percentile_metrics,
+                                       metric_percentiles, label)
+        if not (quiet or as_json):
+            click.echo(f"wrote {path}", err=True)
     if out_dir:
         from pathlib import Path
 
@@ -216,15 +228,15 @@ def simulate(out_dir: str | None, as_json: bool, quiet: bool, **kw: Any) -> None
               help="Offered rates: 1,2,4,8 | START:STOP:COUNT | auto (0.1x-1.2x the offline max throughput).")
 @click.option("--sweep", "sweep_items", multiple=True, metavar="FIELD=V1,V2",
               help="Vary a scenario setting, one curve per value (repeatable: cartesian product), e.g. tp=1,2,4.")
-@click.option("--slo-target", type=float, default=0.99, show_default=True,
-              help="SLO capacity: the good fraction (--goodput) that must be met.")
+@click.option("--slo-target", type=float, default=None,
+              help="SLO capacity: the good fraction (--goodput) that must be met. [default: the --slo preset's, else 0.99]")
 @click.option("--tol", type=float, default=0.02, show_default=True,
               help="SLO capacity: relative tolerance of the bisection.")
-@click.option("--knee-metric", type=click.Choice(["ttft", "tpot", "e2el"]), default="ttft", show_default=True,
-              help="p99 latency whose curve the knee is read from.")
-@click.option("--workers", type=int, default=None, help="Process-pool size. [default: CPU count]")
-@click.option("--serial", is_flag=True, help="Run every point in this process.")
-@click.option("--dask", "dask_address", metavar="ADDRESS", help="Run points on a Dask scheduler (pip install llmsim[dask]).")
+@click.option("--knee-metric", type=click.Choice(["ttft", "tpot", "e2el"]), default=None,
+              help="p99 latency whose curve the knee is read from. [default: the --slo preset's, else ttft]")
+@click.option("--workers", type=int, default=None, help="Process-pool size. [default: serial, or one per CPU once a pool pays off]")
+@click.option("--serial", is_flag=True, help="Run every point in this process (never a pool).")
+@click.option("--dask", "dask_address", metavar="ADDRESS", help='Run points on a Dask scheduler (from a checkout: pip install ".[dask]").')
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Write sweep.csv, sweep.json, latency.png and throughput.png here.")
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False),
@@ -232,7 +244,7 @@ def simulate(out_dir: str | None, as_json: bool, quiet: bool, **kw: Any) -> None
                    "names it); only the missing points run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result (points and per-curve results) as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float, tol: float, knee_metric: str,
+def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None, tol: float, knee_metric: str | None,
               workers: int | None, serial: bool, dask_address: str | None, out_dir: str | None,
               resume_dir: str | None, as_json: bool, quiet: bool, **kw: Any) -> None:
     """Sweep the offered rate: latency knee, saturation rate and SLO capacity (docs/sweep.md).
@@ -250,6 +262,8 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float, tol: 
         raise SpecError("--rate: a sweep sets the rate itself; use --rates (e.g. --rates 1,2,4 or auto)")
     rate_list = sw.parse_rates(rates)
     sweeps = sw.parse_sweep(sweep_items)
+    slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
+    knee_metric = opt.preset_setting(opts, "knee_metric", knee_metric, "ttft")
     sc = opt.scenario_from_options(opts)
     header = sw.PointStore.make_header(sc, sweeps)
     if resume_dir:
@@ -323,7 +337,7 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
                  workloads: tuple[str, ...], scenario: str | None, hardware_filter: str | None,
                  hardware_specs: tuple[str, ...], num_requests: int | None, skip_bad_rows: bool,
                  out_dir: str | None, as_json: bool, quiet: bool) -> None:
-    """Compare predictions with measured numbers: a SCHEMA.md measurement CSV or a
+    """Compare predictions with measured numbers: a measurement CSV (docs/measurement_schema.md) or a
     `vllm bench serve` result JSON. Prints median / p90 absolute % error and mean signed % error
     by source, scenario and hardware (error % = (predicted - measured) / measured * 100)."""
     from pathlib import Path
@@ -400,10 +414,10 @@ def calibrate_cmd(file: str, hardware: str, ops: str | None, allreduce: str | No
 
 @main.command("plan")
 @opt.scenario_options_except(*opt.LIST_OPTS, "--rate", "--replicas", "--router", "--concurrency")
-@click.option("--rate", "-r", "target_rate", required=True, type=float, help="Request rate to serve (req/s, all replicas).")
+@click.option("--rate", "-r", "--request-rate", "target_rate", required=True, type=float, help="Request rate to serve (req/s, all replicas).")
 @click.option("--hardware", "-H", "hw_list", help="Candidate accelerators, comma-separated. [default: h100-sxm]")
 @click.option("--tp", "tp_list", help="Candidate TP degrees, comma-separated, e.g. 1,2,4,8. [default: 1]")
-@click.option("--kv-dtype", "kv_list", help="Candidate KV-cache formats, comma-separated. [default: bf16]")
+@click.option("--kv-dtype", "--kv-cache-dtype", "kv_list", help="Candidate KV-cache formats, comma-separated. [default: bf16]")
 @click.option("--weight-dtype", "wd_list", help="Candidate weight formats, comma-separated. [default: the model's]")
 @click.option("--headroom", type=float, default=0.2, show_default=True,
               help="Fraction of each replica's SLO capacity kept free.")
@@ -414,7 +428,7 @@ def calibrate_cmd(file: str, hardware: str, ops: str | None, allreduce: str | No
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_list: str | None, wd_list: str | None,
-             headroom: float, price_items: tuple[str, ...], slo_target: float, tol: float, workers: int | None,
+             headroom: float, price_items: tuple[str, ...], slo_target: float | None, tol: float, workers: int | None,
              serial: bool, dask_address: str | None, out_dir: str | None, as_json: bool, quiet: bool,
              **kw: Any) -> None:
     """Cheapest deployment (hardware x TP x dtypes x replicas) that serves --rate within the SLOs (docs/plan.md)."""
@@ -423,7 +437,9 @@ def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_li
     from . import plan as pl
     from . import sweep as sw
 
-    sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
+    opts = opt.pop_scenario_opts(kw)
+    slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
+    sc = opt.scenario_from_options(opts)
     with sw.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
         result = pl.plan(sc, target_rate, hardware=opt.csv_list(hw_list, "--hardware"),
                          tps=opt.csv_list(tp_list, "--tp", int), kv_dtypes=opt.csv_list(kv_list, "--kv-dtype"),
@@ -461,14 +477,16 @@ def whatif_group() -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write kv_dtype.json, kv_dtype.csv, kv_dtype.png here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def whatif_kv_cmd(values: str, seq_len: int | None, static_only: bool, slo_target: float, tol: float,
+def whatif_kv_cmd(values: str, seq_len: int | None, static_only: bool, slo_target: float | None, tol: float,
                   workers: int | None, serial: bool, dask_address: str | None, out_dir: str | None,
                   as_json: bool, quiet: bool, **kw: Any) -> None:
     """KV-cache quantization: capacity, concurrency, TPOT, saturation and SLO capacity per format."""
     from . import sweep as sw
     from . import whatif as wi
 
-    sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
+    opts = opt.pop_scenario_opts(kw)
+    slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
+    sc = opt.scenario_from_options(opts)
     vals = opt.csv_list(values, "--values")
     with sw.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
         r = wi.kv_dtype_whatif(sc, vals, seq_len=seq_len, load=not static_only, executor=ex,
@@ -524,14 +542,16 @@ def whatif_spec_cmd(draft_model: str, gamma: int, acceptance: float, draft_tp: i
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write hardware.json, hardware.csv, hardware.png here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def whatif_hw_cmd(hw_list: str, price_items: tuple[str, ...], static_only: bool, slo_target: float, tol: float,
+def whatif_hw_cmd(hw_list: str, price_items: tuple[str, ...], static_only: bool, slo_target: float | None, tol: float,
                   workers: int | None, serial: bool, dask_address: str | None, out_dir: str | None,
                   as_json: bool, quiet: bool, **kw: Any) -> None:
     """The same workload on each accelerator: fit, latency, saturation, SLO capacity, cost."""
     from . import sweep as sw
     from . import whatif as wi
 
-    sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
+    opts = opt.pop_scenario_opts(kw)
+    slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
+    sc = opt.scenario_from_options(opts)
     with sw.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
         r = wi.hardware_whatif(sc, opt.csv_list(hw_list, "--hardware"), prices=opt.prices(price_items),
                                load=not static_only, executor=ex, progress=report.Progress("what-if", quiet or as_json),

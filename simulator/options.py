@@ -25,7 +25,8 @@ def cost_options(fn: Any) -> Any:
         click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
         click.option("--weight-dtype", type=dt, default=None, help="Weight format [default: the model's]."),
         click.option("--activation-dtype", type=dt, default="bf16", show_default=True),
-        click.option("--kv-dtype", type=dt, default=None, help="KV-cache format [default: bf16]."),
+        click.option("--kv-dtype", "--kv-cache-dtype", "kv_dtype", type=dt, default=None,
+                     help="KV-cache format, independent of --activation-dtype as in vLLM [default: bf16]."),
         click.option("--ideal", is_flag=True, help="Pure roofline: efficiencies 1, no overheads."),
         click.option("--efficiency", "efficiency", multiple=True, metavar="KEY=VALUE",
                      help="Override one hardware efficiency field for this run (repeatable), "
@@ -46,8 +47,10 @@ def build_cost(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | 
     hw = load_hardware(hardware)
     if ideal:  # ideal first, so --efficiency can still add e.g. an overhead on top of it
         hw = hw.ideal()
+    from .scenario import DEFAULT_KV_DTYPE
+
     return make_cost_model(model, hw, tp=tp, pp=pp, weight_dtype=weight_dtype,
-                           activation_dtype=activation_dtype, kv_dtype=kv_dtype,
+                           activation_dtype=activation_dtype, kv_dtype=kv_dtype or DEFAULT_KV_DTYPE,
                            efficiency=overrides or None)
 
 
@@ -64,25 +67,27 @@ SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--pp",), {"type": int, "help": "Pipeline-parallel degree per replica. [default: 1]"}),
     (("--weight-dtype",), {"help": "Weight format (default: the model's own)."}),
     (("--activation-dtype",), {"help": "Activation format. [default: bf16]"}),
-    (("--kv-dtype",), {"help": "KV-cache format. [default: bf16]"}),
+    (("--kv-dtype", "--kv-cache-dtype"), {"help": "KV-cache format (vLLM: --kv-cache-dtype), independent of --activation-dtype. [default: bf16]"}),
     (("--ideal",), {"is_flag": True, "default": None, "help": "Pure roofline: efficiencies 1, overheads 0."}),
     (("--efficiency",), {"multiple": True, "help": "Override an efficiency field, KEY=VALUE (repeatable)."}),
     (("--replicas",), {"type": int, "help": "Replicas behind the router. [default: 1]"}),
     (("--router",), {"help": "round-robin | least-outstanding | least-kv. [default: round-robin]"}),
     (("--workload", "-w"), {"help": "azure-conv | azure-code | random | a trace file. [default: azure-conv]"}),
-    (("--rate", "-r"), {"help": "Requests/s (number or inf). A trace is time-scaled to it; default: the trace's own timing (random: inf)."}),
+    (("--dataset-name",), {"help": "vLLM spelling of --workload: random | sharegpt."}),
+    (("--rate", "-r", "--request-rate"), {"help": "Requests/s (number or inf). A trace is time-scaled to it; default: the trace's own timing (random: inf)."}),
     (("--burstiness",), {"type": float, "help": "Gamma arrival shape (vLLM): 1 = Poisson, < 1 burstier. [default: 1]"}),
-    (("--concurrency",), {"type": int, "help": "Closed loop: N clients, each sends when its last request returns."}),
-    (("--num-requests", "-n"), {"type": int, "help": "Requests to simulate. [default: 1000]"}),
-    (("--input-len",), {"type": int, "help": "random workload: prompt tokens. [default: 1024]"}),
-    (("--output-len",), {"type": int, "help": "random workload: output tokens. [default: 128]"}),
-    (("--range-ratio",), {"type": float, "help": "random workload: lengths uniform in L(1±r). [default: 0]"}),
+    (("--concurrency", "--max-concurrency"), {"type": int, "help": "N clients, each sends when its last request returns (vLLM's --max-concurrency at rate inf; a cap at a finite rate is not modelled)."}),
+    (("--num-requests", "-n", "--num-prompts"), {"type": int, "help": "Requests to simulate. [default: 1000]"}),
+    (("--input-len", "--random-input-len"), {"type": int, "help": "random workload: prompt tokens. [default: 1024]"}),
+    (("--output-len", "--random-output-len"), {"type": int, "help": "random workload: output tokens. [default: 128]"}),
+    (("--range-ratio", "--random-range-ratio"), {"type": float, "help": "random workload: lengths uniform in L(1±r). [default: 0]"}),
     (("--max-num-seqs",), {"type": int, "help": "Scheduler seat cap. [default: 256]"}),
     (("--max-num-batched-tokens",), {"type": int, "help": "Token budget per step. [default: 8192]"}),
     (("--scheduler",), {"help": "vllm (chunked prefill) | prefill-priority | static. [default: vllm]"}),
     (("--gpu-memory-utilization",), {"type": float, "help": "Fraction of HBM the engine may use. [default: 0.9]"}),
     (("--max-model-len",), {"type": int, "help": "Longest prompt+output accepted (default: the model's context)."}),
-    (("--goodput",), {"multiple": True, "help": "SLOs in ms, vLLM syntax: --goodput ttft:500 --goodput tpot:50 (or 'ttft:500 tpot:50')."}),
+    (("--goodput",), {"multiple": True, "help": "SLOs in ms, vLLM syntax: --goodput ttft:500 tpot:50 e2el:2000 (or the flag repeated). Overrides --slo."}),
+    (("--slo",), {"help": "SLO preset: chat | code | batch | agent (docs/concepts.md); --goodput overrides its SLOs."}),
     (("--seed",), {"type": int, "help": "Seed of every random draw. [default: 0]"}),
     (("--max-duration-s",), {"type": float, "help": "Simulated-time cap (s): requests unfinished then are cut off, with that reason."}),
     (("--skip-bad-rows",), {"is_flag": True, "default": None, "help": "Skip malformed trace rows (counted in the summary)."}),
@@ -100,29 +105,32 @@ def scenario_options(fn: Any) -> Any:
 
 def scenario_from_options(opts: dict[str, Any], **overrides: Any) -> Any:
     """Build a Scenario from the scenario YAML (if any) and the options given (which win)."""
-    from .metrics import parse_goodput
     from .scenario import Scenario
+    from .slo import goodput_ms
 
     base: dict[str, Any] = {}
     if opts.get("config"):
         from .catalog import read_yaml
 
         data = read_yaml(opts["config"])
+        if isinstance(data, dict):
+            data = {str(k).replace("-", "_"): v for k, v in data.items()}
+            base["slo"] = data.pop("slo", None)
         Scenario.from_dict(data, str(opts["config"]))  # validate the file on its own
-        base = {str(k).replace("-", "_"): v for k, v in data.items()}
+        base.update(data)
     for k, v in opts.items():
         if k == "config" or v is None or v == ():
             continue
         base[k] = v
     base.update(overrides)
+    _apply_preset(base)
+    _apply_dataset_name(base)
     if "efficiency" in base and isinstance(base["efficiency"], (tuple, list)):
         from .roofline import parse_efficiency_overrides
 
         base["efficiency"] = parse_efficiency_overrides(base["efficiency"])
-    if "goodput" in base and isinstance(base["goodput"], (tuple, list)):
-        base["goodput"] = " ".join(base["goodput"])
-    if isinstance(base.get("goodput"), str):
-        base["goodput"] = {k: v * 1e3 for k, v in parse_goodput(base["goodput"]).items()}
+    if "goodput" in base:
+        base["goodput"] = goodput_ms(base["goodput"])
     if "rate" in base and isinstance(base["rate"], str):
         base["rate"] = _rate_type(base["rate"])
     lengths = [k for k in ("input_len", "output_len", "range_ratio") if base.get(k) is not None]
@@ -132,6 +140,73 @@ def scenario_from_options(opts: dict[str, Any], **overrides: Any) -> Any:
             raise SpecError(f"{lengths[0]}: applies to --workload random only; trace "
                             f"{base['workload']!r} sets its own prompt and output lengths")
     return Scenario.from_dict(base, "options")
+
+
+def _apply_preset(base: dict[str, Any]) -> None:
+    """--slo NAME: its goodput SLOs unless --goodput (or the YAML's goodput) gave some."""
+    name = base.pop("slo", None)
+    if name is None:
+        return
+    from .slo import slo_preset
+
+    preset = slo_preset(name)
+    if not base.get("goodput"):
+        base["goodput"] = dict(preset.goodput_ms)
+
+
+def _apply_dataset_name(base: dict[str, Any]) -> None:
+    """vLLM's --dataset-name: random, or a named workload (sharegpt once one is bundled)."""
+    name = base.pop("dataset_name", None)
+    if name is None:
+        return
+    from .workload import BUILTIN_WORKLOADS
+
+    key = str(name).lower()
+    if key == "sharegpt" and key not in BUILTIN_WORKLOADS:
+        raise SpecError("dataset-name: dataset sharegpt not available yet; use random, a built-in "
+                        f"workload ({', '.join(BUILTIN_WORKLOADS)}) or --workload FILE")
+    if key != "random" and key not in BUILTIN_WORKLOADS:
+        raise SpecError(f"dataset-name: {name!r} is not one of random, sharegpt"
+                        f" (or a built-in workload: {', '.join(BUILTIN_WORKLOADS)})")
+    given = base.get("workload")
+    if given is not None and str(given).lower() != key:
+        raise SpecError(f"dataset-name: {name!r} contradicts --workload {given!r}; give one of them")
+    base["workload"] = key
+
+
+def preset_setting(opts: dict[str, Any], name: str, given: Any, default: Any) -> Any:
+    """A sweep/plan setting (`knee_metric`, `slo_target`): the explicit value, else the --slo
+    preset's, else `default`."""
+    if given is not None:
+        return given
+    if opts.get("slo"):
+        from .slo import slo_preset
+
+        return getattr(slo_preset(opts["slo"]), name)
+    return default
+
+
+#: Options that take vLLM's space-separated list (argparse nargs="+"): the values after the
+#: flag, up to the next option, are repeated as separate `--flag value` pairs for Click.
+NARGS_OPTIONS = ("--goodput",)
+
+
+def expand_nargs(args: list[str]) -> list[str]:
+    """['--goodput', 'ttft:1', 'tpot:2', '-q'] -> ['--goodput', 'ttft:1', '--goodput', 'tpot:2', '-q'].
+
+    Only KEY:VALUE tokens are taken, so a positional argument after the list is left alone."""
+    import re
+
+    item = re.compile(r"[A-Za-z_][A-Za-z0-9_]*[:=]\S+")
+    out: list[str] = []
+    flag = None
+    for a in args:
+        if flag and item.fullmatch(a) and out[-1] != flag:
+            out.extend([flag, a])
+            continue
+        flag = a if a in NARGS_OPTIONS else (flag if flag and item.fullmatch(a) else None)
+        out.append(a)
+    return out
 
 
 def pop_scenario_opts(kw: dict[str, Any]) -> dict[str, Any]:
@@ -214,13 +289,32 @@ def prices(items: tuple[str, ...]) -> dict[str, float]:
 
 def executor_options(fn: Any) -> Any:
     for decls, kw in reversed([
-        (("--slo-target",), {"type": float, "default": 0.99, "show_default": True,
-                             "help": "SLO capacity: the good fraction (--goodput) that must be met."}),
+        (("--slo-target",), {"type": float, "default": None,
+                             "help": "SLO capacity: the good fraction (--goodput) that must be met. [default: the --slo preset's, else 0.99]"}),
         (("--tol",), {"type": float, "default": 0.02, "show_default": True,
                       "help": "SLO capacity: relative tolerance of the bisection."}),
-        (("--workers",), {"type": int, "default": None, "help": "Process-pool size. [default: CPU count]"}),
+        (("--workers",), {"type": int, "default": None, "help": "Process-pool size. [default: serial, or one per CPU once a pool pays off]"}),
         (("--serial",), {"is_flag": True, "help": "Run every simulation in this process."}),
         (("--dask", "dask_address"), {"metavar": "ADDRESS", "help": "Run simulations on a Dask scheduler."}),
     ]):
+        fn = click.option(*decls, **kw)(fn)
+    return fn
+
+
+def vllm_result_options(fn: Any) -> Any:
+    """`vllm bench serve`'s result-file options (simulate): --save-result and its companions."""
+    from .vllm_result import DEFAULT_METRIC_PERCENTILES, DEFAULT_PERCENTILE_METRICS
+
+    opts: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+        (("--save-result",), {"is_flag": True, "help": "Write a vLLM-format result JSON (vllm bench serve's keys)."}),
+        (("--result-dir",), {"type": click.Path(file_okay=False), "help": "Folder of the result JSON [default: .]."}),
+        (("--result-filename",), {"help": "Result file name [default: vLLM's, {backend}-{rate}qps-{model}-{date}.json]."}),
+        (("--percentile-metrics",), {"default": DEFAULT_PERCENTILE_METRICS, "show_default": True,
+                                     "help": "Metrics whose percentiles the result JSON lists."}),
+        (("--metric-percentiles",), {"default": DEFAULT_METRIC_PERCENTILES, "show_default": True,
+                                     "help": "Percentiles listed, comma-separated, e.g. 25,50,99."}),
+        (("--label",), {"help": "Result label (vLLM's --label; prefixes the file name)."}),
+    ]
+    for decls, kw in reversed(opts):
         fn = click.option(*decls, **kw)(fn)
     return fn

@@ -230,7 +230,8 @@ def _slo_capacities(base: Scenario, base1: Scenario, feasible_keys: list[_Key],
         row.update(offline_max_throughput=info["offline_max_throughput"],
                    saturation_rate=info["saturation_rate"], slo_capacity=info["slo_capacity"],
                    slo_capacity_upper=info["slo_capacity_upper"], slo_note=info["slo_note"],
-                   bisection_probes=info["bisection_probes"], warnings=list(info["warnings"]))
+                   bisection_probes=info["bisection_probes"], warnings=list(info["warnings"]),
+                   joules_per_output_token=info.get("joules_per_output_token_at_slo_capacity"))
         if info["slo_capacity"] is None and "already at the lowest" in (info["slo_note"] or ""):
             _low_load_retry(base, base1, key, row, info["offline_max_throughput"], ex, prog, slo_target, tol)
         elif info["slo_capacity"] is None:  # every sampled rate met the SLOs: a lower bound
@@ -354,6 +355,7 @@ def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     cols = ("rank", "status", "hardware", "tp", "pp", "weight_dtype", "kv_dtype", "slo_capacity", "replicas",
             "gpus", "price_per_gpu_hour_usd", "cost_per_hour_usd", "cost_per_million_output_tokens_usd",
             "kv_capacity_tokens", "max_concurrent_sequences", "offline_max_throughput", "saturation_rate",
+            "joules_per_output_token",
             "smallest_tp_that_fits", "reason")
     return [{c: r.get(c) for c in cols} for r in (*result["candidates"], *result["infeasible"])]
 

@@ -118,6 +118,11 @@ def _clusters(pts: list[dict[str, Any]], tol: float = 0.06) -> list[tuple[float,
 __all__ = ["roofline_chart"]
 
 
+#: One colour per curve / hardware (matplotlib's tab10).
+COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
+          "tab:gray", "tab:olive", "tab:cyan"]
+
+
 def _png_bytes(fig: Any) -> bytes:
     """Render a figure to PNG bytes (the caller writes the file atomically) and close it."""
     import io
@@ -186,8 +191,7 @@ def _sweep_title(result: dict[str, Any], what: str) -> str:
 
 def _sweep_curves(result: dict[str, Any]) -> list[tuple[dict[str, Any], list[dict[str, Any]], str]]:
     """(curve info, its points sorted by offered rate, colour) for each curve."""
-    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
-              "tab:pink", "tab:gray", "tab:olive", "tab:cyan"]
+    colors = COLORS
     out = []
     for i, info in enumerate(result.get("curves", [])):
         pts = sorted((p for p in result.get("points", []) if p.get("curve") == info["curve"]),
@@ -202,8 +206,9 @@ def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _rate_markers(ax: Any, info: dict[str, Any], color: str, text: bool) -> None:
-    """Vertical lines at the knee (dotted), SLO capacity (dash-dot) and saturation (solid)."""
+def _rate_marks(info: dict[str, Any]) -> list[tuple[float, str, str]]:
+    """(rate, line style, name) of a curve's knee (dotted), SLO capacity (dash-dot) and
+    saturation rate (solid)."""
     marks = []
     if info.get("knee"):
         marks.append((info["knee"]["rate"], ":", "knee"))
@@ -211,15 +216,35 @@ def _rate_markers(ax: Any, info: dict[str, Any], color: str, text: bool) -> None
         marks.append((info["slo_capacity"], "-.", "SLO capacity"))
     if info.get("saturation_rate") is not None:
         marks.append((info["saturation_rate"], "-", "saturation"))
-    for x, ls, name in marks:
+    return marks
+
+
+def _rate_markers(ax: Any, info: dict[str, Any], color: str) -> None:
+    """Vertical lines at the knee, SLO capacity and saturation rate. Their values are listed
+    in the legend (`_rate_legend`), not written on the axes, where close rates (an SLO
+    capacity of 13 next to a saturation of 13.1) made the labels overlap."""
+    for x, ls, _ in _rate_marks(info):
         ax.axvline(x, color=color, ls=ls, lw=1.2, alpha=0.7)
-        if text:
-            ax.annotate(f"{name} {x:.3g}", (x, 1.0), xycoords=("data", "axes fraction"),
-                        xytext=(2, -4), textcoords="offset points", rotation=90, fontsize=7,
-                        color=color, ha="left", va="top")
+
+
+def _rate_legend(curves: list[tuple[dict[str, Any], list[dict[str, Any]], str]]) -> list[Any]:
+    """Legend handles, one per curve and marker kind, labelled with the rate (a legend table)."""
+    from matplotlib.lines import Line2D
+
+    handles = []
+    for info, _, color in curves:
+        prefix = f"{info['curve']}: " if len(curves) > 1 else ""
+        for x, ls, name in _rate_marks(info):
+            handles.append(Line2D([], [], color=color, ls=ls, label=f"{prefix}{name} {x:.3g} req/s"))
+    return handles
 
 
 def sweep_latency_png(result: dict[str, Any]) -> bytes:
+    """`sweep_latency_fig` as PNG bytes."""
+    return _png_bytes(sweep_latency_fig(result))
+
+
+def sweep_latency_fig(result: dict[str, Any]) -> Any:
     """Latency vs offered rate from a `simulator.sweep.sweep` result (PNG bytes).
 
     Two panels, TTFT and TPOT: p99 solid, p50 dashed, one colour per curve; saturated points
@@ -253,7 +278,7 @@ def sweep_latency_png(result: dict[str, Any]) -> bytes:
                 if bad:
                     ax.plot(*zip(*bad, strict=True), "x", color=color, ms=7, mew=1.5)
                 ys += [b for _, b, _ in xy]
-            _rate_markers(ax, info, color, text=ax is axes[0])
+            _rate_markers(ax, info, color)
         if key in slos:
             ax.axhline(slos[key], color="dimgray", ls="--", lw=1)
             ax.annotate(f"{name} SLO {slos[key]:g} ms", (0.99, slos[key]), xycoords=("axes fraction", "data"),
@@ -269,19 +294,22 @@ def sweep_latency_png(result: dict[str, Any]) -> bytes:
     legend = [Line2D([], [], color="black", ls="-", label="p99"),
               Line2D([], [], color="black", ls="--", label="p50"),
               Line2D([], [], color="black", ls="", marker="x", label="saturated point"),
-              Line2D([], [], color="gray", ls=":", label="knee"),
-              Line2D([], [], color="gray", ls="-.", label="SLO capacity"),
-              Line2D([], [], color="gray", ls="-", label="saturation rate")]
+              *_rate_legend(curves)]
     if len(curves) > 1:
         legend = [Line2D([], [], color=c, lw=2, label=i["curve"]) for i, _, c in curves] + legend
     fig.legend(handles=legend, fontsize=8, loc="lower center", ncol=min(len(legend), 6),
                bbox_to_anchor=(0.5, 0.0), frameon=False)
     fig.suptitle(_sweep_title(result, "Latency vs offered rate"), fontsize=11)
     fig.tight_layout(rect=(0, 0.04 * (1 + (len(legend) - 1) // 6), 1, 1))
-    return _png_bytes(fig)
+    return fig
 
 
 def sweep_throughput_png(result: dict[str, Any]) -> bytes:
+    """`sweep_throughput_fig` as PNG bytes."""
+    return _png_bytes(sweep_throughput_fig(result))
+
+
+def sweep_throughput_fig(result: dict[str, Any]) -> Any:
     """Achieved request throughput and goodput vs offered rate (PNG bytes).
 
     One colour per curve: achieved throughput solid with dots, request goodput dashed with
@@ -293,11 +321,12 @@ def sweep_throughput_png(result: dict[str, Any]) -> bytes:
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-    fig = Figure(figsize=(9, 6))
+    fig = Figure(figsize=(9, 7))
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     curves = _sweep_curves(result)
     top = 0.0
+    offline: list[Any] = []
     for info, pts, color in curves:
         xs = [p["rate"] for p in pts]
         ach = [p.get("achieved_rate") if _finite(p.get("achieved_rate")) else float("nan") for p in pts]
@@ -308,10 +337,10 @@ def sweep_throughput_png(result: dict[str, Any]) -> bytes:
         off = info.get("offline_max_throughput")
         if _finite(off):
             ax.axhline(off, color=color, ls=":", lw=1)
-            ax.annotate(f"offline max {off:.3g} req/s", (0.01, off), xycoords=("axes fraction", "data"),
-                        xytext=(0, 3), textcoords="offset points", fontsize=8, color=color)
+            offline.append(Line2D([], [], color=color, ls=":", label=(f"{info['curve']}: " if len(curves) > 1 else "")
+                                  + f"offline max {off:.3g} req/s"))
             top = max(top, off)
-        _rate_markers(ax, info, color, text=True)
+        _rate_markers(ax, info, color)
         top = max([top, *xs, *[a for a in ach if _finite(a)]])
     ax.plot([0, top * 1.05], [0, top * 1.05], color="black", ls=":", lw=1)
     ax.set_xlim(0, top * 1.05)
@@ -322,15 +351,14 @@ def sweep_throughput_png(result: dict[str, Any]) -> bytes:
     legend = [Line2D([], [], color="black", marker="o", label="achieved request throughput"),
               Line2D([], [], color="black", ls="--", marker="s", label="request goodput (meets every SLO)"),
               Line2D([], [], color="black", ls=":", label="y = x (all offered load served)"),
-              Line2D([], [], color="gray", ls=":", label="knee / offline max (horizontal)"),
-              Line2D([], [], color="gray", ls="-.", label="SLO capacity"),
-              Line2D([], [], color="gray", ls="-", label="saturation rate")]
+              *offline, *_rate_legend(curves)]
     if len(curves) > 1:
         legend = [Line2D([], [], color=c, lw=2, label=i["curve"]) for i, _, c in curves] + legend
-    ax.legend(handles=legend, fontsize=8, loc="lower right")
+    # below the axes, so it never hides a point (it used to cover the goodput squares)
+    ax.legend(handles=legend, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)
     ax.set_title(_sweep_title(result, "Throughput vs offered rate"), fontsize=11)
     fig.tight_layout()
-    return _png_bytes(fig)
+    return fig
 
 
 def validation_scatter_png(points: list[dict[str, Any]], title: str = "") -> bytes:
@@ -396,34 +424,43 @@ def validation_scatter_png(points: list[dict[str, Any]], title: str = "") -> byt
 
 
 def plan_png(result: dict[str, Any]) -> bytes:
-    """Cost per hour vs GPUs needed, one labelled point per feasible candidate of a
-    `simulator.plan.plan` result (cheapest marked with a star; PNG bytes)."""
+    """`plan_fig` as PNG bytes."""
+    return _png_bytes(plan_fig(result))
+
+
+def plan_fig(result: dict[str, Any]) -> Any:
+    """Cost per hour vs GPUs needed, one point per feasible candidate of a
+    `simulator.plan.plan` result (cheapest marked with a star). Points carry their rank only;
+    the candidates are described in a legend table beside the axes, so long labels of nearby
+    candidates never overlap (coincident candidates share one rank label, "2,3")."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
-    fig = Figure(figsize=(9, 6))
+    fig = Figure(figsize=(12, 6))
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     cands = [c for c in result.get("candidates", []) if _finite(c.get("cost_per_hour_usd"))]
-    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
-              "tab:gray", "tab:olive", "tab:cyan"]
+    colors = COLORS
     hws = list(dict.fromkeys(c["hardware"] for c in cands))
-    at: dict[tuple[float, float], int] = {}  # labels already placed at a point (coincident candidates)
-    for c in cands:
+    ranks: dict[tuple[float, float], list[str]] = {}  # coincident candidates: one label
+    handles = []
+    for n, c in enumerate(cands, 1):
         color = colors[hws.index(c["hardware"]) % len(colors)]
-        best = c is cands[0]
+        best = n == 1
         xy = (c["gpus"], c["cost_per_hour_usd"])
         ax.scatter([xy[0]], [xy[1]], s=160 if best else 60, marker="*" if best else "o",
                    color=color, edgecolor="black", zorder=4 if best else 3)
-        label = (f"{c['hardware']} tp{c['tp']}" + (f" pp{c['pp']}" if c.get("pp", 1) != 1 else "")
-                 + f" w:{c['weight_dtype']} kv:{c['kv_dtype']}: {c['replicas']} x {c['slo_capacity']:.3g} req/s")
-        k = at.get(xy, 0)
-        at[xy] = k + 1
-        ax.annotate(label, xy, xytext=(6, 4 - 10 * k), textcoords="offset points", fontsize=7, color=color)
-    for h in hws:
-        ax.scatter([], [], color=colors[hws.index(h) % len(colors)], label=h)
+        ranks.setdefault(xy, []).append(str(n))
+        handles.append(Line2D([], [], ls="", marker="*" if best else "o", color=color, markeredgecolor="black",
+                              label=f"{n}. {c['hardware']} tp{c['tp']}" + (f" pp{c['pp']}" if c.get("pp", 1) != 1 else "")
+                              + f" w:{c['weight_dtype']} kv:{c['kv_dtype']}: {c['replicas']} x "
+                              f"{c['slo_capacity']:.3g} req/s, ${c['cost_per_hour_usd']:.3g}/h"))
+    labels = [ax.annotate(",".join(names), xy, xytext=(6, 4), textcoords="offset points", fontsize=8)
+              for xy, names in ranks.items()]
     if cands:
-        ax.legend(fontsize=8, loc="upper left", title="hardware (star: cheapest)", title_fontsize=8)
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                  title="rank. candidate (star: cheapest)", title_fontsize=8, frameon=False)
         ax.set_xlim(0, max(c["gpus"] for c in cands) * 1.25 + 1)
         ax.set_ylim(0, max(c["cost_per_hour_usd"] for c in cands) * 1.2)
     else:
@@ -436,7 +473,25 @@ def plan_png(result: dict[str, Any]) -> bytes:
                  f"SLO {slos} for ≥{result.get('slo_target', 0.99):g} of requests, "
                  f"headroom {result.get('headroom', 0):.0%}", fontsize=10)
     fig.tight_layout()
-    return _png_bytes(fig)
+    _spread_labels(fig, labels)
+    return fig
+
+
+def _spread_labels(fig: Any, labels: list[Any], step_points: float = 9.0, tries: int = 40) -> None:
+    """Move each annotation up by `step_points` until it overlaps no label placed before it."""
+    if not labels:
+        return
+    renderer = fig.canvas.get_renderer()
+    placed: list[Any] = []
+    for t in labels:
+        x, y = t.xyann
+        for _ in range(tries):
+            box = t.get_window_extent(renderer)
+            if not any(box.overlaps(b) for b in placed):
+                break
+            y += step_points
+            t.xyann = (x, y)
+        placed.append(t.get_window_extent(renderer))
 
 
 def kv_dtype_png(result: dict[str, Any]) -> bytes:

@@ -14,9 +14,28 @@ from typing import Any
 import click
 
 
+def llmsim_version() -> str:
+    """The installed llmsim's version (the package's own when it is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("llmsim")
+    except metadata.PackageNotFoundError:  # run from a source tree without `pip install`
+        from . import __version__
+
+        return __version__
+
+
+def versioned(obj: Any) -> Any:
+    """A result dict with `llmsim_version` added (other JSON values unchanged)."""
+    if isinstance(obj, dict) and "llmsim_version" not in obj:
+        return {**obj, "llmsim_version": llmsim_version()}
+    return obj
+
+
 def echo_json(obj: Any) -> None:
-    """Print one JSON object (NaN/inf written as null)."""
-    click.echo(json.dumps(clean(obj), indent=2))
+    """Print one JSON object (NaN/inf written as null); a dict records llmsim's version."""
+    click.echo(json.dumps(clean(versioned(obj)), indent=2))
 
 
 def clean(obj: Any) -> Any:
@@ -139,7 +158,7 @@ def write_atomic(path: Any, data: bytes | str) -> None:
 
 
 def write_json(path: Any, obj: Any) -> None:
-    write_atomic(path, json.dumps(clean(obj), indent=2) + "\n")
+    write_atomic(path, json.dumps(clean(versioned(obj)), indent=2) + "\n")
 
 
 def write_csv(path: Any, df: Any) -> None:
@@ -147,28 +166,62 @@ def write_csv(path: Any, df: Any) -> None:
 
 
 class Progress:
-    """A one-line progress bar on stderr (nothing when quiet or not a terminal-like run)."""
+    """Progress of a run on stderr, as a `(done, total)` callback; nothing when quiet.
 
-    def __init__(self, label: str, quiet: bool) -> None:
+    On a terminal: a tqdm bar with rate and ETA (the total may grow, e.g. a sweep's bisection
+    probes; the bar follows it). Elsewhere (a log file, CI): one plain line at most every
+    `LOG_INTERVAL_S` seconds with done/total, elapsed and ETA, and no line at all for a run
+    shorter than that, so a log never fills with "1/1 done ... 15/15 done" lines.
+    """
+
+    LOG_INTERVAL_S = 10.0
+
+    def __init__(self, label: str, quiet: bool, stream: Any = None, clock: Any = None) -> None:
+        import time
+
         self.label = label
         self.quiet = quiet
-        self.last = -1
+        self.stream = stream
+        self.clock = clock or time.monotonic
+        self.bar: Any = None
+        self.start: float | None = None
+        self.last_line = 0.0
 
     def __call__(self, done: int, total: int) -> None:
         if self.quiet or total <= 0:
             return
-        if not sys.stderr.isatty():
-            if done >= total:
-                click.echo(f"{self.label}: {done}/{total} done", err=True)
+        stream = self.stream or sys.stderr
+        if self.start is None:
+            self.start = self.last_line = self.clock()
+        if stream.isatty():
+            self._bar(stream, done, total)
+        else:
+            self._log(stream, done, total)
+
+    def _bar(self, stream: Any, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        if self.bar is None:
+            self.bar = tqdm(total=total, initial=0, desc=self.label, file=stream, unit="sim",
+                            dynamic_ncols=True, leave=True)
+        if self.bar.total != total:
+            self.bar.total = total
+        self.bar.update(done - self.bar.n)
+        if done >= total:  # a later call (a grown total) opens a new bar
+            self.bar.close()
+            self.bar = None
+
+    def _log(self, stream: Any, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        now = self.clock()
+        if now - self.last_line < self.LOG_INTERVAL_S:
             return
-        percent = int(100 * done / total)
-        if percent == self.last:
-            return
-        self.last = percent
-        bar = "#" * (percent // 4) + "." * (25 - percent // 4)
-        click.echo(f"\r{self.label} [{bar}] {percent:3d}% ({done}/{total})", err=True, nl=False)
-        if done >= total:
-            click.echo("", err=True)
+        self.last_line = now
+        line = tqdm.format_meter(done, total, now - (self.start or now), prefix=self.label, unit="sim",
+                                 bar_format="{desc}: {n_fmt}/{total_fmt} [{elapsed} elapsed, ETA {remaining}]")
+        stream.write(line + "\n")
+        stream.flush()
 
 
 def print_serving_summary(s: dict[str, Any]) -> None:
@@ -209,6 +262,10 @@ def print_serving_summary(s: dict[str, Any]) -> None:
     line("Peak KV-cache utilisation:", s["peak_kv_utilization"])
     line("Preemptions:", s["preemptions"])
     line("KV capacity per replica (tokens):", s.get("kv_capacity_tokens_per_replica"))
+    if s.get("joules_per_output_token") is not None:  # rough: simulator.energy, docs/concepts.md
+        line("Energy (J/output token, rough):", s["joules_per_output_token"])
+        line("Electricity ($/M output tokens):", s["energy_usd_per_million_output_tokens"], "{:<40} {:<10.4f}")
+    line("GPU-hours ($/M output tokens):", s.get("gpu_usd_per_million_output_tokens"))
     if s.get("unstable"):
         click.echo(f"UNSTABLE: offered {s['offered_rate']:.3g} req/s exceeds capacity "
                    f"(achieved {s['achieved_rate']:.3g} req/s); latencies grow with run length")
@@ -504,3 +561,19 @@ def print_yaml(obj: Any) -> None:
     import yaml
 
     click.echo(yaml.safe_dump(clean(obj), sort_keys=False, width=100).rstrip())
+
+
+def save_vllm_result(sc: Any, res: Any, summary: dict[str, Any], result_dir: str | None,
+                     result_filename: str | None, percentile_metrics: str, metric_percentiles: str,
+                     label: str | None) -> Any:
+    """Write the run as `vllm bench serve --save-result` would (simulator.vllm_result); returns the path."""
+    from pathlib import Path
+
+    from . import vllm_result as vr
+
+    result = vr.result_json(sc, res, summary, sc.cost_model().model, version=llmsim_version(),
+                            percentile_metrics=percentile_metrics, metric_percentiles=metric_percentiles,
+                            label=label)
+    path = Path(result_dir or ".") / (result_filename or vr.result_filename(result))
+    write_json(path, result)
+    return path

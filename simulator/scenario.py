@@ -22,12 +22,17 @@ from typing import Any
 
 from . import workload as wl
 from .catalog import load_model, read_yaml
+from .energy import run_energy
 from .engine import ROUTERS, SCHEDULERS, EngineConfig, SimResult, simulate
-from .metrics import parse_goodput, summarize
+from .metrics import summarize
 from .roofline import CostModel, make_cost_model
+from .slo import goodput_ms, parse_goodput
 from .specs import DTYPES, HardwareSpec, ModelSpec, SpecError, _did_you_mean
 
 DEFAULT_WORKLOAD = "azure-conv"
+#: KV-cache format when none is given: bf16 whatever the activation format, as vLLM's
+#: `--kv-cache-dtype auto` keeps the model's 16-bit dtype under `--quantization fp8`.
+DEFAULT_KV_DTYPE = "bf16"
 
 
 @dataclass(frozen=True)
@@ -113,15 +118,14 @@ class Scenario:
             raise SpecError(
                 f"rate: {self.rate!r} cannot be combined with concurrency {self.concurrency}: a closed "
                 "loop of N clients ignores arrival times (vLLM's --max-concurrency cap on an open-loop "
-                "stream is not modelled); drop the rate or use rate inf")
+                "stream at a finite rate is not modelled yet); drop the rate or use rate inf")
         if (str(self.workload).lower() not in ("random", "synthetic") and self.rate is None
                 and self.burstiness != 1.0):
             raise SpecError(
                 f"burstiness: {self.burstiness!r} applies only with a rate: trace {self.workload!r} "
                 "replays its own arrival times unless --rate time-scales it")
-        if isinstance(self.goodput, dict):
-            object.__setattr__(self, "goodput", {k: v for k, v in self.goodput.items()})
-        parse_goodput(self.goodput)  # validates
+        # any spelling (mapping, "ttft:500 e2el:2000", a list of items) -> {metric: ms}; validates
+        object.__setattr__(self, "goodput", goodput_ms(self.goodput))
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -137,7 +141,7 @@ class Scenario:
                 raise SpecError(f"{source}: {k}: unknown setting{_did_you_mean(key, names)}")
             kw[key] = v
         if "goodput" in kw:
-            kw["goodput"] = {k: v * 1e3 for k, v in parse_goodput(kw["goodput"]).items()}
+            kw["goodput"] = goodput_ms(kw["goodput"])
         if isinstance(kw.get("rate"), str):
             kw["rate"] = parse_rate(kw["rate"])
         try:
@@ -158,7 +162,8 @@ class Scenario:
     # ------------------------------------------------------------------ parts
     def cost_model(self) -> CostModel:
         return make_cost_model(self.model, self.hardware, self.tp, self.pp, self.weight_dtype,
-                               self.activation_dtype, self.kv_dtype, self.ideal, self.efficiency or None)
+                               self.activation_dtype, self.kv_dtype or DEFAULT_KV_DTYPE, self.ideal,
+                               self.efficiency or None)
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
@@ -201,6 +206,7 @@ class Scenario:
             raise SpecError(f"num_requests: {self.num_requests} requests do not fit in this machine's "
                             "memory (about 80 bytes each); simulate fewer") from None
         summary = summarize(res, self.slos_s)
+        summary.update(run_energy(cost.hardware, res.meta, summary["duration"], summary["total_output_tokens"]))
         summary["workload"] = w.name or str(self.workload)
         summary["model"] = cost.model.id
         summary["hardware"] = cost.hardware.id

@@ -515,6 +515,17 @@ def _bisect(brackets: dict[int, list[float]], results: list[list[dict[str, Any]]
                                 f"below it at {hi:.4g} req/s (relative tolerance {tol:g})")
 
 
+def _warn_capacity_above_saturation(info: dict[str, Any], num_requests: int) -> None:
+    """An SLO capacity above the saturation rate is impossible in steady state: the run was
+    too short for the queue to build at that rate (issue 16, README `whatif kv-dtype -n 100`)."""
+    cap, sat = info.get("slo_capacity"), info.get("saturation_rate")
+    if cap is not None and sat is not None and cap > sat:
+        info["warnings"].append(
+            f"SLO capacity {cap:.4g} req/s is above the saturation rate {sat:.4g} req/s: with "
+            f"{num_requests} requests per point the queue has no time to build, so the SLO capacity "
+            "is optimistic; raise --num-requests until it falls below the saturation rate")
+
+
 def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
           sweeps: Sequence[tuple[str, Sequence[Any]]] = (), executor: Executor | None = None,
           progress: Callable[[int, int], None] | None = None, *, slo_target: float = 0.99,
@@ -551,6 +562,11 @@ def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
         if bracket is not None:
             brackets[c] = bracket
     _bisect(brackets, results, infos, run, slo_target, tol)
+    for c, (info, (_, _, sc)) in enumerate(zip(infos, curves, strict=True)):
+        _warn_capacity_above_saturation(info, sc.num_requests)
+        at = [p for p in results[c] if info["slo_capacity"] is not None and p["rate"] == info["slo_capacity"]]
+        for k in ("joules_per_output_token", "energy_usd_per_million_output_tokens"):  # simulator.energy
+            info[f"{k}_at_slo_capacity"] = at[0].get(k) if at else None
 
     points = []
     for c, (label, values, _sc) in enumerate(curves):

@@ -228,7 +228,7 @@ def test_dask_gives_identical_sweep(serial_small):
 
 def test_dask_missing_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)  # import fails
-    with pytest.raises(SpecError, match=r"pip install llmsim\[dask\]"):
+    with pytest.raises(SpecError, match=r"pip install \"\.\[dask\]\" in an llmsim checkout"):
         DaskExecutor("tcp://127.0.0.1:8786")
 
 
