@@ -235,6 +235,11 @@ class EngineProfile:
         """The TP all-reduce message stays 16-bit whatever the activation dtype."""
         return self.kernels.allreduce_dtype != "activation"
 
+    @property
+    def link_dtype(self) -> str | None:
+        """What to pass as `CostModel(link_dtype=...)`: None keeps the activation dtype."""
+        return None if self.kernels.allreduce_dtype == "activation" else self.kernels.allreduce_dtype
+
     def fp8_relative(self, hardware_id: str) -> float | None:
         """fp8 GEMM/attention efficiency relative to the chip's bf16 one (None: no factor)."""
         t = self.kernels.fp8_efficiency_relative.get(chip_class(hardware_id) or "")
@@ -398,7 +403,7 @@ def apply_profile(hw: HardwareSpec, profile: EngineProfile) -> HardwareSpec:
         eta_c[fp8], eta_att[fp8 KV] <- r * the chip's own values, r = kernels.fp8_efficiency_relative[class]
 
     Values left None keep the hardware's. The all-reduce message width is not a hardware fact:
-    pass `profile.kernels.allreduce_dtype` to `CostModel(allreduce_dtype=...)`.
+    pass `profile.link_dtype` to `CostModel(link_dtype=...)` / `make_cost_model(link_dtype=...)`.
     """
     eff = hw.efficiency
     changes: dict[str, Any] = {}

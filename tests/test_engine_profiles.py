@@ -407,3 +407,23 @@ def test_profile_fp8_factor_and_pcie_link() -> None:
     # A100 has no fp8 class factor: nothing per-dtype added
     a100 = apply_profile(load_hardware("a100-sxm-80gb"), prof)
     assert a100.efficiency.compute_efficiency_by_dtype == {}
+
+
+def test_link_dtype_prices_the_allreduce_in_16_bits_for_fp8_activations() -> None:
+    # llama-3.1-8b (H 4096, 32 layers, 2 all-reduces a layer), TP2 on H100, fp8 activations, T = 64:
+    # ring bytes per GPU = 2 (t-1)/t * T * H * b = 1 * 64 * 4096 * b per all-reduce, x 64 calls;
+    # 16-bit instead of 8-bit adds 64 * 64 * 4096 * (2 - 1) bytes over link_bw * eta_link
+    hw = load_hardware("h100-sxm")
+    prof = load_engine("trtllm")
+    assert prof.link_dtype == "bf16" and load_engine("vllm").link_dtype is None
+
+    def step(link_dtype: str | None) -> float:
+        c = make_cost_model("llama-3.1-8b", hw, tp=2, weight_dtype="fp8", activation_dtype="fp8",
+                            kv_dtype="fp8", link_dtype=link_dtype)
+        return c.step_time(64, 64, 64 * 1000.5, 0, 64 * 1001)
+
+    extra = 64 * 64 * 4096 * 1.0 / (hw.link_bandwidth_bytes_per_s * hw.efficiency.link_efficiency)
+    assert step(prof.link_dtype) - step(None) == pytest.approx(extra, rel=1e-9)
+    assert step("fp8") == step(None)  # the default is the activation dtype: no existing result moves
+    with pytest.raises(SpecError, match="link_dtype: 'fp9' is not one of"):
+        step("fp9")
