@@ -325,8 +325,29 @@ def engine_catalog() -> dict[str, EngineProfile]:
 DEFAULT_ENGINE = "vllm"
 
 
+def _merge(base: dict, over: dict) -> dict:
+    """`over` on top of `base`, mappings merged key by key (lists and values replaced)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _overlay(data: dict, path: Path) -> EngineProfile:
+    """A user profile `base: <id>` plus the fields (and sources) it changes."""
+    base_id = data.pop("base")
+    cat = engine_catalog()
+    if not isinstance(base_id, str) or base_id.lower() not in cat:
+        raise SpecError(f"{path}: base: {base_id!r} is not a profile id{_did_you_mean(str(base_id), cat)}; "
+                        f"known ids: {', '.join(cat)}")
+    base = read_yaml(_engine_dir() / f"{base_id.lower()}.yaml")
+    return engine_from_dict(_merge(base, data), str(path))
+
+
 def load_engine(ref: str | EngineProfile | None = None) -> EngineProfile:
-    """A catalog id (case-insensitive), a profile YAML path, or the default (`vllm`) for None."""
+    """A catalog id (case-insensitive), a profile YAML path, or the default (`vllm`) for None.
+    A file may start from a built-in profile: `base: trtllm` plus the fields to change (a
+    changed number needs its own `sources` entry, or it keeps the base's)."""
     if isinstance(ref, EngineProfile):
         return ref
     ref = DEFAULT_ENGINE if ref is None else ref
@@ -335,7 +356,10 @@ def load_engine(ref: str | EngineProfile | None = None) -> EngineProfile:
         return cat[ref.lower()]
     path = Path(ref)
     if path.is_file():
-        return engine_from_dict(read_yaml(path), str(path))
+        data = read_yaml(path)
+        if isinstance(data, dict) and "base" in data:
+            return _overlay(dict(data), path)
+        return engine_from_dict(data, str(path))
     raise SpecError(f"engine: {ref!r} is not a profile id or a file{_did_you_mean(ref.lower(), cat)}; "
                     f"known ids: {', '.join(cat)}")
 

@@ -427,3 +427,17 @@ def test_link_dtype_prices_the_allreduce_in_16_bits_for_fp8_activations() -> Non
     assert step("fp8") == step(None)  # the default is the activation dtype: no existing result moves
     with pytest.raises(SpecError, match="link_dtype: 'fp9' is not one of"):
         step("fp9")
+
+
+def test_user_overlay_on_a_builtin_profile(tmp_path: Path) -> None:
+    path = tmp_path / "fast-trt.yaml"
+    path.write_text("base: trtllm\nid: fast-trt\noverheads:\n  step_overhead_s: {value: 0.001, status: assumed}\n"
+                    "sources:\n  overheads.step_overhead_s: my own measurement\n")
+    prof = load_engine(str(path))
+    assert prof.id == "fast-trt" and prof.step_overhead_s == 0.001
+    assert prof.limits == load_engine("trtllm").limits  # everything else from the base
+    assert prof.sources["overheads.step_overhead_s"] == "my own measurement"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("base: trtlm\nid: bad\n")
+    with pytest.raises(SpecError, match=r"bad.yaml: base: 'trtlm' is not a profile id \(did you mean 'trtllm'\?\)"):
+        load_engine(str(bad))
