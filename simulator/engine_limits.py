@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .engines import EngineProfile
-from .specs import HardwareSpec, ModelSpec, SpecError, check_choice
+from .memory import activation_reserve_bytes, weights_bytes_per_gpu
+from .specs import DTypes, HardwareSpec, ModelSpec, Parallelism, SpecError, check_choice
 
 GIB = 2.0**30
 MIB = 2.0**20
@@ -239,7 +240,27 @@ def kv_budget_bytes(profile: EngineProfile, hbm_capacity_bytes: float, weights_b
     return sglang_kv_budget_bytes(hbm_capacity_bytes, weights_bytes, float(frac))
 
 
-__all__ = ["EngineLimits", "TrtBenchLimits", "default_limits", "kv_budget_bytes", "sglang_gpu_defaults",
+__all__ = ["EngineLimits", "TrtBenchLimits", "bench_gpu_memory_gib", "default_limits", "profile_kv_budget_bytes", "kv_budget_bytes", "sglang_gpu_defaults",
            "sglang_kv_budget_bytes", "sglang_max_running_requests", "sglang_mem_fraction_static",
            "trtllm_bench_limits", "trtllm_bench_limits_for", "trtllm_finetune_setting", "trtllm_kv_budget_bytes",
            "vllm_kv_budget_bytes", "vllm_v0_batch_defaults", "vllm_v1_batch_defaults"]
+
+
+def bench_gpu_memory_gib(profile: EngineProfile, hw: HardwareSpec) -> float:
+    """GPU memory as the benchmark tool reads it: the profile's `benchmark_tool.settings.
+    nvml_memory_gib` entry for the chip, else the catalog capacity in GiB."""
+    table = profile.benchmark_tool.settings.get("nvml_memory_gib") or {}
+    return float(table.get(hw.id, hw.hbm_capacity_bytes / GIB))
+
+
+def profile_kv_budget_bytes(profile: EngineProfile, model: ModelSpec, hw: HardwareSpec, par: Parallelism,
+                            dtypes: DTypes, max_num_batched_tokens: int, max_num_seqs: int, *,
+                            hbm_capacity_bytes: float | None = None,
+                            mem_fraction_static: float | None = None) -> float:
+    """`kv_budget_bytes` with weights and activation peak from `memory` (weights_bytes_per_gpu,
+    activation_reserve_bytes at the step limits); capacity = the chip's unless given (NVML's
+    for trtllm-bench rows: `bench_gpu_memory_gib(...) * GIB`)."""
+    cap = hw.hbm_capacity_bytes if hbm_capacity_bytes is None else hbm_capacity_bytes
+    w = weights_bytes_per_gpu(model, par, dtypes)
+    a = activation_reserve_bytes(model, par, dtypes, max_num_batched_tokens, max_num_seqs)
+    return kv_budget_bytes(profile, cap, w, a, mem_fraction_static=mem_fraction_static)

@@ -441,3 +441,27 @@ def test_user_overlay_on_a_builtin_profile(tmp_path: Path) -> None:
     bad.write_text("base: trtlm\nid: bad\n")
     with pytest.raises(SpecError, match=r"bad.yaml: base: 'trtlm' is not a profile id \(did you mean 'trtllm'\?\)"):
         load_engine(str(bad))
+
+
+def test_trtllm_kv_budget_on_a_dev_throughput_setting() -> None:
+    # Llama-3.1-70B fp8 TP1 on H200 as trtllm-bench 0.14 ran it: NVML 140.40 GiB, limits 224 / 2048
+    # (heuristic); KV = (G - W - A(2048 tokens, 224 seqs) - 3.97 GiB) * 0.9 with W = 70.5537e9 bytes
+    # (1 byte a parameter). Concurrency = min(224, floor(KV tokens / 64) // ceil(2000 / 64)); the
+    # analytic study (benchmarks/analyze_throughput.py, an independent implementation) printed 201.
+    from simulator.engine_limits import bench_gpu_memory_gib, profile_kv_budget_bytes
+    from simulator.memory import activation_reserve_bytes
+    from simulator.specs import DTypes, Parallelism
+
+    prof, m, hw = load_engine("trtllm"), load_model("llama-3.1-70b"), load_hardware("h200-sxm")
+    g = bench_gpu_memory_gib(prof, hw)
+    assert g == 140.40
+    lim = trtllm_bench_limits_for(m, g, 1000, 1000, weight_dtype="fp8", kv_dtype="fp8")
+    assert (lim.max_batch_size, lim.max_num_tokens) == (224, 2048)
+    par, dt = Parallelism(1, 1), DTypes("fp8", "fp8", "fp8")
+    kv = profile_kv_budget_bytes(prof, m, hw, par, dt, 2048, 224, hbm_capacity_bytes=g * 2**30)
+    a = activation_reserve_bytes(m, par, dt, 2048, 224)
+    assert kv == pytest.approx((140.40 * 2**30 - 70553706496 - a - prof.runtime_reserve_bytes) * 0.9)
+    kv_tokens = kv / (2 * 80 * 8 * 128)  # fp8 KV: 163840 bytes a token
+    assert min(224, (int(kv_tokens) // 64) // 32) == 201
+    # without the profile's table the catalog capacity is used
+    assert bench_gpu_memory_gib(prof, load_hardware("b200")) == load_hardware("b200").hbm_capacity_bytes / 2**30
