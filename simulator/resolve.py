@@ -16,14 +16,14 @@ from .specs import DTYPE_BYTES, DTypes, HardwareSpec, ModelSpec, Parallelism
 def make_cost_model(model: str | ModelSpec, hardware: str | HardwareSpec, tp: int = 1, pp: int = 1,
                     weight_dtype: str | None = None, activation_dtype: str = "bf16",
                     kv_dtype: str | None = None, ideal: bool = False,
-                    efficiency: dict[str, float] | None = None) -> CostModel:
+                    efficiency: dict[str, float] | None = None, link_dtype: str | None = None) -> CostModel:
     """Convenience constructor from plain values (the CLI and notebooks use this)."""
     m = load_model(model) if isinstance(model, str) else model
     hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
     w = weight_dtype or m.default_weight_dtype
     kv = kv_dtype or ("bf16" if DTYPE_BYTES[activation_dtype] >= 2 else activation_dtype)
     return CostModel(m, hw, Parallelism(tp, pp), DTypes(w, activation_dtype, kv),
-                     ideal=ideal, efficiency=efficiency)
+                     ideal=ideal, efficiency=efficiency, link_dtype=link_dtype)
 
 
 __all__ = ["make_cost_model"]

@@ -266,12 +266,18 @@ class CostModel:
         *,
         ideal: bool = False,
         efficiency: dict[str, float] | None = None,
+        link_dtype: str | None = None,
     ) -> None:
         # specs only: names and files are resolved by `resolve.make_cost_model` / `catalog`
         if not isinstance(model, ModelSpec) or not isinstance(hardware, HardwareSpec):
             raise TypeError("CostModel takes a ModelSpec and a HardwareSpec; resolve names with "
                             "simulator.resolve.make_cost_model or simulator.catalog.load_model/load_hardware")
         self.model = model
+        # width of the activations crossing the link (TP all-reduce, PP send); None: the
+        # activation dtype. TensorRT-LLM's FP8 recipe keeps the residual stream in 16 bits.
+        if link_dtype is not None and link_dtype not in DTYPE_BYTES:
+            raise SpecError(f"link_dtype: {link_dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
+        self.link_dtype = link_dtype
         hw = hardware
         if efficiency:
             allowed = list(SCALAR_EFFICIENCY_FIELDS)
@@ -431,7 +437,7 @@ class CostModel:
         # --- norms, residuals, activation function: memory-bound element-wise work
         add("norm_act", "vector", L, _vec(T=10.0 * H), a=_vec(T=4.0 * H * ba))
 
-        _add_communication(add, m, par, rates, ba)
+        _add_communication(add, m, par, rates, ba if self.link_dtype is None else DTYPE_BYTES[self.link_dtype])
 
         # --- once per step: embedding gather and LM head (only for emitting sequences)
         add("embedding", "gather", 1, np.zeros(_NF), w=_vec(T=H * bw), a=_vec(T=H * ba))
