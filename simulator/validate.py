@@ -27,14 +27,23 @@ No printing and no files written here; the CLI does that.
 from __future__ import annotations
 
 import csv
-import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .checks import (
+    MAX_BATCH,
+    MAX_REQUESTS,
+    MAX_RESULT_BYTES,
+    MAX_TOKENS,
+    check_int,
+    check_path,
+    load_json,
+    show,
+)
 from .specs import DTYPES, HardwareSpec, SpecError, is_number
 
 SCENARIOS = ("static_batch", "offline_max_throughput", "online_poisson", "closed_loop")
@@ -90,17 +99,25 @@ class SkipRow(Exception):  # noqa: N818 (a control-flow signal, not an error)
 # --------------------------------------------------------------------------- reading
 
 
+#: the largest value each integer column accepts (checks.py bounds; beyond them no row can be
+#: priced without unbounded time or memory)
+_INT_MAX = {"batch_size": MAX_BATCH, "input_len": MAX_TOKENS, "output_len": MAX_TOKENS,
+            "num_requests": MAX_REQUESTS, "concurrency": MAX_REQUESTS, "max_batch_size": MAX_BATCH,
+            "max_num_tokens": MAX_TOKENS, "num_gpus": MAX_BATCH, "tp": MAX_BATCH, "pp": MAX_BATCH}
+
+
 def _parse_int(text: str, col: str) -> int:
     try:
         f = float(text)
     except ValueError:
-        raise ValueError(f"{col}: {text!r} is not an integer") from None
+        raise ValueError(f"{col}: {show(text)} is not an integer") from None
     if not math.isfinite(f) or f != int(f):
-        raise ValueError(f"{col}: {text!r} is not an integer")
-    v = int(f)
-    if v < 1:
-        raise ValueError(f"{col}: {text!r} must be >= 1")
-    return v
+        raise ValueError(f"{col}: {show(text)} is not an integer")
+    if f < 1:
+        raise ValueError(f"{col}: {show(text)} must be >= 1")
+    if f > _INT_MAX[col]:
+        raise ValueError(f"{col}: {show(text)} must be <= {_INT_MAX[col]}")
+    return int(f)
 
 
 def _parse_float(text: str, col: str, allow_inf: bool = False) -> float:
@@ -110,9 +127,9 @@ def _parse_float(text: str, col: str, allow_inf: bool = False) -> float:
     try:
         v = float(s)
     except ValueError:
-        raise ValueError(f"{col}: {text!r} is not a number") from None
+        raise ValueError(f"{col}: {show(text)} is not a number") from None
     if not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{col}: {text!r} must be a finite number > 0")
+        raise ValueError(f"{col}: {show(text)} must be a finite number > 0")
     return v
 
 
@@ -166,49 +183,72 @@ def _check_categories(row: dict[str, Any]) -> None:
         raise ValueError("concurrency: empty (required for closed_loop)")
 
 
+def _decoded_lines(fh: Any, path: Path, at: list[int]) -> Iterator[str]:
+    """The lines of a binary file as text: UTF-8 (a leading BOM dropped), each line decoded on
+    its own so that a bad byte is reported with its line number; `at[0]` is the line last read."""
+    for number, raw in enumerate(fh, start=1):
+        at[0] = number
+        try:
+            yield raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+            raise SpecError(f"{path}:{number}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
+                            f"{e.start + 1}); save the file as UTF-8") from None
+
+
 def read_measurements(path: str | Path, skip_bad_rows: bool = False) -> tuple[list[dict], list[dict]]:
     """Read a SCHEMA.md measurement CSV. Returns (rows, skipped).
 
     A malformed row raises SpecError `FILE:LINE: column: problem` (LINE counts the header as
     line 1), unless `skip_bad_rows`, which records it in `skipped` with that reason instead.
-    Duplicate ids are malformed.
+    Duplicate ids are malformed. A file that is not UTF-8, holds a field longer than the csv
+    module's limit (131,072 characters) or fails to read is one SpecError naming FILE:LINE.
     """
-    p = Path(path)
+    p = check_path("path", path)
     try:
-        fh = open(p, newline="", encoding="utf-8-sig")
+        fh = open(p, "rb")
     except OSError as e:
-        raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e})") from None
+        raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e.strerror or e})") from None
+    at = [0]
+    reader = csv.DictReader(_decoded_lines(fh, p, at))
+    try:
+        with fh:
+            return _read_rows(reader, p, skip_bad_rows)
+    except csv.Error as e:
+        raise SpecError(f"{p}:{at[0]}: malformed CSV: {e}") from None
+    except OSError as e:
+        raise SpecError(f"{p}:{at[0]}: read failed ({e.__class__.__name__}: {e.strerror or e})") from None
+
+
+def _read_rows(reader: csv.DictReader, p: Path, skip_bad_rows: bool) -> tuple[list[dict], list[dict]]:
     rows: list[dict] = []
     skipped: list[dict] = []
     seen: dict[str, int] = {}
-    with fh:
-        reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
-        missing = [c for c in REQUIRED_COLUMNS if c not in header]
-        if missing:
-            raise SpecError(f"{p}: missing column(s) {', '.join(missing)}; see SCHEMA.md "
-                            f"(required: {', '.join(REQUIRED_COLUMNS)})")
-        line_end = 1
-        for raw in reader:
-            line = line_end + 1  # first physical line of this record
-            line_end = reader.line_num
-            if not any((v or "").strip() for k, v in raw.items() if k is not None):
-                continue  # blank line
-            try:
-                if None in raw:
-                    raise ValueError(f"{len(header) + len(raw[None])} fields, header has {len(header)}")
-                row = parse_row(raw)
-                if row["id"] in seen:
-                    raise ValueError(f"id: {row['id']!r} duplicates line {seen[row['id']]}")
-            except ValueError as e:
-                if not skip_bad_rows:
-                    raise SpecError(f"{p}:{line}: {e}") from None
-                skipped.append({"id": (raw.get("id") or "").strip() or f"line {line}",
-                                "reason": f"malformed row ({p.name}:{line}): {e}"})
-                continue
-            seen[row["id"]] = line
-            row["line"] = line
-            rows.append(row)
+    header = reader.fieldnames or []
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise SpecError(f"{p}: missing column(s) {', '.join(missing)}; see SCHEMA.md "
+                        f"(required: {', '.join(REQUIRED_COLUMNS)})")
+    line_end = 1
+    for raw in reader:
+        line = line_end + 1  # first physical line of this record
+        line_end = reader.line_num
+        if not any((v or "").strip() for k, v in raw.items() if k is not None):
+            continue  # blank line
+        try:
+            if None in raw:
+                raise ValueError(f"{len(header) + len(raw[None])} fields, header has {len(header)}")
+            row = parse_row(raw)
+            if row["id"] in seen:
+                raise ValueError(f"id: {show(row['id'])} duplicates line {seen[row['id']]}")
+        except ValueError as e:
+            if not skip_bad_rows:
+                raise SpecError(f"{p}:{line}: {e}") from None
+            skipped.append({"id": (raw.get("id") or "").strip()[:200] or f"line {line}",
+                            "reason": f"malformed row ({p.name}:{line}): {e}"})
+            continue
+        seen[row["id"]] = line
+        row["line"] = line
+        rows.append(row)
     return rows, skipped
 
 
@@ -218,6 +258,13 @@ _VLLM_KEYS: dict[str, str] = {
     "output_throughput": "output_tokens_per_s",
     **{f"{s}_{k}_ms": f"{s}_{k}_ms" for k in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")},
 }
+
+
+def _check_vllm_args(**args: Any) -> None:
+    """The settings `read_vllm_result` takes from its caller: positive integers within bounds."""
+    for name, v in args.items():
+        top = MAX_TOKENS if name in ("input_len", "output_len", "max_num_batched_tokens") else MAX_BATCH
+        check_int(name, v, maximum=top, optional=name not in ("tp", "pp"))
 
 
 def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1, pp: int = 1,
@@ -234,13 +281,10 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
     Lengths: the arguments, else `input_lens`/`output_lens` when every request has the same
     length, else `dataset` (or the JSON's `dataset_name`) must name a workload.
     """
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e})") from None
-    except json.JSONDecodeError as e:
-        raise SpecError(f"{p}:{e.lineno}: invalid JSON: {e.msg}") from None
+    p = check_path("path", path)
+    _check_vllm_args(tp=tp, pp=pp, num_gpus=num_gpus, max_num_seqs=max_num_seqs, input_len=input_len,
+                     output_len=output_len, max_num_batched_tokens=max_num_batched_tokens)
+    data = load_json(p, MAX_RESULT_BYTES, "vllm bench serve result")
     if not isinstance(data, dict):
         raise SpecError(f"{p}: expected a JSON object (a vllm bench serve result)")
     found = [k for k in _VLLM_KEYS if is_number(data.get(k))]
@@ -249,10 +293,16 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
                         "request_throughput, output_throughput, mean_ttft_ms)")
 
     def num(key: str) -> Any:
+        """A numeric setting: absent or null -> None; a number or "inf"; anything else (e.g.
+        `"request_rate": "fast"`, once read as offline) is refused, never guessed."""
         v = data.get(key)
+        if v is None:
+            return None
         if isinstance(v, str) and v.strip().lower() in ("inf", "infinity"):
             return math.inf
-        return v if is_number(v) else None
+        if not is_number(v) or math.isnan(v) or v < 0:
+            raise SpecError(f"{p}: {key}: {show(v)} is not a number >= 0 (or inf, or null)")
+        return v
 
     rate = num("request_rate")
     conc = num("max_concurrency")
