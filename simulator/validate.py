@@ -384,6 +384,10 @@ class Validator:
                  workloads: Mapping[str, str] | None = None,
                  efficiency: Mapping[str, float] | None = None,
                  num_requests: int | None = None) -> None:
+        for name, arg in (("hardware_specs", hardware_specs), ("workloads", workloads), ("efficiency", efficiency)):
+            if arg is not None and not isinstance(arg, Mapping):
+                raise SpecError(f"{name}: {type(arg).__name__} is not a mapping")
+        check_int("num_requests", num_requests, maximum=MAX_REQUESTS, optional=True)
         self.hardware_specs = dict(hardware_specs or {})
         self.workloads = {k.lower(): v for k, v in (workloads or {}).items()}
         self.efficiency = dict(efficiency or {})
