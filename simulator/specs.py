@@ -150,7 +150,8 @@ def _check_range(where: str, value: Any, meta: Any) -> None:
         raise SpecError(f"{where}: {show(value)} must be > 0")
     if meta.get("nonneg") and v < 0:
         raise SpecError(f"{where}: {show(value)} must be >= 0")
-    low, high = meta.get("min", -GENERIC_MAX), meta.get("max", GENERIC_MAX)
+    signed = meta.get("positive") or meta.get("nonneg")
+    low, high = meta.get("min", 0.0 if signed else -GENERIC_MAX), meta.get("max", GENERIC_MAX)
     if not low <= v <= high:
         check_number(where, value, low, high, unit=meta.get("unit", ""))
 
