@@ -167,7 +167,7 @@ def _apply_overlay(data: dict, path: Path, chain: tuple[Path, ...]) -> HardwareS
     base_path = Path(base_id)
     if _is_file(base_path) and base_path.resolve() in chain:
         loop = " -> ".join(str(p.name) for p in (*chain, base_path.resolve()))
-        raise SpecError(f"{path}: base: {base_id!r} makes a cycle ({loop}); an overlay's base must "
+        raise SpecError(f"{path}: base: {show(base_id)} makes a cycle ({loop}); an overlay's base must "
                         "end at a catalog id or a full spec")
     if len(chain) > MAX_OVERLAY_CHAIN:
         raise SpecError(f"{path}: base: more than {MAX_OVERLAY_CHAIN} overlays on overlays")
@@ -381,7 +381,7 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
         v = _first(cfg, *names)
         if v is None:
             raise SpecError(
-                f"{names[0]}: missing; cannot represent architecture {arch!r} without it"
+                f"{names[0]}: missing; cannot represent architecture {show(arch)} without it"
             )
         fields[key] = v
     H = fields["hidden_size"]
@@ -392,7 +392,7 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
         fields["num_kv_heads"] = cfg["num_kv_heads"]
     vocab = cfg.get("vocab_size")
     if vocab is None:
-        raise SpecError(f"vocab_size: missing; cannot represent architecture {arch!r} without it")
+        raise SpecError(f"vocab_size: missing; cannot represent architecture {show(arch)} without it")
     fields["vocab_size"] = vocab
     if cfg.get("head_dim") is not None:
         fields["head_dim"] = cfg["head_dim"]
@@ -428,7 +428,7 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
     elif method == "mxfp4":
         fields["notes"] = "experts are MXFP4 in the published checkpoint; attention and embeddings bf16"
     if arch not in _SUPPORTED_ARCHS:
-        fields["notes"] = f"imported from an unrecognised architecture {arch!r}: check the figures"
+        fields["notes"] = f"imported from an unrecognised architecture {show(arch)}: check the figures"
     return build(ModelSpec, fields)
 
 

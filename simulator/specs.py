@@ -10,8 +10,9 @@ All quantities are SI: bytes, bytes/s, FLOP/s, seconds. 1 GB = 1e9 bytes.
 Also here: the replica setup every cost model takes (`Parallelism`, `DTypes`). The value checks
 (`SpecError`, `is_int`, `is_number`, `check_int`, `check_number`, `check_choice`, `show`) live in
 `checks` and are re-exported here; every spec number is finite and inside its field's physically
-meaningful range (metadata `min`/`max`/`unit`, else +-GENERIC_MAX), so no spec prices to inf. About 650 lines: the spec types, their
-field checks and the mapping builder are one concept (what a valid spec is) and are read together.
+meaningful range (metadata `min`/`max`/`unit`, else +-GENERIC_MAX), so no spec prices to inf.
+About 650 lines: the spec types, their field checks and the mapping builder are one concept (what
+a valid spec is) and are read together.
 """
 
 from __future__ import annotations

@@ -164,14 +164,14 @@ def _check_categories(row: dict[str, Any]) -> None:
     the unit is normalised)."""
     for col in ("weight_dtype", "activation_dtype", "kv_dtype"):
         if row[col] not in DTYPES:
-            raise ValueError(f"{col}: {row[col]!r} is not one of {', '.join(DTYPES)}")
+            raise ValueError(f"{col}: {show(row[col])} is not one of {', '.join(DTYPES)}")
     if row["scenario"] not in SCENARIOS:
-        raise ValueError(f"scenario: {row['scenario']!r} is not one of {', '.join(SCENARIOS)}")
+        raise ValueError(f"scenario: {show(row['scenario'])} is not one of {', '.join(SCENARIOS)}")
     if row["metric"] not in METRICS:
-        raise ValueError(f"metric: {row['metric']!r} is not one of {', '.join(METRICS)}")
+        raise ValueError(f"metric: {show(row['metric'])} is not one of {', '.join(METRICS)}")
     unit = _UNIT_ALIASES.get(row["unit"].lower())
     if unit != METRICS[row["metric"]]:
-        raise ValueError(f"unit: {row['unit']!r} does not match metric {row['metric']} "
+        raise ValueError(f"unit: {show(row['unit'])} does not match metric {row['metric']} "
                          f"(expected {METRICS[row['metric']]})")
     row["unit"] = unit
     sc = row["scenario"]
@@ -404,14 +404,14 @@ class Validator:
             ref = self.hardware_specs.get(hw_id)
             if ref is None:
                 if hw_id not in hardware_catalog():
-                    raise SkipRow(f"unknown hardware {hw_id!r} (not in the catalog)")
+                    raise SkipRow(f"unknown hardware {show(hw_id)} (not in the catalog)")
                 ref = hw_id
             try:
                 hw = load_hardware(ref)
                 if self.efficiency:
                     hw = hw.with_efficiency(**self.efficiency)
             except (SpecError, TypeError) as e:
-                raise SkipRow(f"hardware {hw_id!r}: {e}") from None
+                raise SkipRow(f"hardware {show(hw_id)}: {e}") from None
             self._hw[hw_id] = hw
         return self._hw[hw_id]
 
@@ -424,7 +424,7 @@ class Validator:
                row["activation_dtype"], row["kv_dtype"])
         if key not in self._cost:
             if row["model"] not in model_catalog():
-                raise SkipRow(f"unknown model {row['model']!r} (not in the catalog)")
+                raise SkipRow(f"unknown model {show(row['model'])} (not in the catalog)")
             hw = self.hardware(row["hardware"])
             try:
                 cost = CostModel(load_model(row["model"]), hw, Parallelism(row["tp"], row["pp"]),
