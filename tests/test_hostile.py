@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from simulator import validate as V
 from simulator.catalog import import_hf_config, load_hardware, load_model, read_yaml
@@ -424,3 +426,50 @@ def test_error_messages_are_one_line_even_with_newlines_in_the_input(tmp_path):
     line = one_line_error(invoke("show", f), "bad\\nkey", "unknown field")
     assert re.search(r"bad\\nkey", line)
     assert str(SpecError("a\nb\r\nc")) == "a\\nb\\r\\nc"
+
+
+# --------------------------------------------------------------------------- bounded fuzz
+
+
+FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+                suppress_health_check=list(HealthCheck))
+GOOD_CSV = ",".join(COLUMNS) + "\n" + ",".join(GOOD_ROW.get(c, "") for c in COLUMNS) + "\n"
+
+
+@FUZZ
+@given(cuts=st.lists(st.tuples(st.integers(0, len(GOOD_CSV)), st.binary(max_size=6)), max_size=4))
+def test_fuzz_measurement_csv_reader(tmp_path_factory, cuts):
+    """Byte-level mutations of a valid measurement CSV: rows or one SpecError line, nothing else."""
+    data = GOOD_CSV.encode()
+    for at, junk in cuts:
+        data = data[:at] + junk + data[at + 1:]
+    f = tmp_path_factory.mktemp("fz") / "m.csv"
+    f.write_bytes(data)
+    try:
+        rows, _ = V.read_measurements(f)
+    except SpecError as e:
+        assert "\n" not in str(e) and len(str(e)) <= MESSAGE_CHARS + 3
+    else:
+        for r in rows:
+            assert 1 <= r["num_gpus"] <= 10 ** 6 and r["value"] > 0
+
+
+JSON_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10 ** 40, 10 ** 40), st.floats(),
+                        st.text(max_size=8), st.lists(st.integers(0, 5), max_size=3))
+
+
+@FUZZ
+@given(changes=st.dictionaries(st.sampled_from(sorted(VLLM)), JSON_VALUES, max_size=4))
+def test_fuzz_vllm_result_reader(tmp_path_factory, changes):
+    """Any values in a vLLM result's keys: rows with a valid scenario, or one SpecError line."""
+    f = tmp_path_factory.mktemp("fz") / "r.json"
+    f.write_text(json.dumps({**VLLM, **changes}))
+    try:
+        rows = V.read_vllm_result(f, model="llama-3.1-8b", hardware="h100-sxm")
+    except SpecError as e:
+        assert "\n" not in str(e) and len(str(e)) <= MESSAGE_CHARS + 3
+    else:
+        assert rows and all(r["scenario"] in V.SCENARIOS for r in rows)
+        rate = changes.get("request_rate", VLLM["request_rate"])
+        if rows[0]["scenario"] == "offline_max_throughput":
+            assert rate is None or rate == float("inf") or str(rate).lower() in ("inf", "infinity")
