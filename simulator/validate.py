@@ -356,11 +356,14 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
 
 def load_rows(path: str | Path, skip_bad_rows: bool = False, **vllm: Any) -> tuple[list[dict], list[dict]]:
     """A measurement CSV, or a vLLM result JSON (`vllm` keyword arguments: model, hardware, ...)."""
-    p = Path(path)
+    p = check_path("path", path)
     is_json = p.suffix.lower() == ".json"
-    if not is_json and p.is_file():
-        with open(p, "rb") as fh:
-            is_json = fh.read(64).lstrip().startswith(b"{")
+    if not is_json:
+        try:
+            with open(p, "rb") as fh:
+                is_json = fh.read(64).lstrip().startswith(b"{")
+        except OSError as e:
+            raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e.strerror or e})") from None
     if is_json:
         if not vllm.get("model") or not vllm.get("hardware"):
             raise SpecError(f"{p}: a vLLM result JSON does not record the model or hardware; "
