@@ -473,3 +473,13 @@ def test_fuzz_vllm_result_reader(tmp_path_factory, changes):
         rate = changes.get("request_rate", VLLM["request_rate"])
         if rows[0]["scenario"] == "offline_max_throughput":
             assert rate is None or rate == float("inf") or str(rate).lower() in ("inf", "infinity")
+
+
+# --------------------------------------------------------------------------- CLI layer (not owned here)
+
+
+@pytest.mark.xfail(strict=True, reason="needs CLI-layer fix")
+def test_show_with_a_file_name_the_os_refuses_is_one_line():
+    """`show` probes `Path(ref).is_file()` in cli._load_any, which raises OSError (ENAMETOOLONG)
+    for a 5,000-character name; catalog's loaders already treat such names as "not a file"."""
+    one_line_error(invoke("show", "x" * 5000), "is not a model or hardware id")
