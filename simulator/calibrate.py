@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from .catalog import load_hardware
+from .checks import check_choice, check_path, show
 from .fitting import _source_weights, fit, nelder_mead
 from .roofline import CostModel, allreduce_time_s, gemm_time_s, prefill_step
 from .specs import DTYPE_BYTES, Efficiency, HardwareSpec, SpecError
@@ -228,16 +229,33 @@ def _static_columns(cost: CostModel, d: dict, B: int, I: int, O: int, seg: int) 
 # --------------------------------------------------------------------------- Vidur files
 
 
-def _read_csv(path: str | Path, need: Iterable[str]) -> Any:
+#: a Vidur profile CSV larger than this is refused (the published ones are under 10 MB)
+MAX_VIDUR_BYTES = 256_000_000
+
+
+def _read_csv(path: str | Path, need: Iterable[str], numeric: Iterable[str] = ()) -> Any:
+    """A CSV with columns `need`; `numeric` columns must hold numbers (else FILE:LINE: column)."""
     import pandas as pd
 
+    p = check_path("path", path)
     try:
-        df = pd.read_csv(path)
-    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
-        raise SpecError(f"{path}: cannot read ({e.__class__.__name__}: {e})") from None
+        if p.stat().st_size > MAX_VIDUR_BYTES:
+            raise SpecError(f"{p}: larger than {MAX_VIDUR_BYTES:,} bytes")
+        df = pd.read_csv(p)
+    except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        if isinstance(e, SpecError):
+            raise
+        raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {str(e).strip()})") from None
     missing = [c for c in need if c not in df.columns]
     if missing:
-        raise SpecError(f"{path}: missing column(s) {', '.join(missing)}")
+        raise SpecError(f"{p}: missing column(s) {', '.join(missing)}")
+    for c in numeric:
+        values = pd.to_numeric(df[c], errors="coerce")
+        bad = values.isna() & df[c].notna()
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise SpecError(f"{p}:{i + 2}: {c}: {show(df[c].iloc[i])} is not a number")
+        df[c] = values
     return df
 
 
@@ -252,7 +270,7 @@ def vidur_gemm_points(path: str | Path, hardware_id: str, dtype: str = "fp16") -
 
     need = ["gpu", "model", "n_head", "n_kv_head", "n_embd", "n_expanded_embd", "use_gated_mlp",
             "num_tokens", "num_tensor_parallel_workers", *(f"{o}_ms" for o in VIDUR_GEMMS)]
-    df = _read_csv(path, need)
+    df = _read_csv(path, need, numeric=[n for n in need if n not in ("gpu", "model", "use_gated_mlp")])
     gpus = [g for g, h in VIDUR_GPUS.items() if h == hardware_id]
     df = df[df["gpu"].isin(gpus)]
     if df.empty:
@@ -311,7 +329,8 @@ def fit_ops(path: str | Path, hw: HardwareSpec, objective: str = "msle") -> dict
 
 def allreduce_points(path: str | Path, hardware_id: str) -> Any:
     """Vidur's single-node all-reduce times for one catalog hardware id: workers, bytes, time_s."""
-    df = _read_csv(path, ["node", "all_reduce_ms", "num_workers", "size_bytes", "devices_per_node"])
+    df = _read_csv(path, ["node", "all_reduce_ms", "num_workers", "size_bytes", "devices_per_node"],
+                   numeric=["all_reduce_ms", "num_workers", "size_bytes", "devices_per_node"])
     nodes = [n for n, h in VIDUR_NODES.items() if h == hardware_id]
     df = df[df["node"].isin(nodes) & (df["devices_per_node"] == df["num_workers"]) & (df["num_workers"] > 1)]
     out = df[["num_workers", "size_bytes"]].astype(float).copy()
@@ -364,8 +383,9 @@ def calibrate(rows: Sequence[Mapping[str, Any]], hardware: str | HardwareSpec, *
     measurement rows, leave-one-source-out errors, per-parameter `sources` text and the stage-1
     reports. `fit_link_latency=False` keeps the profile's link_latency_s (the fit is reported).
     """
-    hw0 = load_hardware(hardware) if isinstance(hardware, str) else hardware
+    hw0 = load_hardware(hardware)
     hw_id = hw0.id
+    check_choice("objective", objective, ("msle", "median"))
     for n in params:
         if n not in ALL_PARAMS:
             raise SpecError(f"calibrate: unknown parameter {n!r}; allowed: {', '.join(ALL_PARAMS)}")

@@ -9,7 +9,7 @@ Every problem is raised as `SpecError` naming the file, the field and the value.
 from __future__ import annotations
 
 import functools
-import json
+import os
 import re
 from collections.abc import Iterator
 from importlib import resources
@@ -18,6 +18,15 @@ from typing import Any
 
 import yaml
 
+from .checks import (
+    MAX_DEPTH,
+    MAX_INT_DIGITS,
+    MAX_SPEC_BYTES,
+    check_tree,
+    load_json,
+    read_text_bounded,
+    show,
+)
 from .specs import (
     HardwareSpec,
     MLASpec,
@@ -32,7 +41,49 @@ from .specs import (
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads `1e12` and `2.5e-6` as floats (YAML 1.1 needs a dot)."""
+    """SafeLoader that also reads `1e12` and `2.5e-6` as floats (YAML 1.1 needs a dot), and
+    refuses what no spec needs and what would hurt: nesting deeper than MAX_DEPTH (the composer
+    recurses), a key given twice (the later one would silently win) and integers longer than
+    MAX_INT_DIGITS digits (Python refuses 4,300; a count needs fewer than 20)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested more than {MAX_DEPTH} levels deep", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: set = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    dup = key in seen
+                    seen.add(key)
+                except TypeError:
+                    continue  # unhashable: the constructor reports it
+                if dup:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {show(key)}", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: Any) -> Any:
+        digits = sum(ch.isdigit() for ch in str(node.value))
+        if digits > MAX_INT_DIGITS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"integer of {digits} digits (at most {MAX_INT_DIGITS})", node.start_mark)
+        return super().construct_yaml_int(node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 
 
 _Loader.add_implicit_resolver(
@@ -50,18 +101,20 @@ _Loader.add_implicit_resolver(
 
 
 def read_yaml(path: str | Path) -> Any:
-    """Parse a YAML file; a syntax error becomes a SpecError naming file and line."""
+    """Parse a YAML file of at most MAX_SPEC_BYTES, nested at most MAX_DEPTH deep, at most
+    MAX_NODES values with aliases expanded; any problem is a SpecError naming file and line."""
+    text = read_text_bounded(Path(path), MAX_SPEC_BYTES, "spec or scenario file")
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"{path}: cannot read ({e.__class__.__name__}: {e})") from None
-    try:
-        return yaml.load(text, Loader=_Loader)
+        data = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise SpecError(f"{path}:{line}: invalid YAML: {problem}") from None
+    except RecursionError:  # a guard: the composer's depth is bounded above
+        raise SpecError(f"{path}: invalid YAML: nested too deeply") from None
+    check_tree(data, str(path))
+    return data
 
 
 def _catalog_dir(kind: str) -> Path:
@@ -102,10 +155,24 @@ def hardware_catalog() -> dict[str, HardwareSpec]:
     return out
 
 
-def _apply_overlay(data: dict, path: Path) -> HardwareSpec:
+#: overlays on overlays: at most this many `base:` links from a file to a catalog id
+MAX_OVERLAY_CHAIN = 16
+
+
+def _apply_overlay(data: dict, path: Path, chain: tuple[Path, ...]) -> HardwareSpec:
     base_id = data.pop("base")
+    if not isinstance(base_id, str) or not base_id:
+        raise SpecError(f"{path}: base: {show(base_id)} is not a hardware id or file path")
+    chain = (*chain, path.resolve())
+    base_path = Path(base_id)
+    if _is_file(base_path) and base_path.resolve() in chain:
+        loop = " -> ".join(str(p.name) for p in (*chain, base_path.resolve()))
+        raise SpecError(f"{path}: base: {show(base_id)} makes a cycle ({loop}); an overlay's base must "
+                        "end at a catalog id or a full spec")
+    if len(chain) > MAX_OVERLAY_CHAIN:
+        raise SpecError(f"{path}: base: more than {MAX_OVERLAY_CHAIN} overlays on overlays")
     try:
-        base = load_hardware(str(base_id))
+        base = _load_hardware(base_id, chain)
     except SpecError as e:
         raise SpecError(f"{path}: base: {e}") from None
     merged = _to_plain(base)
@@ -140,10 +207,40 @@ def spec_to_dict(spec: Any) -> dict:
     return {k: v for k, v in _to_plain(spec).items() if v is not None}
 
 
-def load_hardware(ref: str | HardwareSpec) -> HardwareSpec:
-    """Resolve a hardware reference: catalog id, YAML file, or overlay YAML with `base:`."""
+def _is_file(path: Path) -> bool:
+    """Path.is_file, False for names the OS refuses (too long, NUL byte) instead of raising."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def _ref_text(kind: str, ref: Any, spec_type: type) -> str:
+    """A spec reference as text: a str, or an os.PathLike (pathlib.Path) as its path."""
+    if isinstance(ref, os.PathLike):
+        return os.fspath(ref)  # type: ignore[return-value]
+    if not isinstance(ref, str):
+        raise SpecError(f"{kind}: {show(ref)} is not a catalog id, file path or {spec_type.__name__}")
+    return ref
+
+
+def load_hardware(ref: str | os.PathLike | HardwareSpec) -> HardwareSpec:
+    """Resolve a hardware reference: catalog id, YAML file (str or Path), or overlay YAML with
+    `base:` (overlays may chain, at most MAX_OVERLAY_CHAIN deep, never in a cycle)."""
+    return _load_hardware(ref, ())
+
+
+def _load_hardware(ref: Any, chain: tuple[Path, ...]) -> HardwareSpec:
     if isinstance(ref, HardwareSpec):
         return ref
+    ref = _ref_text("hardware", ref, HardwareSpec)
     cat = hardware_catalog()
     if ref in cat:
         return cat[ref]
@@ -151,13 +248,13 @@ def load_hardware(ref: str | HardwareSpec) -> HardwareSpec:
     if ref.lower() in lower:
         return lower[ref.lower()]
     path = Path(ref)
-    if path.is_file():
+    if _is_file(path):
         data = read_yaml(path)
         if isinstance(data, dict) and "base" in data:
-            return _apply_overlay(dict(data), path)
+            return _apply_overlay(dict(data), path, chain)
         return hardware_from_dict(data, str(path))
     raise SpecError(
-        f"hardware: {ref!r} is not a catalog id or a file{_did_you_mean(ref, cat)}; "
+        f"hardware: {show(ref)} is not a catalog id or a file{_did_you_mean(ref, cat)}; "
         f"known ids: {', '.join(cat)} (see `llmsim hardware`)"
     )
 
@@ -192,27 +289,29 @@ def _model_aliases() -> dict[str, str]:
     return out
 
 
-def load_model(ref: str | ModelSpec) -> ModelSpec:
-    """Resolve a model reference: catalog id or alias, YAML file, HF config.json, or a folder."""
+def load_model(ref: str | os.PathLike | ModelSpec) -> ModelSpec:
+    """Resolve a model reference: catalog id or alias, YAML file, HF config.json, or a folder
+    (str or pathlib.Path)."""
     if isinstance(ref, ModelSpec):
         return ref
+    ref = _ref_text("model", ref, ModelSpec)
     aliases = _model_aliases()
     if ref.lower() in aliases:
         return model_catalog()[aliases[ref.lower()]]
     path = Path(ref)
-    if path.is_dir():
+    if _is_dir(path):
         for name in ("config.json", "model.yaml", "model.yml"):
             if (path / name).is_file():
                 path = path / name
                 break
         else:
             raise SpecError(f"model: folder {ref!r} holds no config.json or model.yaml")
-    if path.is_file():
+    if _is_file(path):
         if path.suffix == ".json":
             return import_hf_config(path)
         return model_from_dict(read_yaml(path), str(path))
     raise SpecError(
-        f"model: {ref!r} is not a catalog id, alias or file{_did_you_mean(ref, model_catalog())}; "
+        f"model: {show(ref)} is not a catalog id, alias or file{_did_you_mean(ref, model_catalog())}; "
         "see `llmsim models`"
     )
 
@@ -252,13 +351,8 @@ def import_hf_config(path: Path | str, model_id: str | None = None) -> ModelSpec
     Raises SpecError naming what is missing when the architecture cannot be represented
     (encoder-decoder, state-space or vision models, configs without the core fields).
     """
-    path = Path(path)
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"{path}: cannot read ({e})") from None
-    except json.JSONDecodeError as e:
-        raise SpecError(f"{path}: line {e.lineno}: invalid JSON: {e.msg}") from None
+    path = Path(_ref_text("config", path, ModelSpec))
+    cfg = load_json(path, MAX_SPEC_BYTES, "config.json")
     if not isinstance(cfg, dict):
         raise SpecError(f"{path}: expected a JSON object, got {type(cfg).__name__}")
     if "text_config" in cfg and isinstance(cfg["text_config"], dict):
@@ -287,7 +381,7 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
         v = _first(cfg, *names)
         if v is None:
             raise SpecError(
-                f"{names[0]}: missing; cannot represent architecture {arch!r} without it"
+                f"{names[0]}: missing; cannot represent architecture {show(arch)} without it"
             )
         fields[key] = v
     H = fields["hidden_size"]
@@ -298,7 +392,7 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
         fields["num_kv_heads"] = cfg["num_kv_heads"]
     vocab = cfg.get("vocab_size")
     if vocab is None:
-        raise SpecError(f"vocab_size: missing; cannot represent architecture {arch!r} without it")
+        raise SpecError(f"vocab_size: missing; cannot represent architecture {show(arch)} without it")
     fields["vocab_size"] = vocab
     if cfg.get("head_dim") is not None:
         fields["head_dim"] = cfg["head_dim"]
@@ -334,7 +428,7 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
     elif method == "mxfp4":
         fields["notes"] = "experts are MXFP4 in the published checkpoint; attention and embeddings bf16"
     if arch not in _SUPPORTED_ARCHS:
-        fields["notes"] = f"imported from an unrecognised architecture {arch!r}: check the figures"
+        fields["notes"] = f"imported from an unrecognised architecture {show(arch)}: check the figures"
     return build(ModelSpec, fields)
 
 

@@ -19,7 +19,17 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .specs import DTYPE_BYTES, DTypes, HardwareSpec, ModelSpec, Parallelism, SpecError
+from .specs import (
+    DTYPE_BYTES,
+    DTypes,
+    HardwareSpec,
+    ModelSpec,
+    Parallelism,
+    SpecError,
+    check_int,
+    is_number,
+    show,
+)
 
 
 @dataclass(frozen=True)
@@ -79,8 +89,11 @@ def memory_plan(model: ModelSpec, hardware: HardwareSpec, par: Parallelism, dtyp
     KV budget/GPU = capacity * utilisation - weights/GPU - activation reserve;
     KV tokens = budget / (KV bytes per token / (t' * pp)), t' = min(tp, n_kv) (1 for MLA).
     """
-    if not (0 < gpu_memory_utilization <= 1):
-        raise SpecError(f"gpu_memory_utilization: {gpu_memory_utilization!r} must be in (0, 1]")
+    if not (is_number(gpu_memory_utilization) and 0 < gpu_memory_utilization <= 1):
+        raise SpecError(f"gpu_memory_utilization: {show(gpu_memory_utilization)} must be in (0, 1]")
+    check_int("max_num_batched_tokens", max_num_batched_tokens)
+    check_int("max_num_seqs", max_num_seqs)
+    check_int("seq_len", seq_len, optional=True)
     w = weights_bytes_per_gpu(model, par, dtypes)
     reserve = activation_reserve_bytes(model, par, dtypes, max_num_batched_tokens, max_num_seqs)
     usable = hardware.hbm_capacity_bytes * gpu_memory_utilization

@@ -15,16 +15,23 @@ from typing import Any
 
 import numpy as np
 
+from .checks import MAX_BATCH, MAX_TOKENS
 from .roofline import CostModel, decode_step, prefill_step
-from .specs import check_int
+from .specs import SpecError, check_int
+
+#: decode steps priced per numpy call: memory stays ~20 MB whatever the output length
+DECODE_CHUNK = 65536
 
 
-def decode_step_arrays(batch: int, input_len: int, output_len: int) -> dict[str, np.ndarray]:
-    """Batch statistics of the O-1 decode steps of a static batch (context grows by 1 a step).
+def decode_step_arrays(batch: int, input_len: int, output_len: int, first: int = 1,
+                       stop: int | None = None) -> dict[str, np.ndarray]:
+    """Batch statistics of the O-1 decode steps of a static batch (context grows by 1 a step),
+    or of steps first..stop-1 of them.
 
     Decode step k = 1..O-1 feeds token k: each sequence has p = I + k - 1 cached tokens.
     """
-    k = np.arange(1, max(output_len, 1), dtype=float)
+    end = max(output_len, 1) if stop is None else min(stop, max(output_len, 1))
+    k = np.arange(first, end, dtype=float)
     p = input_len + k - 1
     B = float(batch)
     return {"T": np.full_like(k, B), "S": np.full_like(k, B), "Ad": B * (p + 0.5),
@@ -38,26 +45,21 @@ def predict_static(cost: CostModel, batch_size: int, input_len: int, output_len:
     Returns vLLM/SCHEMA metric names: ttft_ms, tpot_ms, e2e_ms, throughputs, per-phase
     breakdowns and the memory plan.
     """
-    for name, v in (("batch_size", batch_size), ("input_len", input_len), ("output_len", output_len)):
-        check_int(name, v)
+    if not hasattr(cost, "step_times") or not hasattr(cost, "breakdown"):
+        raise SpecError(f"cost: {type(cost).__name__} is not a CostModel (make one with make_cost_model)")
+    check_int("batch_size", batch_size, maximum=MAX_BATCH)
+    for name, v in (("input_len", input_len), ("output_len", output_len)):
+        check_int(name, v, maximum=MAX_TOKENS, note="tokens")
     m = cost.model
     B, I, O = batch_size, input_len, output_len  # noqa: E741 (the paper's symbols)
     window = m.sliding_window.window if m.sliding_window else None
     pre = prefill_step(m, B, I)
     prefill = cost.breakdown(pre)
     ttft_s = prefill["time_ms"] / 1e3
-    dec = decode_step_arrays(B, I, O)
     if O > 1:
-        if window:
-            Aw = B * np.minimum(dec["p"] + 0.5, window)
-            Rw = B * np.minimum(dec["p"] + 1, window)
-        else:
-            Aw, Rw = None, None
-        times = cost.step_times(dec["T"], dec["S"], dec["Ad"], dec["Ap"], dec["R"], Aw, Rw)
-        decode_s = float(times.sum())
+        decode_s = _decode_time_s(cost, B, I, O, window)
         tpot_s = decode_s / (O - 1)
-        mid = int(len(times) // 2)
-        p_mid = float(dec["p"][mid])
+        p_mid = float(I + (O - 1) // 2)  # the middle decode step's cached tokens
         mid_batch = decode_step(m, B, p_mid)
         decode = cost.breakdown(mid_batch)
     else:
@@ -98,6 +100,20 @@ def predict_static(cost: CostModel, batch_size: int, input_len: int, output_len:
         "ideal": cost.hardware.efficiency == type(cost.hardware.efficiency)(),
     }
     return out
+
+
+def _decode_time_s(cost: CostModel, B: int, I: int, O: int, window: int | None) -> float:  # noqa: E741
+    """Sum of the O-1 decode step times, priced DECODE_CHUNK steps at a time (bounded memory)."""
+    total = 0.0
+    for first in range(1, O, DECODE_CHUNK):
+        dec = decode_step_arrays(B, I, O, first, first + DECODE_CHUNK)
+        if window:
+            Aw = B * np.minimum(dec["p"] + 0.5, window)
+            Rw = B * np.minimum(dec["p"] + 1, window)
+        else:
+            Aw, Rw = None, None
+        total += float(cost.step_times(dec["T"], dec["S"], dec["Ad"], dec["Ap"], dec["R"], Aw, Rw).sum())
+    return total
 
 
 def top_ops(breakdown: dict[str, Any], n: int = 5) -> list[dict[str, Any]]:

@@ -8,20 +8,30 @@ activations are narrower (then it follows them).
 
 from __future__ import annotations
 
+import os
+
 from .catalog import load_hardware, load_model
 from .roofline import CostModel
-from .specs import DTYPE_BYTES, DTypes, HardwareSpec, ModelSpec, Parallelism
+from .specs import DTYPE_BYTES, DTYPES, DTypes, HardwareSpec, ModelSpec, Parallelism, check_choice
 
 
-def make_cost_model(model: str | ModelSpec, hardware: str | HardwareSpec, tp: int = 1, pp: int = 1,
+def make_cost_model(model: str | os.PathLike | ModelSpec, hardware: str | os.PathLike | HardwareSpec, tp: int = 1, pp: int = 1,
                     weight_dtype: str | None = None, activation_dtype: str = "bf16",
                     kv_dtype: str | None = None, ideal: bool = False,
                     efficiency: dict[str, float] | None = None, link_dtype: str | None = None) -> CostModel:
-    """Convenience constructor from plain values (the CLI and notebooks use this)."""
-    m = load_model(model) if isinstance(model, str) else model
-    hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
+    """Convenience constructor from plain values (the CLI and notebooks use this).
+
+    `model` / `hardware`: a spec, catalog id, alias or file path (str or pathlib.Path); every
+    argument is checked before use (one-line SpecError naming it)."""
+    m = load_model(model)
+    hw = load_hardware(hardware)
+    check_choice("activation_dtype", activation_dtype, DTYPES)
+    for name, value in (("weight_dtype", weight_dtype), ("kv_dtype", kv_dtype)):
+        if value is not None:
+            check_choice(name, value, DTYPES)
     w = weight_dtype or m.default_weight_dtype
-    kv = kv_dtype or ("bf16" if DTYPE_BYTES[activation_dtype] >= 2 else activation_dtype)
+    # vLLM keeps --kv-cache-dtype separate from the compute dtype: KV stays 16-bit unless asked
+    kv = kv_dtype or "bf16"
     return CostModel(m, hw, Parallelism(tp, pp), DTypes(w, activation_dtype, kv),
                      ideal=ideal, efficiency=efficiency, link_dtype=link_dtype)
 

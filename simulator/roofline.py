@@ -248,6 +248,26 @@ def allreduce_time_s(workers: Any, message_bytes: Any, link_bytes_per_s: float,
     return 2.0 * (workers - 1) / workers * message_bytes / link_bytes_per_s + link_latency_s
 
 
+def _efficient_hardware(hw: HardwareSpec, ideal: Any, efficiency: Any) -> HardwareSpec:
+    """`hw` with `ideal` applied first (efficiencies 1, overheads 0), then the `efficiency`
+    overrides on top: `--ideal --efficiency step_overhead_s=0.002` is the pure roofline plus that
+    overhead (predict and simulate alike; before, simulate dropped the overrides silently)."""
+    if not isinstance(ideal, (bool, np.bool_)):
+        raise SpecError(f"ideal: {ideal!r} must be true or false")
+    if efficiency is not None and not isinstance(efficiency, dict):
+        raise SpecError(f"efficiency: {type(efficiency).__name__} is not a mapping of efficiency fields")
+    if ideal:
+        hw = hw.ideal()
+    if efficiency:
+        allowed = list(SCALAR_EFFICIENCY_FIELDS)
+        for key in efficiency:
+            if key not in allowed:
+                raise SpecError(f"efficiency: unknown field {str(key)[:80]!r}{_did_you_mean(str(key), allowed)}; "
+                                f"allowed: {', '.join(allowed)}")
+        hw = hw.with_efficiency(**efficiency)
+    return hw
+
+
 class CostModel:
     """Step-time model of one replica: model x hardware x parallelism x dtypes x efficiency.
 
@@ -278,19 +298,11 @@ class CostModel:
         if link_dtype is not None and link_dtype not in DTYPE_BYTES:
             raise SpecError(f"link_dtype: {link_dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
         self.link_dtype = link_dtype
-        hw = hardware
-        if efficiency:
-            allowed = list(SCALAR_EFFICIENCY_FIELDS)
-            for key in efficiency:
-                if key not in allowed:
-                    raise SpecError(f"efficiency: unknown field {key!r}{_did_you_mean(str(key), allowed)}; "
-                                    f"allowed: {', '.join(allowed)}")
-            hw = hw.with_efficiency(**efficiency)
-        if ideal:
-            hw = hw.ideal()
-        self.hardware = hw
+        self.hardware = hw = _efficient_hardware(hardware, ideal, efficiency)
         self.par = parallelism or Parallelism()
         self.dtypes = dtypes or DTypes(weight=self.model.default_weight_dtype)
+        if not isinstance(self.par, Parallelism) or not isinstance(self.dtypes, DTypes):
+            raise TypeError("CostModel: parallelism must be a Parallelism and dtypes a DTypes (or None)")
         m, par = self.model, self.par
         if m.num_layers % par.pp:
             raise SpecError(f"pp: {par.pp} does not divide num_layers ({m.num_layers})")
@@ -313,6 +325,10 @@ class CostModel:
         self._M = np.array([op.memory_s for op in self.ops])
         self._P = np.sum([op.extra_s for op in self.ops], axis=0)
         self._P[_I["one"]] += hw.efficiency.step_overhead_s
+        if not (np.isfinite(self._C).all() and np.isfinite(self._M).all() and np.isfinite(self._P).all()):
+            # spec ranges keep every coefficient finite; a guard, so no inf reaches the compiled code
+            raise SpecError(f"{m.id} on {hw.id}: step-time coefficients overflow float range; "
+                            "check the hardware rates and efficiencies")
         self.step_time = self._compile_scalar()
 
     # ------------------------------------------------------------------ building the ops

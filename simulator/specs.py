@@ -7,10 +7,12 @@ facts (parameter counts, weight bytes, KV bytes per token, ridge point) are prop
 
 All quantities are SI: bytes, bytes/s, FLOP/s, seconds. 1 GB = 1e9 bytes.
 
-Also here: the replica setup every cost model takes (`Parallelism`, `DTypes`) and the
-package's one set of value checks (`is_int`, `is_number`, `check_int`, `check_choice`), so that
-every "must be an integer >= 1" error reads the same. About 650 lines: the spec types, their
-field checks and the mapping builder are one concept (what a valid spec is) and are read together.
+Also here: the replica setup every cost model takes (`Parallelism`, `DTypes`). The value checks
+(`SpecError`, `is_int`, `is_number`, `check_int`, `check_number`, `check_choice`, `show`) live in
+`checks` and are re-exported here; every spec number is finite and inside its field's physically
+meaningful range (metadata `min`/`max`/`unit`, else +-GENERIC_MAX), so no spec prices to inf.
+About 650 lines: the spec types, their field checks and the mapping builder are one concept (what
+a valid spec is) and are read together.
 """
 
 from __future__ import annotations
@@ -24,6 +26,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from .checks import (  # noqa: F401  (SpecError, is_int, check_int, ... re-exported: callers import them from here)
+    SpecError,
+    check_choice,
+    check_int,
+    check_number,
+    is_int,
+    is_number,
+    show,
+)
 
 #: Bytes per element of each supported numeric format.
 DTYPE_BYTES: dict[str, float] = {
@@ -49,43 +61,11 @@ DTYPE_FALLBACK: dict[str, str] = {
 }
 
 
-class SpecError(ValueError):
-    """A user-supplied spec, option or file is invalid. The message is one line for the user."""
-
-
 # --------------------------------------------------------------------------- shared checks
+# (the one validation layer lives in `checks`; re-exported here, where callers have found them)
 
-
-def is_int(value: Any) -> bool:
-    """An integer (Python or numpy), not a bool (True is an int to Python, not a count to a user)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def is_number(value: Any) -> bool:
-    """A real number (Python or numpy), not a bool; NaN and inf count as numbers here."""
-    return isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
-
-
-def check_int(name: str, value: Any, minimum: int = 1, *, optional: bool = False, note: str = "") -> Any:
-    """The one integer check of the package: `value` must be an integer (not a bool) >= `minimum`.
-
-    Raises `SpecError` "<name>: <value!r> must be an integer >= <minimum>[ note][ (or omitted)]";
-    `optional` lets None through. Returns `value` unchanged, so callers can check and assign.
-    """
-    if value is None and optional:
-        return value
-    if not is_int(value) or value < minimum:
-        tail = (f" {note}" if note else "") + (" (or omitted)" if optional else "")
-        raise SpecError(f"{name}: {value!r} must be an integer >= {minimum}{tail}")
-    return value
-
-
-def check_choice(name: str, value: Any, choices: typing.Iterable[str]) -> Any:
-    """`value` must be one of `choices`: "<name>: <value!r> is not one of a, b, c"."""
-    allowed = tuple(choices)
-    if value not in allowed:
-        raise SpecError(f"{name}: {value!r} is not one of {', '.join(allowed)}")
-    return value
+#: any spec number without its own range must stay below this (so float arithmetic on it is finite)
+GENERIC_MAX = 1e18
 
 
 def _where(owner: str, name: str) -> str:
@@ -149,20 +129,39 @@ def _check_fields(obj: Any, owner: str) -> None:
         tp = hints[f.name]
         where = _where(owner, f.name)
         if not _type_ok(value, tp):
-            raise SpecError(f"{where}: {value!r} is not {_type_name(tp)}")
+            raise SpecError(f"{where}: {show(value)} is not {_type_name(tp)}")
         if value is None:
             continue
-        if isinstance(value, float) and not math.isfinite(value):
-            raise SpecError(f"{where}: {value!r} is not a finite number")
         meta = f.metadata
-        if meta.get("positive") and value <= 0:
-            raise SpecError(f"{where}: {value!r} must be > 0")
-        if meta.get("nonneg") and value < 0:
-            raise SpecError(f"{where}: {value!r} must be >= 0")
-        if "max" in meta and value > meta["max"]:
-            raise SpecError(f"{where}: {value!r} must be <= {meta['max']}")
+        if is_number(value):
+            _check_range(where, value, meta)
         if "choices" in meta:
             check_choice(where, value, meta["choices"])
+
+
+def _check_range(where: str, value: Any, meta: Any) -> None:
+    """A spec number: finite, of the field's sign (metadata `positive`, `nonneg`) and in its
+    physically meaningful range (`min`, `max`, `unit`; else within +-GENERIC_MAX)."""
+    try:
+        v = float(value)
+    except OverflowError:  # an integer beyond float range: out of range below
+        v = math.inf
+    if math.isnan(v) or (math.isinf(v) and isinstance(value, (float, np.floating))):
+        raise SpecError(f"{where}: {show(value)} is not a finite number")
+    if meta.get("positive") and v <= 0:
+        raise SpecError(f"{where}: {show(value)} must be > 0")
+    if meta.get("nonneg") and v < 0:
+        raise SpecError(f"{where}: {show(value)} must be >= 0")
+    signed = meta.get("positive") or meta.get("nonneg")
+    low, high = meta.get("min", 0.0 if signed else -GENERIC_MAX), meta.get("max", GENERIC_MAX)
+    if not low <= v <= high:
+        check_number(where, value, low, high, unit=meta.get("unit", ""))
+
+
+#: physically meaningful ranges (issue 17): beyond them no step time is finite or meaningful
+_EFF_RANGE = {"min": 1e-3, "max": 1.0}
+_RAMP_RANGE = {"min": 0.0, "max": 1e6, "unit": "tokens"}
+PEAK_FLOPS_RANGE = (1e9, 1e19)
 
 
 def _pos(default: Any = dataclasses.MISSING, **kw: Any) -> Any:
@@ -195,13 +194,13 @@ class Efficiency:
     format to the attention efficiency (an fp8 KV cache is dequantised inside the kernel).
     """
 
-    compute_efficiency: float = _pos(1.0, max=1.0)
-    memory_efficiency: float = _pos(1.0, max=1.0)
-    attention_efficiency: float = _pos(1.0, max=1.0)
-    gemm_ramp_tokens: float = _nonneg(0.0)
-    kernel_overhead_s: float = _nonneg(0.0)
-    step_overhead_s: float = _nonneg(0.0)
-    link_efficiency: float = _pos(1.0, max=1.0)
+    compute_efficiency: float = _pos(1.0, **_EFF_RANGE)
+    memory_efficiency: float = _pos(1.0, **_EFF_RANGE)
+    attention_efficiency: float = _pos(1.0, **_EFF_RANGE)
+    gemm_ramp_tokens: float = _nonneg(0.0, **_RAMP_RANGE)
+    kernel_overhead_s: float = _nonneg(0.0, max=1.0, unit="s")
+    step_overhead_s: float = _nonneg(0.0, max=10.0, unit="s")
+    link_efficiency: float = _pos(1.0, **_EFF_RANGE)
     compute_efficiency_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     gemm_ramp_tokens_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     attention_efficiency_by_kv_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
@@ -215,9 +214,13 @@ class Efficiency:
                 where = f"efficiency.{name}.{k}"
                 if k not in DTYPE_BYTES:
                     raise SpecError(f"{where}: unknown dtype{_did_you_mean(str(k), DTYPES)}; allowed: {', '.join(DTYPES)}")
-                ok = is_number(v) and math.isfinite(v) and ((0 < v <= 1) if at_most_one else v >= 0)
+                try:
+                    ok = is_number(v) and math.isfinite(v) and ((0 < v <= 1) if at_most_one else v >= 0)
+                except OverflowError:  # an integer beyond float range
+                    ok = False
                 if not ok:
-                    raise SpecError(f"{where}: {v!r} must be a number {'in (0, 1]' if at_most_one else '>= 0'}")
+                    raise SpecError(f"{where}: {show(v)} must be a number {'in (0, 1]' if at_most_one else '>= 0'}")
+                _check_range(where, v, _EFF_RANGE if at_most_one else _RAMP_RANGE)
 
     def compute_for(self, gemm_dtype: str) -> float:
         """eta_c of GEMMs run at `gemm_dtype`'s tensor rate (the single value when not given)."""
@@ -250,13 +253,13 @@ class HardwareSpec:
     name: str
     vendor: str
     peak_flops_per_s: dict
-    hbm_capacity_bytes: float = _pos()
-    hbm_bandwidth_bytes_per_s: float = _pos()
-    link_bandwidth_bytes_per_s: float = _pos()
-    link_latency_s: float = _nonneg(5e-6)
+    hbm_capacity_bytes: float = _pos(min=1e6, max=1e15, unit="bytes")
+    hbm_bandwidth_bytes_per_s: float = _pos(min=1e6, max=1e16, unit="bytes/s")
+    link_bandwidth_bytes_per_s: float = _pos(min=1e6, max=1e16, unit="bytes/s")
+    link_latency_s: float = _nonneg(5e-6, max=1.0, unit="s")
     form_factor: str = ""
-    tdp_w: float | None = _pos(None)
-    price_per_gpu_hour_usd: float | None = _pos(None)
+    tdp_w: float | None = _pos(None, max=1e5, unit="W")
+    price_per_gpu_hour_usd: float | None = _pos(None, max=1e6, unit="USD")
     efficiency: Efficiency = field(default_factory=Efficiency)
     sources: tuple[str, ...] = ()
     notes: str = ""
@@ -269,9 +272,9 @@ class HardwareSpec:
             raise SpecError(f"peak_flops_per_s: empty; give FLOP/s for at least one of {', '.join(DTYPES)}")
         for k, v in self.peak_flops_per_s.items():
             if k not in DTYPE_BYTES:
-                raise SpecError(f"peak_flops_per_s.{k}: unknown dtype{_did_you_mean(k, DTYPES)}; allowed: {', '.join(DTYPES)}")
-            if not is_number(v) or not math.isfinite(v) or v <= 0:
-                raise SpecError(f"peak_flops_per_s.{k}: {v!r} must be a number > 0 (FLOP/s)")
+                raise SpecError(f"peak_flops_per_s.{str(k)[:80]}: unknown dtype{_did_you_mean(str(k), DTYPES)}; "
+                                f"allowed: {', '.join(DTYPES)}")
+            check_number(f"peak_flops_per_s.{k}", v, *PEAK_FLOPS_RANGE, unit="FLOP/s")
 
     def gemm_dtype(self, dtype: str) -> str:
         """The dtype whose tensor rate a GEMM in `dtype` runs at (falls back to wider ones)."""

@@ -27,14 +27,23 @@ No printing and no files written here; the CLI does that.
 from __future__ import annotations
 
 import csv
-import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .checks import (
+    MAX_BATCH,
+    MAX_REQUESTS,
+    MAX_RESULT_BYTES,
+    MAX_TOKENS,
+    check_int,
+    check_path,
+    load_json,
+    show,
+)
 from .specs import DTYPES, HardwareSpec, SpecError, is_number
 
 SCENARIOS = ("static_batch", "offline_max_throughput", "online_poisson", "closed_loop")
@@ -90,17 +99,25 @@ class SkipRow(Exception):  # noqa: N818 (a control-flow signal, not an error)
 # --------------------------------------------------------------------------- reading
 
 
+#: the largest value each integer column accepts (checks.py bounds; beyond them no row can be
+#: priced without unbounded time or memory)
+_INT_MAX = {"batch_size": MAX_BATCH, "input_len": MAX_TOKENS, "output_len": MAX_TOKENS,
+            "num_requests": MAX_REQUESTS, "concurrency": MAX_REQUESTS, "max_batch_size": MAX_BATCH,
+            "max_num_tokens": MAX_TOKENS, "num_gpus": MAX_BATCH, "tp": MAX_BATCH, "pp": MAX_BATCH}
+
+
 def _parse_int(text: str, col: str) -> int:
     try:
         f = float(text)
     except ValueError:
-        raise ValueError(f"{col}: {text!r} is not an integer") from None
+        raise ValueError(f"{col}: {show(text)} is not an integer") from None
     if not math.isfinite(f) or f != int(f):
-        raise ValueError(f"{col}: {text!r} is not an integer")
-    v = int(f)
-    if v < 1:
-        raise ValueError(f"{col}: {text!r} must be >= 1")
-    return v
+        raise ValueError(f"{col}: {show(text)} is not an integer")
+    if f < 1:
+        raise ValueError(f"{col}: {show(text)} must be >= 1")
+    if f > _INT_MAX[col]:
+        raise ValueError(f"{col}: {show(text)} must be <= {_INT_MAX[col]}")
+    return int(f)
 
 
 def _parse_float(text: str, col: str, allow_inf: bool = False) -> float:
@@ -110,9 +127,9 @@ def _parse_float(text: str, col: str, allow_inf: bool = False) -> float:
     try:
         v = float(s)
     except ValueError:
-        raise ValueError(f"{col}: {text!r} is not a number") from None
+        raise ValueError(f"{col}: {show(text)} is not a number") from None
     if not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{col}: {text!r} must be a finite number > 0")
+        raise ValueError(f"{col}: {show(text)} must be a finite number > 0")
     return v
 
 
@@ -147,14 +164,14 @@ def _check_categories(row: dict[str, Any]) -> None:
     the unit is normalised)."""
     for col in ("weight_dtype", "activation_dtype", "kv_dtype"):
         if row[col] not in DTYPES:
-            raise ValueError(f"{col}: {row[col]!r} is not one of {', '.join(DTYPES)}")
+            raise ValueError(f"{col}: {show(row[col])} is not one of {', '.join(DTYPES)}")
     if row["scenario"] not in SCENARIOS:
-        raise ValueError(f"scenario: {row['scenario']!r} is not one of {', '.join(SCENARIOS)}")
+        raise ValueError(f"scenario: {show(row['scenario'])} is not one of {', '.join(SCENARIOS)}")
     if row["metric"] not in METRICS:
-        raise ValueError(f"metric: {row['metric']!r} is not one of {', '.join(METRICS)}")
+        raise ValueError(f"metric: {show(row['metric'])} is not one of {', '.join(METRICS)}")
     unit = _UNIT_ALIASES.get(row["unit"].lower())
     if unit != METRICS[row["metric"]]:
-        raise ValueError(f"unit: {row['unit']!r} does not match metric {row['metric']} "
+        raise ValueError(f"unit: {show(row['unit'])} does not match metric {row['metric']} "
                          f"(expected {METRICS[row['metric']]})")
     row["unit"] = unit
     sc = row["scenario"]
@@ -166,49 +183,72 @@ def _check_categories(row: dict[str, Any]) -> None:
         raise ValueError("concurrency: empty (required for closed_loop)")
 
 
+def _decoded_lines(fh: Any, path: Path, at: list[int]) -> Iterator[str]:
+    """The lines of a binary file as text: UTF-8 (a leading BOM dropped), each line decoded on
+    its own so that a bad byte is reported with its line number; `at[0]` is the line last read."""
+    for number, raw in enumerate(fh, start=1):
+        at[0] = number
+        try:
+            yield raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+            raise SpecError(f"{path}:{number}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
+                            f"{e.start + 1}); save the file as UTF-8") from None
+
+
 def read_measurements(path: str | Path, skip_bad_rows: bool = False) -> tuple[list[dict], list[dict]]:
     """Read a SCHEMA.md measurement CSV. Returns (rows, skipped).
 
     A malformed row raises SpecError `FILE:LINE: column: problem` (LINE counts the header as
     line 1), unless `skip_bad_rows`, which records it in `skipped` with that reason instead.
-    Duplicate ids are malformed.
+    Duplicate ids are malformed. A file that is not UTF-8, holds a field longer than the csv
+    module's limit (131,072 characters) or fails to read is one SpecError naming FILE:LINE.
     """
-    p = Path(path)
+    p = check_path("path", path)
     try:
-        fh = open(p, newline="", encoding="utf-8-sig")
+        fh = open(p, "rb")
     except OSError as e:
-        raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e})") from None
+        raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e.strerror or e})") from None
+    at = [0]
+    reader = csv.DictReader(_decoded_lines(fh, p, at))
+    try:
+        with fh:
+            return _read_rows(reader, p, skip_bad_rows)
+    except csv.Error as e:
+        raise SpecError(f"{p}:{at[0]}: malformed CSV: {e}") from None
+    except OSError as e:
+        raise SpecError(f"{p}:{at[0]}: read failed ({e.__class__.__name__}: {e.strerror or e})") from None
+
+
+def _read_rows(reader: csv.DictReader, p: Path, skip_bad_rows: bool) -> tuple[list[dict], list[dict]]:
     rows: list[dict] = []
     skipped: list[dict] = []
     seen: dict[str, int] = {}
-    with fh:
-        reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
-        missing = [c for c in REQUIRED_COLUMNS if c not in header]
-        if missing:
-            raise SpecError(f"{p}: missing column(s) {', '.join(missing)}; see SCHEMA.md "
-                            f"(required: {', '.join(REQUIRED_COLUMNS)})")
-        line_end = 1
-        for raw in reader:
-            line = line_end + 1  # first physical line of this record
-            line_end = reader.line_num
-            if not any((v or "").strip() for k, v in raw.items() if k is not None):
-                continue  # blank line
-            try:
-                if None in raw:
-                    raise ValueError(f"{len(header) + len(raw[None])} fields, header has {len(header)}")
-                row = parse_row(raw)
-                if row["id"] in seen:
-                    raise ValueError(f"id: {row['id']!r} duplicates line {seen[row['id']]}")
-            except ValueError as e:
-                if not skip_bad_rows:
-                    raise SpecError(f"{p}:{line}: {e}") from None
-                skipped.append({"id": (raw.get("id") or "").strip() or f"line {line}",
-                                "reason": f"malformed row ({p.name}:{line}): {e}"})
-                continue
-            seen[row["id"]] = line
-            row["line"] = line
-            rows.append(row)
+    header = reader.fieldnames or []
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise SpecError(f"{p}: missing column(s) {', '.join(missing)}; see SCHEMA.md "
+                        f"(required: {', '.join(REQUIRED_COLUMNS)})")
+    line_end = 1
+    for raw in reader:
+        line = line_end + 1  # first physical line of this record
+        line_end = reader.line_num
+        if not any((v or "").strip() for k, v in raw.items() if k is not None):
+            continue  # blank line
+        try:
+            if None in raw:
+                raise ValueError(f"{len(header) + len(raw[None])} fields, header has {len(header)}")
+            row = parse_row(raw)
+            if row["id"] in seen:
+                raise ValueError(f"id: {show(row['id'])} duplicates line {seen[row['id']]}")
+        except ValueError as e:
+            if not skip_bad_rows:
+                raise SpecError(f"{p}:{line}: {e}") from None
+            skipped.append({"id": (raw.get("id") or "").strip()[:200] or f"line {line}",
+                            "reason": f"malformed row ({p.name}:{line}): {e}"})
+            continue
+        seen[row["id"]] = line
+        row["line"] = line
+        rows.append(row)
     return rows, skipped
 
 
@@ -218,6 +258,13 @@ _VLLM_KEYS: dict[str, str] = {
     "output_throughput": "output_tokens_per_s",
     **{f"{s}_{k}_ms": f"{s}_{k}_ms" for k in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")},
 }
+
+
+def _check_vllm_args(**args: Any) -> None:
+    """The settings `read_vllm_result` takes from its caller: positive integers within bounds."""
+    for name, v in args.items():
+        top = MAX_TOKENS if name in ("input_len", "output_len", "max_num_batched_tokens") else MAX_BATCH
+        check_int(name, v, maximum=top, optional=name not in ("tp", "pp"))
 
 
 def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1, pp: int = 1,
@@ -234,13 +281,10 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
     Lengths: the arguments, else `input_lens`/`output_lens` when every request has the same
     length, else `dataset` (or the JSON's `dataset_name`) must name a workload.
     """
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e})") from None
-    except json.JSONDecodeError as e:
-        raise SpecError(f"{p}:{e.lineno}: invalid JSON: {e.msg}") from None
+    p = check_path("path", path)
+    _check_vllm_args(tp=tp, pp=pp, num_gpus=num_gpus, max_num_seqs=max_num_seqs, input_len=input_len,
+                     output_len=output_len, max_num_batched_tokens=max_num_batched_tokens)
+    data = load_json(p, MAX_RESULT_BYTES, "vllm bench serve result")
     if not isinstance(data, dict):
         raise SpecError(f"{p}: expected a JSON object (a vllm bench serve result)")
     found = [k for k in _VLLM_KEYS if is_number(data.get(k))]
@@ -249,10 +293,16 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
                         "request_throughput, output_throughput, mean_ttft_ms)")
 
     def num(key: str) -> Any:
+        """A numeric setting: absent or null -> None; a number or "inf"; anything else (e.g.
+        `"request_rate": "fast"`, once read as offline) is refused, never guessed."""
         v = data.get(key)
+        if v is None:
+            return None
         if isinstance(v, str) and v.strip().lower() in ("inf", "infinity"):
             return math.inf
-        return v if is_number(v) else None
+        if not is_number(v) or math.isnan(v) or v < 0:
+            raise SpecError(f"{p}: {key}: {show(v)} is not a number >= 0 (or inf, or null)")
+        return v
 
     rate = num("request_rate")
     conc = num("max_concurrency")
@@ -306,11 +356,14 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
 
 def load_rows(path: str | Path, skip_bad_rows: bool = False, **vllm: Any) -> tuple[list[dict], list[dict]]:
     """A measurement CSV, or a vLLM result JSON (`vllm` keyword arguments: model, hardware, ...)."""
-    p = Path(path)
+    p = check_path("path", path)
     is_json = p.suffix.lower() == ".json"
-    if not is_json and p.is_file():
-        with open(p, "rb") as fh:
-            is_json = fh.read(64).lstrip().startswith(b"{")
+    if not is_json:
+        try:
+            with open(p, "rb") as fh:
+                is_json = fh.read(64).lstrip().startswith(b"{")
+        except OSError as e:
+            raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e.strerror or e})") from None
     if is_json:
         if not vllm.get("model") or not vllm.get("hardware"):
             raise SpecError(f"{p}: a vLLM result JSON does not record the model or hardware; "
@@ -334,6 +387,10 @@ class Validator:
                  workloads: Mapping[str, str] | None = None,
                  efficiency: Mapping[str, float] | None = None,
                  num_requests: int | None = None) -> None:
+        for name, arg in (("hardware_specs", hardware_specs), ("workloads", workloads), ("efficiency", efficiency)):
+            if arg is not None and not isinstance(arg, Mapping):
+                raise SpecError(f"{name}: {type(arg).__name__} is not a mapping")
+        check_int("num_requests", num_requests, maximum=MAX_REQUESTS, optional=True)
         self.hardware_specs = dict(hardware_specs or {})
         self.workloads = {k.lower(): v for k, v in (workloads or {}).items()}
         self.efficiency = dict(efficiency or {})
@@ -350,14 +407,14 @@ class Validator:
             ref = self.hardware_specs.get(hw_id)
             if ref is None:
                 if hw_id not in hardware_catalog():
-                    raise SkipRow(f"unknown hardware {hw_id!r} (not in the catalog)")
+                    raise SkipRow(f"unknown hardware {show(hw_id)} (not in the catalog)")
                 ref = hw_id
             try:
                 hw = load_hardware(ref)
                 if self.efficiency:
                     hw = hw.with_efficiency(**self.efficiency)
             except (SpecError, TypeError) as e:
-                raise SkipRow(f"hardware {hw_id!r}: {e}") from None
+                raise SkipRow(f"hardware {show(hw_id)}: {e}") from None
             self._hw[hw_id] = hw
         return self._hw[hw_id]
 
@@ -370,7 +427,7 @@ class Validator:
                row["activation_dtype"], row["kv_dtype"])
         if key not in self._cost:
             if row["model"] not in model_catalog():
-                raise SkipRow(f"unknown model {row['model']!r} (not in the catalog)")
+                raise SkipRow(f"unknown model {show(row['model'])} (not in the catalog)")
             hw = self.hardware(row["hardware"])
             try:
                 cost = CostModel(load_model(row["model"]), hw, Parallelism(row["tp"], row["pp"]),

@@ -299,3 +299,58 @@ def test_check_int_one_line_errors():
         DTypes("bf16", "bf16", "fp6")
     assert DTypes("int4", "bf16").gemm == "bf16" and DTypes("fp8", "fp8").gemm == "fp8"
     assert Parallelism(2, 4).num_gpus == 8
+
+
+def test_checks_layer_ranges_bounds_and_one_line_messages():
+    """The shared checks (simulator.checks, re-exported by specs): ranges name both ends and the
+    unit, huge integers never overflow, values in messages are cut, messages are one line."""
+    from simulator import checks, specs
+
+    assert specs.SpecError is checks.SpecError and specs.check_int is checks.check_int
+    assert checks.check_number("x", 5, 0, 10) == 5.0
+    assert checks.check_number("x", 10, 0, 10, low_open=True) == 10.0
+    for bad, shown in ((0, "0"), (11, "11"), (float("nan"), "nan"), (float("inf"), "inf"), ("3", "'3'"),
+                       (True, "True"), (10 ** 500, "<integer of 501 digits>")):
+        with pytest.raises(SpecError) as e:
+            checks.check_number("link_latency_s", bad, 0, 10, low_open=True, unit="s")
+        assert str(e.value) == f"link_latency_s: {shown} must be a number > 0 and <= 10 s"
+    with pytest.raises(SpecError, match=r"^tp: 9 must be an integer >= 1 and <= 8$"):
+        checks.check_int("tp", 9, maximum=8)
+    assert str(SpecError("a\nb")) == "a\\nb"
+    assert checks.show("x" * 500) == "'" + "x" * 79 + "...'"
+    assert checks.show([[1], [2]]) == "<nested list of 2 items>"
+    # check_tree: aliases are sized without being expanded; depth and self-reference refused
+    shared = ["lol"] * 9
+    for _ in range(8):
+        shared = [shared] * 9  # 9^9 values once expanded, 9 * 9 distinct list slots
+    with pytest.raises(SpecError, match="more than 100,000 values"):
+        checks.check_tree({"a": shared}, "f.yaml")
+    checks.check_tree({"a": [[1, 2]] * 1000}, "f.yaml")  # 3,000 values: fine
+    deep: list = []
+    node = deep
+    for _ in range(70):
+        node.append([])
+        node = node[0]
+    with pytest.raises(SpecError, match="nested more than 64 levels"):
+        checks.check_tree(deep, "f.yaml")
+    loop: list = []
+    loop.append(loop)
+    with pytest.raises(SpecError, match="contains itself"):
+        checks.check_tree(loop, "f.yaml")
+
+
+def test_physical_ranges_of_hardware_fields():
+    hw = load_hardware("h100-sxm")
+    for field_, value, words in (("hbm_capacity_bytes", 1e16, "<= 1e+15 bytes"),
+                                 ("hbm_bandwidth_bytes_per_s", 1.0, ">= 1e+06 and <= 1e+16 bytes/s"),
+                                 ("link_latency_s", 2.0, "<= 1 s"),
+                                 ("hbm_capacity_bytes", -1.0, "must be > 0")):
+        with pytest.raises(SpecError) as e:
+            dataclasses.replace(hw, **{field_: value})
+        assert str(e.value).startswith(f"{field_}: ") and words in str(e.value), str(e.value)
+    with pytest.raises(SpecError, match=r"^efficiency.step_overhead_s: 11.0 must be a number >= 0 and <= 10 s$"):
+        hw.with_efficiency(step_overhead_s=11.0)
+    with pytest.raises(SpecError, match=r"^peak_flops_per_s.bf16: 1e\+20 must be a number >= 1e\+09 and <= 1e\+19 FLOP/s$"):
+        dataclasses.replace(hw, peak_flops_per_s={"bf16": 1e20})
+    # every catalog chip sits inside the ranges (they were chosen around real hardware)
+    assert len(hardware_catalog()) == len(HARDWARE_IDS)

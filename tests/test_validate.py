@@ -182,6 +182,30 @@ def test_vllm_closed_loop_and_offline(tmp_path: Path) -> None:
     assert V.read_vllm_result(f, model="llama-3.1-8b", hardware="h100-sxm")[0]["scenario"] == "offline_max_throughput"
 
 
+
+@pytest.mark.parametrize("key,value", [("request_rate", "fast"), ("request_rate", -2.0),
+                                       ("request_rate", True), ("max_concurrency", "8"),
+                                       ("num_prompts", [200]), ("completed", float("nan"))])
+def test_vllm_settings_that_are_not_numbers_are_refused(tmp_path: Path, key, value) -> None:
+    """Issue 17 cause 5: a setting that is present but not a number (or inf, or null) is an
+    error naming it, never read as absent (which made `"request_rate": "fast"` offline)."""
+    d = json.loads((DATA / "vllm_bench_serve_result.json").read_text())
+    d.update({key: value, "num_prompts": None} if key == "completed" else {key: value})
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(d))
+    with pytest.raises(SpecError, match=rf"^{f}: {key}: .* is not a number >= 0 \(or inf, or null\)$"):
+        V.read_vllm_result(f, model="llama-3.1-8b", hardware="h100-sxm")
+
+
+def test_vidur_csv_non_numeric_cell_names_file_and_line(tmp_path: Path) -> None:
+    f = tmp_path / "ar.csv"
+    f.write_text("node,all_reduce_ms,rank,num_workers,size_bytes,devices_per_node,max_devices_per_node\n"
+                 "a100_dgx,0.043,0,2,2048,1,8\na100_dgx,fast,0,2,4096,1,8\n")
+    with pytest.raises(SpecError, match=r"ar.csv:3: all_reduce_ms: 'fast' is not a number$"):
+        C.allreduce_points(f, "a100-sxm-80gb")
+
+
+
 # --------------------------------------------------------------------------- calibrate
 
 
