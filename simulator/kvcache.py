@@ -46,6 +46,26 @@ class KVCache:
         shared = self.shared_of.get(slot)
         return self.held[slot] + (len(shared) if shared else 0)
 
+    def blocks_per_slot(self) -> list[int]:
+        """Blocks each slot covers, indexed by slot: the live `held` list itself when no block
+        is shared (read it, never write it), else a snapshot. Lets hot loops index a list."""
+        if not self.shared_of:
+            return self.held
+        return [self.blocks_of(s) for s in range(len(self.held))]
+
+    def grow_to_cover(self, items: list[tuple[int, int]], computed: list[int]) -> None:
+        """For each (slot, new tokens): allocate the blocks that cover computed + new tokens
+        (the caller checked they are free)."""
+        covered = self.blocks_per_slot()
+        held, bs = self.held, self.block_size
+        taken = 0
+        for s, tokens in items:
+            need = -(-(computed[s] + tokens) // bs) - covered[s]
+            if need > 0:
+                held[s] += need
+                taken += need
+        self.free_blocks -= taken
+
     def blocks_to_grow(self, slot: int, tokens: int) -> int:
         """New blocks the slot needs so that its blocks cover `tokens` tokens."""
         need = -(-tokens // self.block_size) - self.blocks_of(slot)
@@ -67,6 +87,13 @@ class KVCache:
         """Give the slot `blocks` more private blocks (the caller checked they are free)."""
         self.held[slot] += blocks
         self.free_blocks -= blocks
+
+    def allocate_one_each(self, slots: list[int]) -> None:
+        """One more private block for each slot (decodes crossing a block boundary)."""
+        held = self.held
+        for s in slots:
+            held[s] += 1
+        self.free_blocks -= len(slots)
 
     def share(self, slot: int, block_id: int) -> None:
         """The slot references shared block `block_id` (taken from the pool on its first use)."""

@@ -16,7 +16,7 @@ sequence's new tokens q and cached tokens p (symbols of `roofline.py`):
     Aw, Rw: Ad + Ap and R with each context capped at the sliding window W.
 
 Decode fast path. When the policy says the next step is decode-only and nothing can be
-admitted (`decode_segment_ok`), the following steps differ only by context growth: step j
+admitted (the policy returns `DECODE_SEGMENT`), the following steps differ only by context growth: step j
 of a segment of B sequences with context sum C has T = S = B, Ad = C + B/2 + B j,
 R = C + B + B j. Without a window only the attention terms grow, linearly in j, so step j
 lasts d_0 + slope j exactly (checked on the last step) and the segment ends at
@@ -118,20 +118,20 @@ class Replica:
     # ---------------------------------------------------------------- arrivals
     def enqueue(self, r: int, t: float) -> None:
         """Request r arrives at time t (the replica has been advanced to >= t or is idle)."""
-        need = self.total_len(r)
-        reason = None
+        input_len = int(self.wl_in[r])
+        need = input_len + int(self.wl_out[r])
         if need > self.max_model_len:
             reason = f"prompt+output = {need} tokens exceeds max_model_len {self.max_model_len}"
-        elif self.kv.blocks_for(need) > self.kv.total_blocks:
+        elif -(-need // self.bs) > self.kv.total_blocks:
             reason = f"needs {need} KV tokens; the replica holds {self.kv.total_blocks * self.bs}"
         else:
-            reason = self.policy.admission_error(int(self.wl_in[r]))
+            reason = self.policy.admission_error(input_len)
         self.out["replica"][r] = self.index
         if reason is not None:
             self.out["status"][r] = REJECTED
             self.out["reasons"][r] = reason
             return
-        if not self.has_work() and self.clock < t:
+        if not (self.active or self.waiting) and self.clock < t:
             self.clock = t
         self.waiting.append(r)
         self.outstanding += 1
@@ -142,16 +142,17 @@ class Replica:
 
         `max_actions` bounds the scheduling decisions taken (a step or a decode segment).
         """
-        policy = self.policy
+        next_step = self.policy.next_step
         done = 0
         while (self.active or self.waiting) and self.clock < t_limit:
             if max_actions is not None and done >= max_actions:
                 return
             done += 1
-            if policy.decode_segment_ok(self):
+            plan = next_step(self)
+            if plan.decode_segment:
                 self._decode_segment(t_limit)
             else:
-                self.run_plan(policy.next_step(self))
+                self.run_plan(plan)
 
     def run_plan(self, plan: StepPlan) -> None:
         """Apply the policy's plan: preempt, allocate, admit, then price and run the step."""
@@ -164,13 +165,11 @@ class Replica:
         for s in plan.preempt:
             self._preempt(s)
         kv = self.kv
-        computed = self.computed
-        for s, tokens in plan.running:
-            kv.allocate(s, kv.blocks_to_grow(s, computed[s] + tokens))
+        if plan.running:
+            kv.grow_to_cover(plan.running, self.computed)
         decodes = None
         if plan.decode_all:
-            for s in plan.decode_new_blocks:
-                kv.allocate(s, 1)
+            kv.allocate_one_each(plan.decode_new_blocks)
             decodes = list(self.active)  # before admissions join `active`
         sched = plan.running
         if plan.admit:
@@ -194,11 +193,12 @@ class Replica:
         s = self.free_slots.pop()
         self.rid[s] = r
         self.computed[s] = 0
-        self.prompt[s] = self.prompt_of(r)
-        self.generated[s] = self.gen_so_far.pop(r, 0)
+        generated = self.gen_so_far.pop(r, 0)
+        self.prompt[s] = int(self.wl_in[r]) + generated
+        self.generated[s] = generated
         self.last_tok[s] = self.last_tok_of.pop(r, 0.0)
         self.outlen[s] = int(self.wl_out[r])
-        self.kv.allocate(s, self.kv.blocks_for(tokens))
+        self.kv.allocate(s, -(-tokens // self.bs))
         self.active.append(s)
         self.n_prefilling += 1
         return s, tokens
@@ -321,7 +321,8 @@ class Replica:
         self.on_finish(r, self.clock)
 
     def _record(self, batch: int) -> None:
-        self.log.record(self.clock, self.index, batch, self.kv.utilization, len(self.waiting))
+        kv = self.kv
+        self.log.record(self.clock, self.index, batch, 1.0 - kv.free_blocks / kv.total_blocks, len(self.waiting))
         if self.cfg.debug:
             self.check()
 
@@ -364,15 +365,16 @@ class Replica:
         active = self.active
         batch = len(active)
         if self.cfg.max_num_batched_tokens < batch:
-            self.run_plan(self.policy.next_step(self))
+            self.run_plan(self.policy.next_step(self, allow_segment=False))
             return
         computed, generated, outlen = self.computed, self.generated, self.outlen
         contexts = [computed[s] for s in active]
         steps_to_first_finish = min([outlen[s] - generated[s] for s in active])
-        max_steps = self._steps_before_block_shortage(
-            contexts, min(steps_to_first_finish, self.cfg.max_segment_steps))
+        max_steps = min(steps_to_first_finish, self.cfg.max_segment_steps)
+        if self.kv.free_blocks < batch * (max_steps // self.bs + 1):  # else no shortage possible
+            max_steps = self._steps_before_block_shortage(contexts, max_steps)
         if max_steps <= 0:
-            self.run_plan(self.policy.next_step(self))  # a block is needed now: the policy preempts
+            self.run_plan(self.policy.next_step(self, allow_segment=False))  # a block is needed now: the policy preempts
             return
         context_sum = sum(contexts)
         first_step_s = self._first_decode_step_s(batch, context_sum, contexts)
@@ -383,7 +385,7 @@ class Replica:
                 max_steps = max(1, int(fit) + 1)
         line = self._decode_line(batch, context_sum, first_step_s, max_steps)
         if line is not None:
-            n_steps = self._line_steps_before(line, max_steps, t_limit)
+            n_steps = max_steps if t_limit == math.inf else self._line_steps_before(line, max_steps, t_limit)
             d0, slope = line
             t_end = self.clock + n_steps * d0 + slope * n_steps * (n_steps - 1) / 2
             self.log.segment_line(d0, slope, n_steps, batch)
@@ -410,13 +412,11 @@ class Replica:
         batch = len(contexts)
         free = self.kv.free_blocks
         bs = self.bs
-        if free >= batch * (max_steps // bs + 1):
-            return max_steps  # max_steps cannot run out of blocks
-        kv, active = self.kv, self.active
+        covered = self.kv.blocks_per_slot()
         # room_count[k]: slots with k free token places in their last block (0..bs-1)
         room_count = [0] * (bs + 1)
-        for s, c in zip(active, contexts, strict=True):
-            room_count[kv.blocks_of(s) * bs - c] += 1
+        for s, c in zip(self.active, contexts, strict=True):
+            room_count[covered[s] * bs - c] += 1
         full_rounds = free // batch  # every slot can take this many more blocks
         spare = free - batch * full_rounds
         needing = 0  # slots that need a block within r extra steps
@@ -496,14 +496,14 @@ class Replica:
         computed, generated, outlen, last = self.computed, self.generated, self.outlen, self.last_tok
         kv = self.kv
         held, bs = kv.held, self.bs
-        shared = kv.shared_of
+        covered = kv.blocks_per_slot() if kv.shared_of else held
         taken = 0
         done = []
         for s in self.active:
             c = computed[s] + n_steps
             computed[s] = c
-            need = -(-c // bs) - (kv.blocks_of(s) if shared else held[s])
-            if need > 0:
+            if c > covered[s] * bs:  # crossed into new blocks
+                need = -(-c // bs) - covered[s]
                 held[s] += need
                 taken += need
             g = generated[s] + n_steps

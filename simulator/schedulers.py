@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 import numpy as np
@@ -92,17 +92,36 @@ class EngineConfig:
             raise SpecError(f"kv_capacity_tokens: {self.kv_capacity_tokens!r} must be >= block_size")
 
 
-@dataclass(slots=True)
 class StepPlan:
-    """The next step of one replica, in batch order (see the module docstring)."""
+    """The next step of one replica, in batch order (see the module docstring).
 
-    running: list[tuple[int, int]] = field(default_factory=list)  # (slot, new tokens)
-    admit: list[tuple[int, int]] = field(default_factory=list)  # (request id, new tokens)
-    preempt: list[int] = field(default_factory=list)  # slots, preempted in this order first
-    decode_all: bool = False  # every running sequence decodes one token (before `running`)
-    decode_new_blocks: list[int] = field(default_factory=list)  # with decode_all: slots whose token needs a block
-    run_to_completion: bool = False  # static batching: `admit` is a batch served to its end
-    reject_head: str | None = None  # reject the head of the queue with this reason
+    A plain slotted class rather than a dataclass: one is built per engine step, and the
+    dataclass default factories cost more than the rest of a short step's scheduling.
+    """
+
+    __slots__ = ("running", "admit", "preempt", "decode_all", "decode_new_blocks", "run_to_completion",
+                 "reject_head", "decode_segment")
+
+    def __init__(self, decode_all: bool = False, run_to_completion: bool = False,
+                 decode_segment: bool = False) -> None:
+        self.running: list[tuple[int, int]] = []  # (slot, new tokens) of admitted sequences
+        self.admit: list[tuple[int, int]] = []  # (request id, new tokens) from the queue head
+        self.preempt: list[int] = []  # slots, preempted in this order before anything else
+        self.decode_all = decode_all  # every running sequence decodes one token (before `running`)
+        self.decode_new_blocks: list[int] = []  # with decode_all: slots whose token needs a block
+        self.run_to_completion = run_to_completion  # static batching: `admit` is served to its end
+        self.reject_head: str | None = None  # reject the head of the queue with this reason
+        # the next steps are decode-only with nothing to admit: the replica may run a run of
+        # them in closed form (the decode fast path) and ask again at its end
+        self.decode_segment = decode_segment
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
+        return f"StepPlan({fields})"
+
+
+#: the plan "run the closed-form decode segment" (shared; never mutate it)
+DECODE_SEGMENT = StepPlan(decode_segment=True)
 
 
 class ReplicaView(Protocol):
@@ -136,36 +155,36 @@ class SchedulerPolicy:
         """A reason to reject a prompt of `input_len` tokens at arrival, or None."""
         return None
 
-    def decode_segment_ok(self, view: ReplicaView) -> bool:
-        """True when the next step is decode-only and nothing can be admitted, so the replica
-        may price the following identical decode steps in closed form."""
-        active = view.active
-        if not active or view.n_prefilling:
-            return False
-        if not view.waiting:
-            return True
-        batch = len(active)
-        cfg = self.cfg
-        if batch >= cfg.max_num_seqs or cfg.max_num_batched_tokens <= batch:
-            return True
-        # could the head be admitted right now? (KV for its first chunk after the decodes)
-        kv = view.kv
-        prompt = view.prompt_of(view.waiting[0])
-        first = prompt if self.whole_prompts else min(prompt, cfg.max_num_batched_tokens - batch)
-        return kv.blocks_for(first) + self._decode_block_count(view) > kv.free_blocks
-
-    def next_step(self, view: ReplicaView) -> StepPlan:
+    def next_step(self, view: ReplicaView, allow_segment: bool = True) -> StepPlan:
+        """The plan of the next step, or DECODE_SEGMENT (only if `allow_segment`) when the
+        closed-form decode fast path is valid from here."""
         raise NotImplementedError
 
     # ---------------------------------------------------------------- shared pieces
+    def _segment_ok(self, view: ReplicaView, decode_blocks: int | None = None) -> bool:
+        """True when the next step is decode-only and nothing can be admitted (no free seat,
+        no budget left after the decodes, or no KV blocks for the head's first chunk after
+        the `decode_blocks` the decodes need), so the following identical decode steps may
+        be priced in closed form. Call only when every running sequence decodes."""
+        if not view.waiting:
+            return True
+        batch = len(view.active)
+        cfg = self.cfg
+        if batch >= cfg.max_num_seqs or cfg.max_num_batched_tokens <= batch:
+            return True
+        kv = view.kv
+        prompt = view.prompt_of(view.waiting[0])
+        first = prompt if self.whole_prompts else min(prompt, cfg.max_num_batched_tokens - batch)
+        if decode_blocks is None:
+            decode_blocks = len(self._decode_new_blocks(view))
+        return -(-first // kv.block_size) + decode_blocks > kv.free_blocks
+
     @staticmethod
-    def _decode_block_count(view: ReplicaView) -> int:
-        """Running sequences whose next token needs a new block (their last block is full)."""
+    def _decode_new_blocks(view: ReplicaView) -> list[int]:
+        """Running slots whose next token needs a new block (their blocks are full)."""
         computed, kv = view.computed, view.kv
-        held, bs = kv.held, kv.block_size
-        if kv.shared_of:
-            return sum(1 for s in view.active if computed[s] >= kv.blocks_of(s) * bs)
-        return sum(1 for s in view.active if computed[s] >= held[s] * bs)
+        covered, bs = kv.blocks_per_slot() if kv.shared_of else kv.held, kv.block_size
+        return [s for s in view.active if computed[s] >= covered[s] * bs]
 
     def _plan_running(self, view: ReplicaView, plan: StepPlan, budget: int) -> tuple[int, int]:
         """Running sequences in admission order within the token budget; when one needs a
@@ -173,6 +192,7 @@ class SchedulerPolicy:
         Fills plan.running / plan.preempt; returns (budget left, free blocks left)."""
         active, computed, prompt, kv = view.active, view.computed, view.prompt, view.kv
         free = kv.free_blocks
+        covered, bs = kv.blocks_per_slot(), kv.block_size
         whole = self.whole_prompts
         tail = len(active)  # active[tail:] are preempted in this step (always the newest)
         i = 0
@@ -188,7 +208,7 @@ class SchedulerPolicy:
                 tokens = remaining if whole else min(remaining, budget)
                 if tokens > budget:
                     continue
-            new_blocks = kv.blocks_to_grow(s, computed[s] + tokens)
+            new_blocks = -(-(computed[s] + tokens) // bs) - covered[s]
             while new_blocks > free:
                 tail -= 1
                 victim = active[tail]
@@ -231,24 +251,24 @@ class ChunkedPrefill(SchedulerPolicy):
 
     name = "vllm"
 
-    def next_step(self, view: ReplicaView) -> StepPlan:
+    def next_step(self, view: ReplicaView, allow_segment: bool = True) -> StepPlan:
         budget = self.cfg.max_num_batched_tokens
-        plan = StepPlan()
         batch = len(view.active)
-        if batch and not view.n_prefilling and budget >= batch:
-            # every running sequence decodes: if their new blocks are free, all of them run
-            # (order does not matter then) and waiting requests are admitted after them
-            computed, kv = view.computed, view.kv
-            held, bs = kv.held, kv.block_size
-            if kv.shared_of:
-                needy = [s for s in view.active if computed[s] >= kv.blocks_of(s) * bs]
-            else:
-                needy = [s for s in view.active if computed[s] >= held[s] * bs]
-            if len(needy) <= kv.free_blocks:
-                plan.decode_all = True
+        if batch and not view.n_prefilling:
+            # every running sequence decodes
+            if allow_segment and (not view.waiting or batch >= self.cfg.max_num_seqs or budget <= batch):
+                return DECODE_SEGMENT
+            needy = self._decode_new_blocks(view)
+            if allow_segment and self._segment_ok(view, len(needy)):
+                return DECODE_SEGMENT
+            if budget >= batch and len(needy) <= view.kv.free_blocks:
+                # if their new blocks are free, all of them run (order does not matter then)
+                # and waiting requests are admitted after them
+                plan = StepPlan(decode_all=True)
                 plan.decode_new_blocks = needy
-                self._plan_admission(view, plan, budget - batch, kv.free_blocks - len(needy))
+                self._plan_admission(view, plan, budget - batch, view.kv.free_blocks - len(needy))
                 return plan
+        plan = StepPlan()
         budget, free = self._plan_running(view, plan, budget)
         if not plan.preempt:
             self._plan_admission(view, plan, budget, free)
@@ -268,7 +288,9 @@ class PrefillPriority(SchedulerPolicy):
                     f"{self.cfg.max_num_batched_tokens} with chunked prefill off")
         return None
 
-    def next_step(self, view: ReplicaView) -> StepPlan:
+    def next_step(self, view: ReplicaView, allow_segment: bool = True) -> StepPlan:
+        if allow_segment and view.active and not view.n_prefilling and self._segment_ok(view):
+            return DECODE_SEGMENT
         budget = self.cfg.max_num_batched_tokens
         plan = StepPlan()
         if view.waiting and self._head_fits(view, budget):
@@ -289,10 +311,7 @@ class StaticBatching(SchedulerPolicy):
 
     name = "static"
 
-    def decode_segment_ok(self, view: ReplicaView) -> bool:
-        return False
-
-    def next_step(self, view: ReplicaView) -> StepPlan:
+    def next_step(self, view: ReplicaView, allow_segment: bool = True) -> StepPlan:
         plan = StepPlan(run_to_completion=True)
         blocks = 0
         kv = view.kv
