@@ -164,25 +164,40 @@ ARRIVAL, RELEASE = 0, 1  # event kinds
 
 
 class EventQueue:
-    """A heap of timed events (time_s, kind, payload); equal times pop in push order."""
+    """Timed events in time order: a pre-sorted stream of arrivals merged with a heap of the
+    events the run creates (closed-loop releases; later, hand-offs between pools). On equal
+    times the stream comes first, then heap events in push order."""
 
-    def __init__(self) -> None:
+    def __init__(self, arrival_s: np.ndarray | None = None) -> None:
         self._heap: list[tuple[float, int, int, int]] = []
         self._seq = 0
+        self._arrivals = arrival_s if arrival_s is not None else np.zeros(0)
+        self._next = 0  # index of the next arrival in the stream
 
     def push(self, time_s: float, kind: int, payload: int = -1) -> None:
         heapq.heappush(self._heap, (time_s, self._seq, kind, payload))
         self._seq += 1
 
     def peek_time(self) -> float:
-        return self._heap[0][0]
+        heap, i = self._heap, self._next
+        if i < len(self._arrivals):
+            t = float(self._arrivals[i])
+            return t if not heap or t <= heap[0][0] else heap[0][0]
+        return heap[0][0]
 
     def pop(self) -> tuple[float, int, int]:
-        time_s, _, kind, payload = heapq.heappop(self._heap)
+        """(time_s, kind, payload) of the earliest event (payload: the request of an arrival)."""
+        heap, i = self._heap, self._next
+        if i < len(self._arrivals):
+            t = float(self._arrivals[i])
+            if not heap or t <= heap[0][0]:
+                self._next = i + 1
+                return t, ARRIVAL, i
+        time_s, _, kind, payload = heapq.heappop(heap)
         return time_s, kind, payload
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._heap) + len(self._arrivals) - self._next
 
 
 class Pool:
@@ -260,7 +275,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     log = StepLog()
     closed = workload.concurrency
     arrivals = np.array(workload.arrival_s, dtype=float) if closed is None else np.full(n, np.nan)
-    events = EventQueue()
+    events = EventQueue(arrivals if closed is None else None)
 
     def on_finish(r: int, t: float) -> None:
         if closed is not None:
@@ -274,8 +289,6 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     if closed is not None:
         for _ in range(min(closed, n)):
             events.push(0.0, RELEASE)
-    elif n:
-        events.push(float(arrivals[0]), ARRIVAL, 0)
     _run_events(pool, events, arrivals, closed, cfg, out, progress)
     cap = cfg.max_duration_s
     cut_reason = _cut_reason(cap)
@@ -350,9 +363,7 @@ def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: in
             t = _next_release(pool, events)
             arrivals[r] = t
         else:
-            t, _, _ = events.pop()
-            if r + 1 < n:
-                events.push(float(arrivals[r + 1]), ARRIVAL, r + 1)
+            t = events.pop()[0]
         if cap is not None and t > cap:
             # past the cap nothing more is served: the rest are cut off, with a reason
             for q in range(r, n):

@@ -92,6 +92,7 @@ class Replica:
         self.on_finish = on_finish
         self.outstanding = 0
         self.n_prefilling = 0  # active slots that have not finished their prompt
+        self.context_sum = 0  # sum of computed over active slots (kept exact: no O(B) sum per step)
 
     # ---------------------------------------------------------------- state queries
     @property
@@ -125,7 +126,7 @@ class Replica:
         elif -(-need // self.bs) > self.kv.total_blocks:
             reason = f"needs {need} KV tokens; the replica holds {self.kv.total_blocks * self.bs}"
         else:
-            reason = self.policy.admission_error(input_len)
+            reason = self.policy.admission_error(input_len) if self.policy.checks_arrivals else None
         self.out["replica"][r] = self.index
         if reason is not None:
             self.out["status"][r] = REJECTED
@@ -169,7 +170,8 @@ class Replica:
             kv.grow_to_cover(plan.running, self.computed)
         decodes = None
         if plan.decode_all:
-            kv.allocate_one_each(plan.decode_new_blocks)
+            if plan.decode_new_blocks:
+                kv.allocate_one_each(plan.decode_new_blocks)
             decodes = list(self.active)  # before admissions join `active`
         sched = plan.running
         if plan.admit:
@@ -214,6 +216,7 @@ class Replica:
 
     def _release(self, s: int) -> None:
         self.kv.free(s)
+        self.context_sum -= self.computed[s]
         if self.computed[s] < self.prompt[s]:
             self.n_prefilling -= 1
         self.rid[s] = -1
@@ -237,10 +240,12 @@ class Replica:
         comp, prompt, gen, last, outl = self.computed, self.prompt, self.generated, self.last_tok, self.outlen
         regular = 0  # tokens whose gap is exactly this step (they emitted in the previous step)
         done = []
+        added = len(dec) if dec else 0
         for s, q in sched:
             before = comp[s]
             after = before + q
             comp[s] = after
+            added += q
             if after < prompt[s]:
                 continue  # a prompt chunk that does not finish the prompt: no token
             if before < prompt[s]:
@@ -268,6 +273,7 @@ class Replica:
                 last[s] = t_end
                 if g >= outl[s]:
                     done.append(s)
+        self.context_sum += added
         self.clock = t_end
         lg.gap(t_end - prev, regular)
         self._record(batch)
@@ -283,14 +289,13 @@ class Replica:
         comp, prompt = self.computed, self.prompt
         if dec:
             B = len(dec)
-            contexts = [comp[s] for s in dec]
-            context_sum = sum(contexts)
+            context_sum = self.context_sum  # dec holds every active slot, and only those
             T = S = B
             Ad = context_sum + 0.5 * B
             R = float(context_sum + B)
             if W is not None:
-                Aw = sum(min(c + 0.5, W) for c in contexts)
-                Rw = sum(min(c + 1, W) for c in contexts)
+                Aw = sum(min(comp[s] + 0.5, W) for s in dec)
+                Rw = sum(min(comp[s] + 1, W) for s in dec)
         for s, q in sched:
             p = comp[s]
             T += q
@@ -353,6 +358,8 @@ class Replica:
             kv.check(self.active)
         except AssertionError as e:
             raise AssertionError(f"replica {self.index}: {e}") from None
+        if self.context_sum != sum(self.computed[s] for s in self.active):
+            raise AssertionError(f"replica {self.index}: context sum broken")
         if len(self.active) + len(self.free_slots) != len(self.rid):
             raise AssertionError(f"replica {self.index}: seat accounting broken")
         if self.n_prefilling != sum(1 for s in self.active if self.computed[s] < self.prompt[s]):
@@ -367,17 +374,16 @@ class Replica:
         if self.cfg.max_num_batched_tokens < batch:
             self.run_plan(self.policy.next_step(self, allow_segment=False))
             return
-        computed, generated, outlen = self.computed, self.generated, self.outlen
-        contexts = [computed[s] for s in active]
+        generated, outlen = self.generated, self.outlen
         steps_to_first_finish = min([outlen[s] - generated[s] for s in active])
         max_steps = min(steps_to_first_finish, self.cfg.max_segment_steps)
         if self.kv.free_blocks < batch * (max_steps // self.bs + 1):  # else no shortage possible
-            max_steps = self._steps_before_block_shortage(contexts, max_steps)
+            max_steps = self._steps_before_block_shortage(max_steps)
         if max_steps <= 0:
             self.run_plan(self.policy.next_step(self, allow_segment=False))  # a block is needed now: the policy preempts
             return
-        context_sum = sum(contexts)
-        first_step_s = self._first_decode_step_s(batch, context_sum, contexts)
+        context_sum = self.context_sum
+        first_step_s = self._first_decode_step_s(batch, context_sum)
         if t_limit != math.inf:
             # steps only lengthen as context grows: at most (t_limit - clock)/d0 + 1 start in time
             fit = (t_limit - self.clock) / first_step_s  # may overflow to inf for far-off limits
@@ -390,7 +396,7 @@ class Replica:
             t_end = self.clock + n_steps * d0 + slope * n_steps * (n_steps - 1) / 2
             self.log.segment_line(d0, slope, n_steps, batch)
         else:
-            step_s = self._decode_step_times(batch, context_sum, contexts, max_steps)
+            step_s = self._decode_step_times(batch, context_sum, max_steps)
             ends = self.clock + np.cumsum(step_s)
             n_steps = int(np.searchsorted(ends[:-1], t_limit, side="left")) + 1 if max_steps > 1 else 1
             n_steps = min(n_steps, max_steps)
@@ -406,17 +412,18 @@ class Replica:
         for s in done:
             self._finish(s)
 
-    def _steps_before_block_shortage(self, contexts: list[int], max_steps: int) -> int:
+    def _steps_before_block_shortage(self, max_steps: int) -> int:
         """Decode steps the free blocks allow: after i = q·bs + r steps (r < bs) the batch
         needs B q + #{slots with fewer than r free places in their last block} new blocks."""
-        batch = len(contexts)
+        batch = len(self.active)
+        computed = self.computed
         free = self.kv.free_blocks
         bs = self.bs
         covered = self.kv.blocks_per_slot()
         # room_count[k]: slots with k free token places in their last block (0..bs-1)
         room_count = [0] * (bs + 1)
-        for s, c in zip(self.active, contexts, strict=True):
-            room_count[covered[s] * bs - c] += 1
+        for s in self.active:
+            room_count[covered[s] * bs - computed[s]] += 1
         full_rounds = free // batch  # every slot can take this many more blocks
         spare = free - batch * full_rounds
         needing = 0  # slots that need a block within r extra steps
@@ -428,12 +435,14 @@ class Replica:
             extra_steps = r
         return min(max_steps, full_rounds * bs + extra_steps)
 
-    def _first_decode_step_s(self, batch: int, context_sum: int, contexts: list[int]) -> float:
+    def _first_decode_step_s(self, batch: int, context_sum: int) -> float:
         W = self.window
+        computed = self.computed
         if W is None:
             return self.step_time(batch, batch, context_sum + 0.5 * batch, 0.0, float(context_sum + batch))
         return self.step_time(batch, batch, context_sum + 0.5 * batch, 0.0, float(context_sum + batch),
-                              sum(min(c + 0.5, W) for c in contexts), sum(min(c + 1, W) for c in contexts))
+                              sum(min(computed[s] + 0.5, W) for s in self.active),
+                              sum(min(computed[s] + 1, W) for s in self.active))
 
     def _decode_line(self, batch: int, context_sum: int, d0: float,
                      max_steps: int) -> tuple[float, float] | None:
@@ -475,15 +484,14 @@ class Replica:
             n += 1
         return n
 
-    def _decode_step_times(self, batch: int, context_sum: int, contexts: list[int],
-                           max_steps: int) -> np.ndarray:
+    def _decode_step_times(self, batch: int, context_sum: int, max_steps: int) -> np.ndarray:
         """Durations of max_steps decode steps priced in one vectorised call."""
         j = np.arange(max_steps, dtype=float)
         Ad = (context_sum + 0.5 * batch) + batch * j
         R = float(context_sum + batch) + batch * j
         W = self.window
         if W is not None:
-            sorted_contexts = np.sort(np.array(contexts, dtype=float))
+            sorted_contexts = np.sort(np.array([self.computed[s] for s in self.active], dtype=float))
             Aw = capped_sums(sorted_contexts, j + 0.5, W)
             Rw = capped_sums(sorted_contexts, j + 1.0, W)
         else:
@@ -493,26 +501,45 @@ class Replica:
     def _apply_decode_steps(self, n_steps: int, t_end: float) -> list[int]:
         """Every running slot emits n_steps tokens (the last at t_end) and takes the blocks
         its longer context needs; returns the slots that are done."""
-        computed, generated, outlen, last = self.computed, self.generated, self.outlen, self.last_tok
         kv = self.kv
+        self.context_sum += n_steps * len(self.active)
+        if kv.shared_of:
+            return self._apply_decode_steps_shared(n_steps, t_end)
+        computed, generated, outlen, last = self.computed, self.generated, self.outlen, self.last_tok
         held, bs = kv.held, self.bs
-        covered = kv.blocks_per_slot() if kv.shared_of else held
-        taken = 0
+        # private blocks only: a slot holds ceil(c / bs) blocks, so n more tokens take
+        # n // bs blocks, plus one if its last block has fewer than n % bs free places,
+        # i.e. (c - 1) % bs >= bs - n % bs (threshold bs when n % bs == 0: never)
+        full, rem = divmod(n_steps, bs)
+        threshold = bs - rem if rem else bs
+        crossing = 0
         done = []
         for s in self.active:
-            c = computed[s] + n_steps
-            computed[s] = c
-            if c > covered[s] * bs:  # crossed into new blocks
-                need = -(-c // bs) - covered[s]
-                held[s] += need
-                taken += need
+            c = computed[s]
+            if (c - 1) % bs >= threshold:
+                crossing += 1
+                held[s] += full + 1
+            elif full:
+                held[s] += full
+            computed[s] = c + n_steps
             g = generated[s] + n_steps
             generated[s] = g
             last[s] = t_end
             if g >= outlen[s]:
                 done.append(s)
-        kv.free_blocks -= taken
+        kv.free_blocks -= full * len(self.active) + crossing
         return done
+
+    def _apply_decode_steps_shared(self, n_steps: int, t_end: float) -> list[int]:
+        """`_apply_decode_steps` when some blocks are shared (no ceil(c / bs) shortcut)."""
+        computed, generated, outlen, last = self.computed, self.generated, self.outlen, self.last_tok
+        kv = self.kv
+        for s in self.active:
+            computed[s] += n_steps
+            kv.allocate(s, kv.blocks_to_grow(s, computed[s]))
+            generated[s] += n_steps
+            last[s] = t_end
+        return [s for s in self.active if generated[s] >= outlen[s]]
 
     # ---------------------------------------------------------------- static batching
     def _static_batch(self, batch: list[int]) -> None:

@@ -147,6 +147,8 @@ class SchedulerPolicy:
     name: ClassVar[str]
     #: True: a prompt never splits across steps (chunked prefill off)
     whole_prompts: ClassVar[bool] = False
+    #: True: `admission_error` may reject a request at arrival (skipped otherwise: hot path)
+    checks_arrivals: ClassVar[bool] = False
 
     def __init__(self, cfg: EngineConfig) -> None:
         self.cfg = cfg
@@ -183,7 +185,11 @@ class SchedulerPolicy:
     def _decode_new_blocks(view: ReplicaView) -> list[int]:
         """Running slots whose next token needs a new block (their blocks are full)."""
         computed, kv = view.computed, view.kv
-        covered, bs = kv.blocks_per_slot() if kv.shared_of else kv.held, kv.block_size
+        bs = kv.block_size
+        if not kv.shared_of:
+            # private blocks only: a slot holds ceil(c / bs) blocks, full exactly when bs | c
+            return [s for s in view.active if computed[s] % bs == 0]
+        covered = kv.blocks_per_slot()
         return [s for s in view.active if computed[s] >= covered[s] * bs]
 
     def _plan_running(self, view: ReplicaView, plan: StepPlan, budget: int) -> tuple[int, int]:
@@ -281,6 +287,7 @@ class PrefillPriority(SchedulerPolicy):
 
     name = "prefill-priority"
     whole_prompts = True
+    checks_arrivals = True
 
     def admission_error(self, input_len: int) -> str | None:
         if input_len > self.cfg.max_num_batched_tokens:
