@@ -302,27 +302,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         raise SpecError("simulated time overflowed (step times or arrival gaps beyond float range); "
                         "check the efficiency overheads and the rate")
     if cfg.debug:
-        for p in reps:
-            p.check()
-            if p.free_blocks != p.total_blocks or p.active or p.waiting or p.outstanding:
-                raise AssertionError(f"replica {p.index}: work or KV left at the end")
-            if p.gen_so_far or p.last_tok_of:
-                raise AssertionError(f"replica {p.index}: state of preempted requests left at the end")
-        if not ((out["status"] == COMPLETED) | (out["status"] == REJECTED)).all():
-            raise AssertionError("a request ended neither completed nor rejected")
-        rejected = np.flatnonzero(out["status"] == REJECTED)
-        if len(rejected) != len(out["reasons"]) or not all(out["reasons"].get(int(r)) for r in rejected):
-            raise AssertionError("a rejected request has no reason (or a served one has one)")
-        # every later token is one inter-token gap: completed requests emitted all their tokens,
-        # requests cut off by the time cap the ones counted when they were cut off
-        gaps = int(log.itl()[1].sum())
-        want = int(workload.output_len[done].sum()) - int(done.sum()) + log.cut_gaps
-        if gaps != want:
-            raise AssertionError(f"inter-token gaps {gaps} != {want} (tokens requested by completed "
-                                 "requests minus first tokens, plus the gaps of requests cut off)")
-        arr_d, first_d, fin_d = arrivals[done], out["first_token_s"][done], out["finish_s"][done]
-        if not ((arr_d < first_d) & (first_d <= fin_d)).all():
-            raise AssertionError("a completed request has first token not after arrival or finish before first token")
+        _check_run(reps, out, log, arrivals, workload.output_len)
     itl_v, itl_c = log.itl()
     timeline = log.timeline()
     meta = {
@@ -345,6 +325,33 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
                      workload.output_len, out["first_token_s"], out["finish_s"], out["preemptions"],
                      out["replica"], out["status"], out["reasons"], itl_v, itl_c,
                      timeline, meta)
+
+
+def _check_run(reps: list[Replica], out: dict[str, Any], log: StepLog, arrivals: np.ndarray,
+               output_len: np.ndarray) -> None:
+    """Debug mode: conservation of requests, blocks, tokens and time order at the end."""
+    done = out["status"] == COMPLETED
+    for p in reps:
+        p.check()
+        if p.free_blocks != p.total_blocks or p.active or p.waiting or p.outstanding:
+            raise AssertionError(f"replica {p.index}: work or KV left at the end")
+        if p.gen_so_far or p.last_tok_of:
+            raise AssertionError(f"replica {p.index}: state of preempted requests left at the end")
+    if not ((out["status"] == COMPLETED) | (out["status"] == REJECTED)).all():
+        raise AssertionError("a request ended neither completed nor rejected")
+    rejected = np.flatnonzero(out["status"] == REJECTED)
+    if len(rejected) != len(out["reasons"]) or not all(out["reasons"].get(int(r)) for r in rejected):
+        raise AssertionError("a rejected request has no reason (or a served one has one)")
+    # every later token is one inter-token gap: completed requests emitted all their tokens,
+    # requests cut off by the time cap the ones counted when they were cut off
+    gaps = int(log.itl()[1].sum())
+    want = int(output_len[done].sum()) - int(done.sum()) + log.cut_gaps
+    if gaps != want:
+        raise AssertionError(f"inter-token gaps {gaps} != {want} (tokens requested by completed "
+                             "requests minus first tokens, plus the gaps of requests cut off)")
+    arr_d, first_d, fin_d = arrivals[done], out["first_token_s"][done], out["finish_s"][done]
+    if not ((arr_d < first_d) & (first_d <= fin_d)).all():
+        raise AssertionError("a completed request has first token not after arrival or finish before first token")
 
 
 def _cut_reason(cap: float | None) -> str:
