@@ -93,6 +93,10 @@ class Replica:
         self.outstanding = 0
         self.n_prefilling = 0  # active slots that have not finished their prompt
         self.context_sum = 0  # sum of computed over active slots (kept exact: no O(B) sum per step)
+        # every active slot emitted its last token at `clock` (false after a step that left a
+        # running decode out, e.g. a prefill-only step): only then is each gap of a decode
+        # segment's first step that step's duration
+        self.in_step = True
 
     # ---------------------------------------------------------------- state queries
     @property
@@ -185,6 +189,10 @@ class Replica:
 
     def _reject_head(self, reason: str) -> None:
         r = self.waiting.popleft()
+        # a preempted request may end here (its resumed prompt no longer fits): its tokens so
+        # far stay counted in the debug ledger, as for requests cut off by the time cap
+        self.log.cut_gaps += max(self.gen_so_far.pop(r, 0) - 1, 0)
+        self.last_tok_of.pop(r, None)
         self.outstanding -= 1
         self.out["status"][r] = REJECTED
         self.out["reasons"][r] = reason
@@ -241,6 +249,7 @@ class Replica:
         regular = 0  # tokens whose gap is exactly this step (they emitted in the previous step)
         done = []
         added = len(dec) if dec else 0
+        emitted = added  # slots that emit a token in this step
         for s, q in sched:
             before = comp[s]
             after = before + q
@@ -250,6 +259,7 @@ class Replica:
                 continue  # a prompt chunk that does not finish the prompt: no token
             if before < prompt[s]:
                 self.n_prefilling -= 1
+            emitted += 1
             g = gen[s]
             if g == 0:
                 first_token_s[self.rid[s]] = t_end
@@ -274,6 +284,7 @@ class Replica:
                 if g >= outl[s]:
                     done.append(s)
         self.context_sum += added
+        self.in_step = emitted == len(self.active)
         self.clock = t_end
         lg.gap(t_end - prev, regular)
         self._record(batch)
@@ -394,14 +405,20 @@ class Replica:
             n_steps = max_steps if t_limit == math.inf else self._line_steps_before(line, max_steps, t_limit)
             d0, slope = line
             t_end = self.clock + n_steps * d0 + slope * n_steps * (n_steps - 1) / 2
-            self.log.segment_line(d0, slope, n_steps, batch)
+            if self.in_step:
+                self.log.segment_line(d0, slope, n_steps, batch)
+            else:
+                self._log_lagging_segment(d0, n_steps, line, None)
         else:
             step_s = self._decode_step_times(batch, context_sum, max_steps)
             ends = self.clock + np.cumsum(step_s)
             n_steps = int(np.searchsorted(ends[:-1], t_limit, side="left")) + 1 if max_steps > 1 else 1
             n_steps = min(n_steps, max_steps)
             t_end = float(ends[n_steps - 1])
-            self.log.segment(step_s[:n_steps], batch)
+            if self.in_step:
+                self.log.segment(step_s[:n_steps], batch)
+            else:
+                self._log_lagging_segment(float(step_s[0]), n_steps, None, step_s[:n_steps])
         done = self._apply_decode_steps(n_steps, t_end)
         lg = self.log
         lg.steps += n_steps
@@ -411,6 +428,27 @@ class Replica:
         self._record(batch)
         for s in done:
             self._finish(s)
+
+    def _log_lagging_segment(self, first_step_s: float, n_steps: int, line: tuple[float, float] | None,
+                             step_s: np.ndarray | None) -> None:
+        """Inter-token gaps of a segment whose batch did not all emit at `clock` (a running
+        decode was left out of the previous step, e.g. by a prefill-only step): the first
+        step's gap for such a slot runs from its own last token."""
+        last, clock = self.last_tok, self.clock
+        lagging = [s for s in self.active if last[s] != clock]
+        lg = self.log
+        first_end = clock + first_step_s
+        for s in lagging:
+            lg.gap(first_end - last[s], 1)
+        lg.gap(first_step_s, len(self.active) - len(lagging))
+        if n_steps > 1:
+            if line is not None:
+                d0, slope = line
+                lg.segment_line(d0 + slope, slope, n_steps - 1, len(self.active))
+            else:
+                assert step_s is not None
+                lg.segment(step_s[1:], len(self.active))
+        self.in_step = True
 
     def _steps_before_block_shortage(self, max_steps: int) -> int:
         """Decode steps the free blocks allow: after i = q·bs + r steps (r < bs) the batch

@@ -296,7 +296,9 @@ class PrefillPriority(SchedulerPolicy):
         return None
 
     def next_step(self, view: ReplicaView, allow_segment: bool = True) -> StepPlan:
-        if allow_segment and view.active and not view.n_prefilling and self._segment_ok(view):
+        # the prefill-only step admits the head against the blocks free now (its decodes do
+        # not run in that step), so the decodes' next blocks do not count here
+        if allow_segment and view.active and not view.n_prefilling and self._segment_ok(view, 0):
             return DECODE_SEGMENT
         budget = self.cfg.max_num_batched_tokens
         plan = StepPlan()

@@ -82,7 +82,7 @@ def reference_simulate(cost, arrivals, input_len, output_len, *, max_num_seqs, m
         batch: list[tuple[Seq, int]] = []
         preempted = False
 
-        def admit_head(budget):
+        def admit_head(budget, batch=batch):
             """Admit the head of the queue (first chunk, or whole prompt) if it fits; returns
             its new tokens, or 0."""
             nonlocal free, counter
@@ -148,6 +148,10 @@ def reference_simulate(cost, arrivals, input_len, output_len, *, max_num_seqs, m
                         break
                     budget -= got
         if not batch:
+            if waiting and not running:
+                # nothing runs and the head can never be admitted (with prompts unsplit, a
+                # resumed prompt of input + generated tokens may exceed the budget): rejected
+                rejected[waiting.pop(0)] = True
             continue
         # ---- price the step from each sequence's (q, p)
         T = S = 0
