@@ -125,6 +125,7 @@ class Replica:
         """Request r arrives at time t (the replica has been advanced to >= t or is idle)."""
         input_len = int(self.wl_in[r])
         need = input_len + int(self.wl_out[r])
+        reason: str | None
         if need > self.max_model_len:
             reason = f"prompt+output = {need} tokens exceeds max_model_len {self.max_model_len}"
         elif -(-need // self.bs) > self.kv.total_blocks:
@@ -394,7 +395,10 @@ class Replica:
             self.run_plan(self.policy.next_step(self, allow_segment=False))  # a block is needed now: the policy preempts
             return
         context_sum = self.context_sum
-        first_step_s = self._first_decode_step_s(batch, context_sum)
+        if self.window is None:  # the common case, inline: one call less per segment
+            first_step_s = self.step_time(batch, batch, context_sum + 0.5 * batch, 0.0, float(context_sum + batch))
+        else:
+            first_step_s = self._first_decode_step_s(batch, context_sum)
         if t_limit != math.inf:
             # steps only lengthen as context grows: at most (t_limit - clock)/d0 + 1 start in time
             fit = (t_limit - self.clock) / first_step_s  # may overflow to inf for far-off limits

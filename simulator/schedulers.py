@@ -1,20 +1,21 @@
 """Scheduler policies: given a read-only view of a replica, the plan of its next step.
 
-A policy decides; the replica (`replica.py`) executes. Each step the replica asks its policy
+A policy decides; the replica (`replica.py`) executes. Each iteration the replica asks
 
-    decode_segment_ok(view) -> bool     may the next steps be priced in closed form?
-    next_step(view)         -> StepPlan which requests run, with how many new tokens each,
-                                        which are preempted first, which are admitted
+    next_step(view, allow_segment=True) -> StepPlan
 
 A `StepPlan` lists, in batch order: `preempt` (running slots to preempt by recompute before
 anything else, each going back to the head of the queue), `running` ((slot, new tokens) of
 already admitted sequences: 1 for a decode, a chunk for a partial prompt), `admit` ((request,
-new tokens) taken from the head of the queue, in order), and two special forms: `decode_all`
-(every running sequence decodes one token; priced as a group) and `run_to_completion` (static
-batching). A policy only reads the view: free KV blocks (`view.kv`), the running slots in
-admission order (`view.active`, with `computed`, `prompt`, `generated`, `outlen` per slot),
-the queue (`view.waiting`, `view.prompt_of(r)`), so it can also keep its own state (one
-instance per replica).
+new tokens) taken from the head of the queue, in order), and three special forms:
+`decode_all` (every running sequence decodes one token; priced as a group, with
+`decode_new_blocks` the slots whose token opens a block), `run_to_completion` (static
+batching) and the shared `DECODE_SEGMENT` plan: the next steps are decode-only and nothing
+can be admitted, so the replica may price a run of them in closed form (the policy says when
+this fast path is valid; `allow_segment=False` asks for one ordinary step). A policy only
+reads the view: KV blocks (`view.kv`), the running slots in admission order (`view.active`,
+with `computed`, `prompt`, `generated`, `outlen` per slot), the queue (`view.waiting`,
+`view.prompt_of(r)`); it may keep its own state (one instance per replica).
 
 The three policies of today (behaviour as `SERVING_MODEL.md` and ENGINES.md §1 describe):
 
@@ -41,8 +42,10 @@ ENGINES.md §2) are admission checks inside `next_step` (reserved blocks = sum o
 `view.active` of blocks_for(prompt + outlen) − `view.kv.blocks_of(slot)`); MAX_UTILIZATION
 pauses requests through `preempt`; SGLang (§3) alternates prefill-only and decode-only plans,
 admits by its decaying new-token ratio (policy state) and retracts the decodes with the fewest
-outputs through `preempt` (any slots, not only the newest); vLLM multi-step scheduling bounds
-how long a closed-form decode segment may run through `decode_segment_ok`. `max_segment_steps`.
+outputs through `preempt` (any slots, not only the newest); vLLM multi-step scheduling (N
+decode steps per scheduling round, no admission inside a round) is a policy that returns
+`DECODE_SEGMENT` inside a round and counts the steps in its own state (the segment length is
+then bounded by the round, a field the plan would carry).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from reference_engine import reference_simulate
 
 from simulator.engine import COMPLETED, REJECTED, EngineConfig, simulate
+from simulator.kvcache import KVCache
 from simulator.metrics import summarize
 from simulator.roofline import make_cost_model
 from simulator.workload import Workload, synthetic
@@ -345,3 +346,40 @@ def test_timeline_is_decimated_to_a_bound():
     assert len(tl) <= 100
     assert tl["time_s"].is_monotonic_increasing and tl["time_s"].iloc[0] == 0.0
     assert set(tl.columns) == {"time_s", "replica", "batch_size", "kv_utilization", "queue_length"}
+
+
+# ---------------------------------------------------------------- paged KV blocks
+
+
+def test_kvcache_private_and_shared_blocks_by_hand():
+    """10 blocks of 16 tokens, 3 slots. Slot 0 covers 33 tokens (3 private blocks); slots 1
+    and 2 share block 7 (one block taken from the pool, refcount 2) and each hold 1 private.
+    Freeing slot 1 returns only its private block; freeing slot 2 then returns the shared one."""
+    kv = KVCache(total_blocks=10, block_size=16, num_slots=3)
+    assert kv.blocks_for(33) == 3 and kv.blocks_for(32) == 2 and kv.blocks_for(0) == 0
+    kv.allocate(0, kv.blocks_to_grow(0, 33))
+    assert kv.held[0] == 3 and kv.free_blocks == 7
+    assert kv.blocks_to_grow(0, 48) == 0 and kv.blocks_to_grow(0, 49) == 1
+    kv.share(1, 7)
+    kv.share(2, 7)
+    assert kv.free_blocks == 6 and kv.ref_count == {7: 2}
+    kv.allocate(1, 1)
+    kv.allocate(2, 1)
+    assert kv.blocks_of(1) == 2 and kv.blocks_to_grow(1, 32) == 0 and kv.blocks_to_grow(1, 33) == 1
+    assert kv.reclaimable(1) == 1  # the shared block is still referenced by slot 2
+    assert kv.blocks_per_slot() == [3, 2, 2]
+    kv.check([0, 1, 2])
+    assert kv.free(1) == 1 and kv.free_blocks == 5 and kv.ref_count == {7: 1}
+    assert kv.reclaimable(2) == 2
+    assert kv.free(2) == 2 and kv.free_blocks == 7 and kv.ref_count == {}
+    assert kv.free(0) == 3 and kv.free_blocks == 10
+    kv.check([])
+    assert kv.utilization == 0.0
+
+
+def test_kvcache_check_catches_a_leak():
+    kv = KVCache(total_blocks=4, block_size=16, num_slots=2)
+    kv.allocate(0, 2)
+    kv.free_blocks += 1  # a block returned twice
+    with pytest.raises(AssertionError, match="blocks held 2"):
+        kv.check([0])
