@@ -37,7 +37,6 @@ class Seq:
 
 def reference_simulate(cost, arrivals, input_len, output_len, *, max_num_seqs, max_num_batched_tokens,
                        total_blocks, block_size=16, max_model_len=10**9, scheduler="vllm", replicas=1):
-    n = len(arrivals)
     if replicas > 1:
         return _round_robin(cost, arrivals, input_len, output_len, replicas, max_num_seqs=max_num_seqs,
                             max_num_batched_tokens=max_num_batched_tokens, total_blocks=total_blocks,
@@ -45,115 +44,147 @@ def reference_simulate(cost, arrivals, input_len, output_len, *, max_num_seqs, m
     if scheduler == "static":
         return _static(cost, arrivals, input_len, output_len, max_num_seqs=max_num_seqs,
                        total_blocks=total_blocks, block_size=block_size, max_model_len=max_model_len)
-    whole = scheduler == "prefill-priority"
-    first = np.full(n, np.nan)
-    finish = np.full(n, np.nan)
-    preempt = np.zeros(n, dtype=int)
-    rejected = np.zeros(n, dtype=bool)
-    itl: list[float] = []
-    waiting: list[int] = []
-    gen_before: dict[int, int] = {}
-    last_before: dict[int, float] = {}
-    running: list[Seq] = []
-    free = total_blocks
-    clock = 0.0
-    nxt = 0
-    counter = 0
-    window = cost.model.sliding_window.window if cost.model.sliding_window else None
+    ref = _Continuous(cost, arrivals, input_len, output_len, max_num_seqs, max_num_batched_tokens,
+                      total_blocks, block_size, max_model_len, whole=scheduler == "prefill-priority")
+    return ref.run()
 
-    def blocks_for(tokens):
-        return math.ceil(tokens / block_size)
 
-    while nxt < n or waiting or running:
-        if not waiting and not running:
-            clock = max(clock, arrivals[nxt])
-        while nxt < n and arrivals[nxt] <= clock:
-            need = input_len[nxt] + output_len[nxt]
-            if (need > max_model_len or blocks_for(need) > total_blocks
-                    or (whole and input_len[nxt] > max_num_batched_tokens)):
-                rejected[nxt] = True
-            else:
-                waiting.append(nxt)
-            nxt += 1
-        if not waiting and not running:
-            continue
-        # ---- schedule
-        budget = max_num_batched_tokens
-        batch: list[tuple[Seq, int]] = []
-        preempted = False
+class _Continuous:
+    """vllm / prefill-priority on one replica, one step per loop iteration."""
 
-        def admit_head(budget, batch=batch):
-            """Admit the head of the queue (first chunk, or whole prompt) if it fits; returns
-            its new tokens, or 0."""
-            nonlocal free, counter
-            r = waiting[0]
-            g = gen_before.get(r, 0)
-            prompt = input_len[r] + g
-            need = prompt if whole else min(prompt, budget)
-            nb = blocks_for(need)
-            if need > budget or nb > free or len(running) >= max_num_seqs:
-                return 0
-            waiting.pop(0)
-            gen_before.pop(r, None)
-            s = Seq(r, prompt, output_len[r], generated=g, blocks=nb, order=counter,
-                    last_tok=last_before.pop(r, 0.0))
-            counter += 1
-            free -= nb
-            running.append(s)
-            batch.append((s, need))
-            return need
+    def __init__(self, cost, arrivals, input_len, output_len, max_num_seqs, max_num_batched_tokens,
+                 total_blocks, block_size, max_model_len, whole):
+        self.cost, self.arrivals, self.input_len, self.output_len = cost, arrivals, input_len, output_len
+        self.max_num_seqs, self.budget0 = max_num_seqs, max_num_batched_tokens
+        self.total_blocks, self.block_size, self.max_model_len = total_blocks, block_size, max_model_len
+        self.whole = whole  # prompts never split (prefill-priority)
+        n = len(arrivals)
+        self.first = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.preempt = np.zeros(n, dtype=int)
+        self.rejected = np.zeros(n, dtype=bool)
+        self.itl: list[float] = []
+        self.waiting: list[int] = []
+        self.gen_before: dict[int, int] = {}
+        self.last_before: dict[int, float] = {}
+        self.running: list[Seq] = []
+        self.free = total_blocks
+        self.clock = 0.0
+        self.counter = 0
+        self.window = cost.model.sliding_window.window if cost.model.sliding_window else None
 
-        prefill_step = whole and waiting and admit_head(budget)
-        if prefill_step:
-            budget -= batch[0][1]
-            while waiting and budget > 0:
-                got = admit_head(budget)
-                if not got:
-                    break
-                budget -= got
-        else:
-            for s in list(running):
-                if s not in running:
-                    continue
-                if budget <= 0:
-                    break
-                rem = s.prompt - s.computed
-                need = 1 if rem <= 0 else (rem if whole else min(rem, budget))
-                if need > budget:
-                    continue
-                extra = blocks_for(s.computed + need) - s.blocks
-                ok = True
-                while extra > free:
-                    victim = max(running, key=lambda x: x.order)
-                    running.remove(victim)
-                    free += victim.blocks
-                    gen_before[victim.rid] = victim.generated
-                    last_before[victim.rid] = victim.last_tok
-                    preempt[victim.rid] += 1
-                    waiting.insert(0, victim.rid)
-                    preempted = True
-                    if victim is s:
-                        ok = False
-                        break
-                if not ok:
-                    continue
-                s.blocks += extra
-                free -= extra
-                batch.append((s, need))
-                budget -= need
-            if not preempted and not whole:
-                while waiting and budget > 0:
-                    got = admit_head(budget)
-                    if not got:
-                        break
-                    budget -= got
-        if not batch:
-            if waiting and not running:
+    def blocks_for(self, tokens):
+        return math.ceil(tokens / self.block_size)
+
+    def run(self):
+        n = len(self.arrivals)
+        nxt = 0
+        while nxt < n or self.waiting or self.running:
+            if not self.waiting and not self.running:
+                self.clock = max(self.clock, self.arrivals[nxt])
+            while nxt < n and self.arrivals[nxt] <= self.clock:
+                self.arrive(nxt)
+                nxt += 1
+            if not self.waiting and not self.running:
+                continue
+            batch = self.schedule()
+            if batch:
+                self.step(batch)
+            elif self.waiting and not self.running:
                 # nothing runs and the head can never be admitted (with prompts unsplit, a
                 # resumed prompt of input + generated tokens may exceed the budget): rejected
-                rejected[waiting.pop(0)] = True
-            continue
-        # ---- price the step from each sequence's (q, p)
+                self.rejected[self.waiting.pop(0)] = True
+        return {"first": self.first, "finish": self.finish, "preemptions": self.preempt,
+                "rejected": self.rejected, "itl": np.sort(np.array(self.itl)), "free_blocks_end": self.free}
+
+    def arrive(self, r):
+        need = self.input_len[r] + self.output_len[r]
+        if (need > self.max_model_len or self.blocks_for(need) > self.total_blocks
+                or (self.whole and self.input_len[r] > self.budget0)):
+            self.rejected[r] = True
+        else:
+            self.waiting.append(r)
+
+    # ---- schedule
+    def schedule(self):
+        batch: list[tuple[Seq, int]] = []
+        budget = self.budget0
+        if self.whole and self.waiting and self.admit_head(budget, batch):
+            # prefill-priority: the head fits, so this step prefills whole prompts only
+            budget -= batch[0][1]
+            self.admit_more(budget, batch)
+            return batch
+        budget, preempted = self.schedule_running(budget, batch)
+        if not preempted and not self.whole:
+            self.admit_more(budget, batch)
+        return batch
+
+    def admit_more(self, budget, batch):
+        while self.waiting and budget > 0:
+            got = self.admit_head(budget, batch)
+            if not got:
+                break
+            budget -= got
+
+    def admit_head(self, budget, batch):
+        """Admit the head of the queue (first chunk, or whole prompt) if it fits; returns its
+        new tokens, or 0."""
+        r = self.waiting[0]
+        g = self.gen_before.get(r, 0)
+        prompt = self.input_len[r] + g
+        need = prompt if self.whole else min(prompt, budget)
+        nb = self.blocks_for(need)
+        if need > budget or nb > self.free or len(self.running) >= self.max_num_seqs:
+            return 0
+        self.waiting.pop(0)
+        self.gen_before.pop(r, None)
+        s = Seq(r, prompt, self.output_len[r], generated=g, blocks=nb, order=self.counter,
+                last_tok=self.last_before.pop(r, 0.0))
+        self.counter += 1
+        self.free -= nb
+        self.running.append(s)
+        batch.append((s, need))
+        return need
+
+    def schedule_running(self, budget, batch):
+        preempted = False
+        for s in list(self.running):
+            if s not in self.running:
+                continue
+            if budget <= 0:
+                break
+            rem = s.prompt - s.computed
+            need = 1 if rem <= 0 else (rem if self.whole else min(rem, budget))
+            if need > budget:
+                continue
+            extra = self.blocks_for(s.computed + need) - s.blocks
+            ok = True
+            while extra > self.free:
+                victim = max(self.running, key=lambda x: x.order)
+                self.preempt_seq(victim)
+                preempted = True
+                if victim is s:
+                    ok = False
+                    break
+            if not ok:
+                continue
+            s.blocks += extra
+            self.free -= extra
+            batch.append((s, need))
+            budget -= need
+        return budget, preempted
+
+    def preempt_seq(self, victim):
+        self.running.remove(victim)
+        self.free += victim.blocks
+        self.gen_before[victim.rid] = victim.generated
+        self.last_before[victim.rid] = victim.last_tok
+        self.preempt[victim.rid] += 1
+        self.waiting.insert(0, victim.rid)
+
+    # ---- price and run one step from each sequence's (q, p)
+    def step(self, batch):
+        window = self.window
         T = S = 0
         Ad = Ap = R = Aw = Rw = Pc = 0.0
         for s, q in batch:
@@ -172,22 +203,23 @@ def reference_simulate(cost, arrivals, input_len, output_len, *, max_num_seqs, m
                 S += 1
         if not window:
             Aw, Rw = Ad + Ap, R
-        clock += cost.step_time(T, S, Ad, Ap, R, Aw, Rw, Pc)
+        self.clock += self.cost.step_time(T, S, Ad, Ap, R, Aw, Rw, Pc)
         for s, q in batch:
             s.computed += q
             if s.computed >= s.prompt:
-                if s.generated == 0:
-                    first[s.rid] = clock
-                else:
-                    itl.append(clock - s.last_tok)
-                s.generated += 1
-                s.last_tok = clock
-                if s.generated >= s.out_len:
-                    finish[s.rid] = clock
-                    free += s.blocks
-                    running.remove(s)
-    return {"first": first, "finish": finish, "preemptions": preempt, "rejected": rejected,
-            "itl": np.sort(np.array(itl)), "free_blocks_end": free}
+                self.emit(s)
+
+    def emit(self, s):
+        if s.generated == 0:
+            self.first[s.rid] = self.clock
+        else:
+            self.itl.append(self.clock - s.last_tok)
+        s.generated += 1
+        s.last_tok = self.clock
+        if s.generated >= s.out_len:
+            self.finish[s.rid] = self.clock
+            self.free += s.blocks
+            self.running.remove(s)
 
 
 def _static(cost, arrivals, input_len, output_len, *, max_num_seqs, total_blocks, block_size, max_model_len):
