@@ -250,7 +250,6 @@ class Replica:
         regular = 0  # tokens whose gap is exactly this step (they emitted in the previous step)
         done = []
         added = len(dec) if dec else 0
-        emitted = added  # slots that emit a token in this step
         for s, q in sched:
             before = comp[s]
             after = before + q
@@ -260,7 +259,6 @@ class Replica:
                 continue  # a prompt chunk that does not finish the prompt: no token
             if before < prompt[s]:
                 self.n_prefilling -= 1
-            emitted += 1
             g = gen[s]
             if g == 0:
                 first_token_s[self.rid[s]] = t_end
@@ -285,7 +283,9 @@ class Replica:
                 if g >= outl[s]:
                     done.append(s)
         self.context_sum += added
-        self.in_step = emitted == len(self.active)
+        # every running slot was in this step (a slot in mid-prompt did not emit, but then no
+        # decode segment follows until its prompt is done)
+        self.in_step = batch == len(self.active)
         self.clock = t_end
         lg.gap(t_end - prev, regular)
         self._record(batch)
@@ -556,13 +556,14 @@ class Replica:
         threshold = bs - rem if rem else bs
         crossing = 0
         done = []
+        if full:
+            for s in self.active:
+                held[s] += full
         for s in self.active:
             c = computed[s]
             if (c - 1) % bs >= threshold:
                 crossing += 1
-                held[s] += full + 1
-            elif full:
-                held[s] += full
+                held[s] += 1
             computed[s] = c + n_steps
             g = generated[s] + n_steps
             generated[s] = g
