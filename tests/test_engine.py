@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from reference_engine import reference_simulate
 
 from simulator.engine import COMPLETED, REJECTED, EngineConfig, simulate
+from simulator.kvcache import KVCache
 from simulator.metrics import summarize
 from simulator.roofline import make_cost_model
 from simulator.workload import Workload, synthetic
@@ -100,18 +101,24 @@ def test_preemption_under_kv_pressure(cost):
 # ---------------------------------------------------------------- differential vs reference
 
 
-def _compare(cost, w, c, blocks):
-    res = simulate(cost, w, EngineConfig(**{**c, "kv_capacity_tokens": blocks * 16, "debug": True}))
+def _compare(cost, w, c, blocks, scheduler="vllm", replicas=1):
+    res = simulate(cost, w, EngineConfig(**{**c, "kv_capacity_tokens": blocks * 16, "debug": True,
+                                            "scheduler": scheduler}),
+                   replicas=replicas, router="round-robin")
     ref = reference_simulate(cost, w.arrival_s, w.input_len, w.output_len,
                              max_num_seqs=c.get("max_num_seqs", 256),
                              max_num_batched_tokens=c.get("max_num_batched_tokens", 8192),
-                             total_blocks=blocks, max_model_len=cost.model.max_context)
+                             total_blocks=blocks, max_model_len=cost.model.max_context,
+                             scheduler=scheduler, replicas=replicas)
     np.testing.assert_array_equal(res.status == REJECTED, ref["rejected"])
     np.testing.assert_allclose(res.first_token_s, ref["first"], rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(res.finish_s, ref["finish"], rtol=1e-9, atol=1e-12)
     np.testing.assert_array_equal(res.preemptions, ref["preemptions"])
     itl = np.repeat(res.itl_values_s, res.itl_counts)
     np.testing.assert_allclose(np.sort(itl), ref["itl"], rtol=1e-9, atol=1e-12)
+    if replicas > 1:
+        np.testing.assert_array_equal(res.replica, ref["replica"])
+    return res
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -123,10 +130,47 @@ def test_engine_matches_reference(cost, n, rate, seqs, budget, blocks, seed):
     _compare(cost, w, {"max_num_seqs": seqs, "max_num_batched_tokens": budget}, blocks)
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 40), rate=st.sampled_from([0.5, 5.0, 50.0, math.inf]),
+       seqs=st.sampled_from([1, 2, 4, 32]), budget=st.sampled_from([64, 256, 8192]),
+       blocks=st.sampled_from([40, 200, 5000]), seed=st.integers(0, 10_000),
+       scheduler=st.sampled_from(["prefill-priority", "static"]), replicas=st.sampled_from([1, 2]))
+def test_other_schedulers_match_reference(cost, n, rate, seqs, budget, blocks, seed, scheduler, replicas):
+    """prefill-priority (prompts over the budget rejected, preemption under KV pressure) and
+    static batching, on one replica and on two behind round-robin."""
+    w = synthetic(n, rate, 200, 40, range_ratio=0.9, seed=seed)
+    _compare(cost, w, {"max_num_seqs": seqs, "max_num_batched_tokens": budget}, blocks, scheduler, replicas)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 40), rate=st.sampled_from([5.0, 50.0, math.inf]), seqs=st.sampled_from([2, 32]),
+       budget=st.sampled_from([64, 512]), blocks=st.sampled_from([40, 200]), seed=st.integers(0, 10_000))
+def test_two_replicas_round_robin_match_reference(cost, n, rate, seqs, budget, blocks, seed):
+    """The vLLM policy on two replicas: request i on replica i mod 2, each matching the slow loop."""
+    w = synthetic(n, rate, 200, 40, range_ratio=0.9, seed=seed)
+    _compare(cost, w, {"max_num_seqs": seqs, "max_num_batched_tokens": budget}, blocks, "vllm", 2)
+
+
+@pytest.mark.parametrize("scheduler", ["vllm", "prefill-priority", "static"])
+def test_reference_comparison_exercises_each_policy(cost, scheduler):
+    """The comparisons above are not vacuous: one fixed case per policy with preemptions
+    (continuous policies), rejections (prefill-priority) and both replicas busy."""
+    w = synthetic(40, 50.0, 200, 40, range_ratio=0.9, seed=1)
+    res = _compare(cost, w, {"max_num_seqs": 32, "max_num_batched_tokens": 256 if scheduler != "vllm" else 512},
+                   40, scheduler, 2)
+    assert set(res.replica.tolist()) == {0, 1}
+    if scheduler != "static":
+        assert res.preemptions.sum() > 0
+    if scheduler == "prefill-priority":
+        assert (res.status == REJECTED).any() and (res.status == COMPLETED).any()
+
+
 def test_engine_matches_reference_sliding_window():
     cost = make_cost_model("mistral-7b", "h100-sxm")
     w = synthetic(60, 20.0, 3000, 300, range_ratio=0.8, seed=3)
     _compare(cost, w, {"max_num_seqs": 16, "max_num_batched_tokens": 2048}, 4000)
+    _compare(cost, w, {"max_num_seqs": 16, "max_num_batched_tokens": 4096}, 4000, "prefill-priority", 2)
+    _compare(cost, w, {"max_num_seqs": 16, "max_num_batched_tokens": 2048}, 4000, "static", 2)
 
 
 def test_engine_matches_reference_moe():
@@ -206,7 +250,11 @@ def test_every_request_accounted_for(cost, scheduler, router):
     assert (res.finish_s[done] >= res.first_token_s[done]).all()
     tokens = int(res.itl_counts.sum()) + int(done.sum())  # first tokens + later tokens
     assert tokens == int(res.output_len[done].sum()) + _extra_static_tokens(res, scheduler)
-    assert set(np.unique(res.replica[done])) <= {0, 1, 2}
+    # load is spread: every replica served requests, and no replica took more than half
+    served = np.bincount(res.replica[done], minlength=3)
+    assert len(served) == 3 and (served > 0).all() and served.max() <= done.sum() / 2
+    if router == "round-robin":
+        np.testing.assert_array_equal(res.replica, np.arange(len(res.replica)) % 3)
 
 
 def _extra_static_tokens(res, scheduler):
@@ -298,3 +346,40 @@ def test_timeline_is_decimated_to_a_bound():
     assert len(tl) <= 100
     assert tl["time_s"].is_monotonic_increasing and tl["time_s"].iloc[0] == 0.0
     assert set(tl.columns) == {"time_s", "replica", "batch_size", "kv_utilization", "queue_length"}
+
+
+# ---------------------------------------------------------------- paged KV blocks
+
+
+def test_kvcache_private_and_shared_blocks_by_hand():
+    """10 blocks of 16 tokens, 3 slots. Slot 0 covers 33 tokens (3 private blocks); slots 1
+    and 2 share block 7 (one block taken from the pool, refcount 2) and each hold 1 private.
+    Freeing slot 1 returns only its private block; freeing slot 2 then returns the shared one."""
+    kv = KVCache(total_blocks=10, block_size=16, num_slots=3)
+    assert kv.blocks_for(33) == 3 and kv.blocks_for(32) == 2 and kv.blocks_for(0) == 0
+    kv.allocate(0, kv.blocks_to_grow(0, 33))
+    assert kv.held[0] == 3 and kv.free_blocks == 7
+    assert kv.blocks_to_grow(0, 48) == 0 and kv.blocks_to_grow(0, 49) == 1
+    kv.share(1, 7)
+    kv.share(2, 7)
+    assert kv.free_blocks == 6 and kv.ref_count == {7: 2}
+    kv.allocate(1, 1)
+    kv.allocate(2, 1)
+    assert kv.blocks_of(1) == 2 and kv.blocks_to_grow(1, 32) == 0 and kv.blocks_to_grow(1, 33) == 1
+    assert kv.reclaimable(1) == 1  # the shared block is still referenced by slot 2
+    assert kv.blocks_per_slot() == [3, 2, 2]
+    kv.check([0, 1, 2])
+    assert kv.free(1) == 1 and kv.free_blocks == 5 and kv.ref_count == {7: 1}
+    assert kv.reclaimable(2) == 2
+    assert kv.free(2) == 2 and kv.free_blocks == 7 and kv.ref_count == {}
+    assert kv.free(0) == 3 and kv.free_blocks == 10
+    kv.check([])
+    assert kv.utilization == 0.0
+
+
+def test_kvcache_check_catches_a_leak():
+    kv = KVCache(total_blocks=4, block_size=16, num_slots=2)
+    kv.allocate(0, 2)
+    kv.free_blocks += 1  # a block returned twice
+    with pytest.raises(AssertionError, match="blocks held 2"):
+        kv.check([0])

@@ -1,0 +1,632 @@
+"""One model replica: executes the step plans of its scheduler policy over paged KV memory.
+
+State lives in per-slot Python lists (scalar access is what scheduling does most): request id,
+tokens computed (KV in cache), prompt to prefill (input, plus generated tokens after a
+preemption), tokens generated, output length, time of the last token. KV blocks are counted
+by `kvcache.KVCache`; the policy (`schedulers.py`) decides each step and this module applies
+it: preemptions (blocks freed, the request back at the head of the queue with its generated
+tokens to recompute), block allocation, admissions, then one priced step.
+
+A step is priced by `CostModel.step_time(T, S, Ad, Ap, R, Aw, Rw, Pc)` from each scheduled
+sequence's new tokens q and cached tokens p (symbols of `roofline.py`):
+
+    T  = sum q                          S  = sequences that emit a token (p + q >= prompt)
+    Ad = sum_decodes (p + 1/2)          Ap = sum_prefill q (p + q/2)
+    R  = sum (p + q)                    Pc = sum_prefill p
+    Aw, Rw: Ad + Ap and R with each context capped at the sliding window W.
+
+Decode fast path. When the policy says the next step is decode-only and nothing can be
+admitted (the policy returns `DECODE_SEGMENT`), the following steps differ only by context growth: step j
+of a segment of B sequences with context sum C has T = S = B, Ad = C + B/2 + B j,
+R = C + B + B j. Without a window only the attention terms grow, linearly in j, so step j
+lasts d_0 + slope j exactly (checked on the last step) and the segment ends at
+clock + n d_0 + slope n (n-1)/2; with a window the capped sums are computed for all j at once
+(`capped_sums`). A segment stops at the first completion (known by step index), at the first
+step that would need a KV block that is not free (after q·bs + r steps the batch needs
+B q + #{slots with fewer than r free places in their last block} new blocks), at
+`max_segment_steps`, or at the last step that starts before `t_limit` (the next event).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .kvcache import KVCache
+from .roofline import CostModel
+from .schedulers import EngineConfig, StepPlan, make_policy
+from .steplog import StepLog
+from .workload import Workload
+
+# request status codes
+PENDING, COMPLETED, REJECTED = 0, 1, 2
+
+
+def capped_sums(sorted_c: np.ndarray, offsets: np.ndarray, W: float) -> np.ndarray:
+    """sum_j min(c_j + o, W) for each offset o, with c sorted ascending (O((B + k) log B))."""
+    prefix = np.concatenate([[0.0], np.cumsum(sorted_c)])
+    n_below = np.searchsorted(sorted_c, W - offsets, side="left")  # c_j + o < W
+    B = len(sorted_c)
+    return prefix[n_below] + n_below * offsets + (B - n_below) * W
+
+
+class Replica:
+    """One model replica: a continuous-batching scheduler over paged KV memory."""
+
+    def __init__(self, index: int, cost: CostModel, cfg: EngineConfig, total_blocks: int,
+                 max_model_len: int, wl: Workload, out: dict[str, Any], log: StepLog,
+                 on_finish: Callable[[int, float], None]) -> None:
+        self.index = index
+        self.cost = cost
+        self.step_time = cost.step_time
+        self.cfg = cfg
+        self.policy = make_policy(cfg)
+        self.bs = cfg.block_size
+        self.max_model_len = max_model_len
+        self.window = cost.model.sliding_window.window if cost.model.sliding_window else None
+        # seats: never more than max_num_seqs, KV blocks (each sequence holds >= 1) or requests,
+        # so a huge --max-num-seqs costs no memory
+        n = max(1, min(cfg.max_num_seqs, total_blocks, wl.num_requests))
+        self.kv = KVCache(total_blocks, cfg.block_size, n)
+        self.rid = [-1] * n
+        self.computed = [0] * n  # tokens whose KV is in cache
+        self.prompt = [0] * n  # tokens to prefill before emitting (input + generated, after preemption)
+        self.generated = [0] * n
+        self.outlen = [0] * n
+        self.last_tok = [0.0] * n
+        self.free_slots = list(range(n - 1, -1, -1))
+        self.active: list[int] = []  # slots in admission order
+        self.waiting: deque[int] = deque()
+        self.gen_so_far: dict[int, int] = {}  # preempted requests: tokens already generated
+        self.last_tok_of: dict[int, float] = {}  # preempted requests: time of their last token
+        self.clock = 0.0
+        # numpy, not lists: 10 M requests must not cost 10 M Python ints (read with int())
+        self.wl_in = wl.input_len
+        self.wl_out = wl.output_len
+        self.out = out
+        self.log = log
+        self.on_finish = on_finish
+        self.outstanding = 0
+        self.n_prefilling = 0  # active slots that have not finished their prompt
+        self.context_sum = 0  # sum of computed over active slots (kept exact: no O(B) sum per step)
+        # every active slot emitted its last token at `clock` (false after a step that left a
+        # running decode out, e.g. a prefill-only step): only then is each gap of a decode
+        # segment's first step that step's duration
+        self.in_step = True
+
+    # ---------------------------------------------------------------- state queries
+    @property
+    def total_blocks(self) -> int:
+        return self.kv.total_blocks
+
+    @property
+    def free_blocks(self) -> int:
+        return self.kv.free_blocks
+
+    @property
+    def kv_load(self) -> float:
+        return self.kv.utilization
+
+    def has_work(self) -> bool:
+        return bool(self.active) or bool(self.waiting)
+
+    def prompt_of(self, r: int) -> int:
+        return int(self.wl_in[r]) + self.gen_so_far.get(r, 0)
+
+    def total_len(self, r: int) -> int:
+        return int(self.wl_in[r]) + int(self.wl_out[r])
+
+    # ---------------------------------------------------------------- arrivals
+    def enqueue(self, r: int, t: float) -> None:
+        """Request r arrives at time t (the replica has been advanced to >= t or is idle)."""
+        input_len = int(self.wl_in[r])
+        need = input_len + int(self.wl_out[r])
+        reason: str | None
+        if need > self.max_model_len:
+            reason = f"prompt+output = {need} tokens exceeds max_model_len {self.max_model_len}"
+        elif -(-need // self.bs) > self.kv.total_blocks:
+            reason = f"needs {need} KV tokens; the replica holds {self.kv.total_blocks * self.bs}"
+        else:
+            reason = self.policy.admission_error(input_len) if self.policy.checks_arrivals else None
+        self.out["replica"][r] = self.index
+        if reason is not None:
+            self.out["status"][r] = REJECTED
+            self.out["reasons"][r] = reason
+            return
+        if not (self.active or self.waiting) and self.clock < t:
+            self.clock = t
+        self.waiting.append(r)
+        self.outstanding += 1
+
+    # ---------------------------------------------------------------- main loop
+    def advance_until(self, t_limit: float, max_actions: int | None = None) -> None:
+        """Run steps that start before t_limit (an arrival at t_limit joins the next step).
+
+        `max_actions` bounds the scheduling decisions taken (a step or a decode segment).
+        """
+        next_step = self.policy.next_step
+        done = 0
+        while (self.active or self.waiting) and self.clock < t_limit:
+            if max_actions is not None and done >= max_actions:
+                return
+            done += 1
+            plan = next_step(self)
+            if plan.decode_segment:
+                self._decode_segment(t_limit)
+            else:
+                self.run_plan(plan)
+
+    def run_plan(self, plan: StepPlan) -> None:
+        """Apply the policy's plan: preempt, allocate, admit, then price and run the step."""
+        if plan.run_to_completion and plan.admit:
+            self._static_batch([r for r, _ in plan.admit])
+            return
+        if plan.reject_head is not None:
+            self._reject_head(plan.reject_head)
+            return
+        for s in plan.preempt:
+            self._preempt(s)
+        kv = self.kv
+        if plan.running:
+            kv.grow_to_cover(plan.running, self.computed)
+        decodes = None
+        if plan.decode_all:
+            if plan.decode_new_blocks:
+                kv.allocate_one_each(plan.decode_new_blocks)
+            decodes = list(self.active)  # before admissions join `active`
+        sched = plan.running
+        if plan.admit:
+            sched = sched + [self._admit(r, tokens) for r, tokens in plan.admit]
+        if sched or decodes:
+            self._execute(sched, decodes)
+        elif self.waiting and not self.active:
+            # nothing runs and the head cannot be admitted: impossible after the arrival
+            # check, but never spin forever
+            self._reject_head("could not be scheduled on an empty replica")
+
+    def _reject_head(self, reason: str) -> None:
+        r = self.waiting.popleft()
+        # a preempted request may end here (its resumed prompt no longer fits): its tokens so
+        # far stay counted in the debug ledger, as for requests cut off by the time cap
+        self.log.cut_gaps += max(self.gen_so_far.pop(r, 0) - 1, 0)
+        self.last_tok_of.pop(r, None)
+        self.outstanding -= 1
+        self.out["status"][r] = REJECTED
+        self.out["reasons"][r] = reason
+
+    def _admit(self, r: int, tokens: int) -> tuple[int, int]:
+        """Request r (the head of the queue) takes a seat and the blocks of its first chunk."""
+        self.waiting.popleft()
+        s = self.free_slots.pop()
+        self.rid[s] = r
+        self.computed[s] = 0
+        generated = self.gen_so_far.pop(r, 0)
+        self.prompt[s] = int(self.wl_in[r]) + generated
+        self.generated[s] = generated
+        self.last_tok[s] = self.last_tok_of.pop(r, 0.0)
+        self.outlen[s] = int(self.wl_out[r])
+        self.kv.allocate(s, -(-tokens // self.bs))
+        self.active.append(s)
+        self.n_prefilling += 1
+        return s, tokens
+
+    def _preempt(self, s: int) -> None:
+        """Recompute preemption: free the slot's blocks; it resumes from the queue head."""
+        r = self.rid[s]
+        self.gen_so_far[r] = self.generated[s]
+        self.last_tok_of[r] = self.last_tok[s]
+        self.out["preemptions"][r] += 1
+        self._release(s)
+        self.waiting.appendleft(r)
+
+    def _release(self, s: int) -> None:
+        self.kv.free(s)
+        self.context_sum -= self.computed[s]
+        if self.computed[s] < self.prompt[s]:
+            self.n_prefilling -= 1
+        self.rid[s] = -1
+        self.active.remove(s)
+        self.free_slots.append(s)
+
+    # ---------------------------------------------------------------- one general step
+    def _execute(self, sched: list[tuple[int, int]], dec: list[int] | None = None) -> None:
+        """Price one step from each scheduled sequence's (new tokens q, cached tokens p) and
+        run it; `dec` are decoding slots scheduled as a group (one token each)."""
+        T, S, Ad, Ap, R, Aw, Rw, Pc = self._step_stats(sched, dec)
+        dt = self.step_time(T, S, Ad, Ap, R, Aw, Rw, Pc)
+        prev = self.clock
+        t_end = prev + dt
+        lg = self.log
+        batch = len(sched) + (len(dec) if dec else 0)
+        lg.steps += 1
+        lg.batch_token_sum += batch
+        lg.busy_s += dt
+        first_token_s = self.out["first_token_s"]
+        comp, prompt, gen, last, outl = self.computed, self.prompt, self.generated, self.last_tok, self.outlen
+        regular = 0  # tokens whose gap is exactly this step (they emitted in the previous step)
+        done = []
+        added = len(dec) if dec else 0
+        for s, q in sched:
+            before = comp[s]
+            after = before + q
+            comp[s] = after
+            added += q
+            if after < prompt[s]:
+                continue  # a prompt chunk that does not finish the prompt: no token
+            if before < prompt[s]:
+                self.n_prefilling -= 1
+            g = gen[s]
+            if g == 0:
+                first_token_s[self.rid[s]] = t_end
+            elif last[s] == prev:
+                regular += 1
+            else:
+                lg.gap(t_end - last[s], 1)
+            gen[s] = g + 1
+            last[s] = t_end
+            if g + 1 >= outl[s]:
+                done.append(s)
+        if dec:
+            for s in dec:
+                comp[s] += 1
+                g = gen[s] + 1
+                gen[s] = g
+                if last[s] == prev:
+                    regular += 1
+                else:
+                    lg.gap(t_end - last[s], 1)
+                last[s] = t_end
+                if g >= outl[s]:
+                    done.append(s)
+        self.context_sum += added
+        # every running slot was in this step (a slot in mid-prompt did not emit, but then no
+        # decode segment follows until its prompt is done)
+        self.in_step = batch == len(self.active)
+        self.clock = t_end
+        lg.gap(t_end - prev, regular)
+        self._record(batch)
+        for s in done:
+            self._finish(s)
+
+    def _step_stats(self, sched: list[tuple[int, int]], dec: list[int] | None) -> tuple[
+            float, float, float, float, float, float, float, float]:
+        """The step's sufficient statistics (T, S, Ad, Ap, R, Aw, Rw, Pc), module docstring."""
+        T = S = 0
+        Ad = Ap = R = Aw = Rw = Pc = 0.0
+        W = self.window
+        comp, prompt = self.computed, self.prompt
+        if dec:
+            B = len(dec)
+            context_sum = self.context_sum  # dec holds every active slot, and only those
+            T = S = B
+            Ad = context_sum + 0.5 * B
+            R = float(context_sum + B)
+            if W is not None:
+                Aw = sum(min(comp[s] + 0.5, W) for s in dec)
+                Rw = sum(min(comp[s] + 1, W) for s in dec)
+        for s, q in sched:
+            p = comp[s]
+            T += q
+            R += p + q
+            if q == 1 and p >= prompt[s]:
+                Ad += p + 0.5
+                if W is not None:
+                    Aw += min(p + 0.5, W)
+            else:
+                Ap += q * (p + q / 2.0)
+                Pc += p
+                if W is not None:
+                    Aw += q * min(p + q / 2.0, W)
+            if W is not None:
+                Rw += min(p + q, W)
+            if p + q >= prompt[s]:
+                S += 1
+        if W is None:
+            Aw, Rw = Ad + Ap, R
+        return T, S, Ad, Ap, R, Aw, Rw, Pc
+
+    def _finish(self, s: int) -> None:
+        r = self.rid[s]
+        self.out["finish_s"][r] = self.clock
+        self.out["status"][r] = COMPLETED
+        self._release(s)
+        self.outstanding -= 1
+        self.on_finish(r, self.clock)
+
+    def _record(self, batch: int) -> None:
+        kv = self.kv
+        self.log.record(self.clock, self.index, batch, 1.0 - kv.free_blocks / kv.total_blocks, len(self.waiting))
+        if self.cfg.debug:
+            self.check()
+
+    def cut_off(self, reason: str) -> None:
+        """Time cap reached: whatever is still running or waiting is rejected with `reason`."""
+        for s in list(self.active):
+            r = self.rid[s]
+            self.log.cut_gaps += max(self.generated[s] - 1, 0)
+            self._release(s)
+            self.out["status"][r] = REJECTED
+            self.out["reasons"][r] = reason
+        while self.waiting:
+            r = self.waiting.popleft()
+            self.log.cut_gaps += max(self.gen_so_far.pop(r, 0) - 1, 0)
+            self.last_tok_of.pop(r, None)
+            self.out["status"][r] = REJECTED
+            self.out["reasons"][r] = reason
+        self.outstanding = 0
+
+    def check(self) -> None:
+        """Conservation invariants (debug mode): blocks and seats are all accounted for."""
+        kv = self.kv
+        for s in self.active:
+            if kv.blocks_of(s) != kv.blocks_for(self.computed[s]):
+                raise AssertionError(f"replica {self.index}: slot {s} holds {kv.blocks_of(s)} blocks "
+                                     f"for {self.computed[s]} tokens")
+        try:
+            kv.check(self.active)
+        except AssertionError as e:
+            raise AssertionError(f"replica {self.index}: {e}") from None
+        if self.context_sum != sum(self.computed[s] for s in self.active):
+            raise AssertionError(f"replica {self.index}: context sum broken")
+        if len(self.active) + len(self.free_slots) != len(self.rid):
+            raise AssertionError(f"replica {self.index}: seat accounting broken")
+        if self.n_prefilling != sum(1 for s in self.active if self.computed[s] < self.prompt[s]):
+            raise AssertionError(f"replica {self.index}: prefilling count broken")
+
+    # ---------------------------------------------------------------- decode segments
+    def _decode_segment(self, t_limit: float) -> None:
+        """Run n identical decode steps at once (n up to the next completion, KV shortage,
+        or the last step that starts before t_limit); see the module docstring."""
+        active = self.active
+        batch = len(active)
+        if self.cfg.max_num_batched_tokens < batch:
+            self.run_plan(self.policy.next_step(self, allow_segment=False))
+            return
+        generated, outlen = self.generated, self.outlen
+        steps_to_first_finish = min([outlen[s] - generated[s] for s in active])
+        max_steps = min(steps_to_first_finish, self.cfg.max_segment_steps)
+        if self.kv.free_blocks < batch * (max_steps // self.bs + 1):  # else no shortage possible
+            max_steps = self._steps_before_block_shortage(max_steps)
+        if max_steps <= 0:
+            self.run_plan(self.policy.next_step(self, allow_segment=False))  # a block is needed now: the policy preempts
+            return
+        context_sum = self.context_sum
+        if self.window is None:  # the common case, inline: one call less per segment
+            first_step_s = self.step_time(batch, batch, context_sum + 0.5 * batch, 0.0, float(context_sum + batch))
+        else:
+            first_step_s = self._first_decode_step_s(batch, context_sum)
+        if t_limit != math.inf:
+            # steps only lengthen as context grows: at most (t_limit - clock)/d0 + 1 start in time
+            fit = (t_limit - self.clock) / first_step_s  # may overflow to inf for far-off limits
+            if fit < max_steps:
+                max_steps = max(1, int(fit) + 1)
+        line = self._decode_line(batch, context_sum, first_step_s, max_steps)
+        if line is not None:
+            n_steps = max_steps if t_limit == math.inf else self._line_steps_before(line, max_steps, t_limit)
+            d0, slope = line
+            t_end = self.clock + n_steps * d0 + slope * n_steps * (n_steps - 1) / 2
+            if self.in_step:
+                self.log.segment_line(d0, slope, n_steps, batch)
+            else:
+                self._log_lagging_segment(d0, n_steps, line, None)
+        else:
+            step_s = self._decode_step_times(batch, context_sum, max_steps)
+            ends = self.clock + np.cumsum(step_s)
+            n_steps = int(np.searchsorted(ends[:-1], t_limit, side="left")) + 1 if max_steps > 1 else 1
+            n_steps = min(n_steps, max_steps)
+            t_end = float(ends[n_steps - 1])
+            if self.in_step:
+                self.log.segment(step_s[:n_steps], batch)
+            else:
+                self._log_lagging_segment(float(step_s[0]), n_steps, None, step_s[:n_steps])
+        done = self._apply_decode_steps(n_steps, t_end)
+        lg = self.log
+        lg.steps += n_steps
+        lg.batch_token_sum += batch * n_steps
+        lg.busy_s += t_end - self.clock
+        self.clock = t_end
+        self._record(batch)
+        for s in done:
+            self._finish(s)
+
+    def _log_lagging_segment(self, first_step_s: float, n_steps: int, line: tuple[float, float] | None,
+                             step_s: np.ndarray | None) -> None:
+        """Inter-token gaps of a segment whose batch did not all emit at `clock` (a running
+        decode was left out of the previous step, e.g. by a prefill-only step): the first
+        step's gap for such a slot runs from its own last token."""
+        last, clock = self.last_tok, self.clock
+        lagging = [s for s in self.active if last[s] != clock]
+        lg = self.log
+        first_end = clock + first_step_s
+        for s in lagging:
+            lg.gap(first_end - last[s], 1)
+        lg.gap(first_step_s, len(self.active) - len(lagging))
+        if n_steps > 1:
+            if line is not None:
+                d0, slope = line
+                lg.segment_line(d0 + slope, slope, n_steps - 1, len(self.active))
+            else:
+                assert step_s is not None
+                lg.segment(step_s[1:], len(self.active))
+        self.in_step = True
+
+    def _steps_before_block_shortage(self, max_steps: int) -> int:
+        """Decode steps the free blocks allow: after i = q·bs + r steps (r < bs) the batch
+        needs B q + #{slots with fewer than r free places in their last block} new blocks."""
+        batch = len(self.active)
+        computed = self.computed
+        free = self.kv.free_blocks
+        bs = self.bs
+        covered = self.kv.blocks_per_slot()
+        # room_count[k]: slots with k free token places in their last block (0..bs-1)
+        room_count = [0] * (bs + 1)
+        for s in self.active:
+            room_count[covered[s] * bs - computed[s]] += 1
+        full_rounds = free // batch  # every slot can take this many more blocks
+        spare = free - batch * full_rounds
+        needing = 0  # slots that need a block within r extra steps
+        extra_steps = 0
+        for r in range(1, bs):
+            needing += room_count[r - 1]
+            if needing > spare:
+                break
+            extra_steps = r
+        return min(max_steps, full_rounds * bs + extra_steps)
+
+    def _first_decode_step_s(self, batch: int, context_sum: int) -> float:
+        W = self.window
+        computed = self.computed
+        if W is None:
+            return self.step_time(batch, batch, context_sum + 0.5 * batch, 0.0, float(context_sum + batch))
+        return self.step_time(batch, batch, context_sum + 0.5 * batch, 0.0, float(context_sum + batch),
+                              sum(min(computed[s] + 0.5, W) for s in self.active),
+                              sum(min(computed[s] + 1, W) for s in self.active))
+
+    def _decode_line(self, batch: int, context_sum: int, d0: float,
+                     max_steps: int) -> tuple[float, float] | None:
+        """(d0, slope) when step j of the segment lasts exactly d0 + slope j (no window: only
+        the attention terms grow, linearly in j); checked by pricing the last step too."""
+        if self.window is not None:
+            return None
+        if max_steps == 1:
+            return d0, 0.0
+        Ad0 = context_sum + 0.5 * batch
+        R0 = float(context_sum + batch)
+        d1 = self.step_time(batch, batch, Ad0 + batch, 0.0, R0 + batch)
+        slope = d1 - d0
+        last = max_steps - 1
+        d_last = d1 if max_steps == 2 else self.step_time(batch, batch, Ad0 + batch * last, 0.0, R0 + batch * last)
+        if abs(d0 + slope * last - d_last) <= 1e-12 * d_last:
+            return d0, slope
+        return None
+
+    def _line_steps_before(self, line: tuple[float, float], max_steps: int, t_limit: float) -> int:
+        """Steps of a linear segment that start before t_limit: step j starts at
+        clock + j d0 + slope j (j-1)/2, so n is the positive root of that quadratic, then an
+        exact check of its neighbours (start times increase with j)."""
+        if t_limit == math.inf or max_steps <= 1:
+            return max_steps
+        d0, slope = line
+        clock = self.clock
+        delta = t_limit - clock
+        h = slope / 2.0
+        b = d0 - h
+        if h > 1e-15 * d0:
+            root = (-b + math.sqrt(b * b + 4.0 * h * delta)) / (2.0 * h)
+        else:
+            root = delta / d0
+        n = max(1, min(max_steps, int(root) + 1))
+        while n > 1 and clock + (n - 1) * d0 + slope * (n - 1) * (n - 2) / 2 >= t_limit:
+            n -= 1
+        while n < max_steps and clock + n * d0 + slope * n * (n - 1) / 2 < t_limit:
+            n += 1
+        return n
+
+    def _decode_step_times(self, batch: int, context_sum: int, max_steps: int) -> np.ndarray:
+        """Durations of max_steps decode steps priced in one vectorised call."""
+        j = np.arange(max_steps, dtype=float)
+        Ad = (context_sum + 0.5 * batch) + batch * j
+        R = float(context_sum + batch) + batch * j
+        W = self.window
+        if W is not None:
+            sorted_contexts = np.sort(np.array([self.computed[s] for s in self.active], dtype=float))
+            Aw = capped_sums(sorted_contexts, j + 0.5, W)
+            Rw = capped_sums(sorted_contexts, j + 1.0, W)
+        else:
+            Aw, Rw = Ad, R
+        return self.cost.step_times(float(batch), float(batch), Ad, 0.0, R, Aw, Rw)
+
+    def _apply_decode_steps(self, n_steps: int, t_end: float) -> list[int]:
+        """Every running slot emits n_steps tokens (the last at t_end) and takes the blocks
+        its longer context needs; returns the slots that are done."""
+        kv = self.kv
+        self.context_sum += n_steps * len(self.active)
+        if kv.shared_of:
+            return self._apply_decode_steps_shared(n_steps, t_end)
+        computed, generated, outlen, last = self.computed, self.generated, self.outlen, self.last_tok
+        held, bs = kv.held, self.bs
+        # private blocks only: a slot holds ceil(c / bs) blocks, so n more tokens take
+        # n // bs blocks, plus one if its last block has fewer than n % bs free places,
+        # i.e. (c - 1) % bs >= bs - n % bs (threshold bs when n % bs == 0: never)
+        full, rem = divmod(n_steps, bs)
+        threshold = bs - rem if rem else bs
+        crossing = 0
+        done = []
+        if full:
+            for s in self.active:
+                held[s] += full
+        for s in self.active:
+            c = computed[s]
+            if (c - 1) % bs >= threshold:
+                crossing += 1
+                held[s] += 1
+            computed[s] = c + n_steps
+            g = generated[s] + n_steps
+            generated[s] = g
+            last[s] = t_end
+            if g >= outlen[s]:
+                done.append(s)
+        kv.free_blocks -= full * len(self.active) + crossing
+        return done
+
+    def _apply_decode_steps_shared(self, n_steps: int, t_end: float) -> list[int]:
+        """`_apply_decode_steps` when some blocks are shared (no ceil(c / bs) shortcut)."""
+        computed, generated, outlen, last = self.computed, self.generated, self.outlen, self.last_tok
+        kv = self.kv
+        for s in self.active:
+            computed[s] += n_steps
+            kv.allocate(s, kv.blocks_to_grow(s, computed[s]))
+            generated[s] += n_steps
+            last[s] = t_end
+        return [s for s in self.active if generated[s] >= outlen[s]]
+
+    # ---------------------------------------------------------------- static batching
+    def _static_batch(self, batch: list[int]) -> None:
+        """Pre-Orca baseline: prefill the batch in one step, decode until its longest member
+        ends; nobody joins until the whole batch is done (blocks for prompt + output of each
+        member are reserved meanwhile)."""
+        for _ in batch:
+            self.waiting.popleft()
+        blocks = sum(self.kv.blocks_for(self.total_len(r)) for r in batch)
+        ins = self.wl_in[batch].astype(float)
+        outs = self.wl_out[batch]
+        B = len(batch)
+        W = self.window
+        Ap = float(np.sum(ins * ins / 2.0))
+        R = float(ins.sum())
+        Aw = float(np.sum(ins * np.minimum(ins / 2.0, W))) if W else Ap
+        Rw = float(np.minimum(ins, W).sum()) if W else R
+        t0 = self.clock
+        t_first = t0 + self.step_time(float(ins.sum()), float(B), 0.0, Ap, R, Aw, Rw)
+        longest = int(outs.max())
+        k = np.arange(1, longest, dtype=float)
+        # padded batch: every member keeps a slot (and is priced) until the longest ends
+        p = ins[None, :] + k[:, None] - 1
+        Ad = (p + 0.5).sum(axis=1)
+        Rr = (p + 1).sum(axis=1)
+        if W:
+            Awd = np.minimum(p + 0.5, W).sum(axis=1)
+            Rwd = np.minimum(p + 1, W).sum(axis=1)
+        else:
+            Awd, Rwd = Ad, Rr
+        dts = self.cost.step_times(float(B), float(B), Ad, 0.0, Rr, Awd, Rwd) if longest > 1 else np.zeros(0)
+        ends = t_first + np.concatenate([[0.0], np.cumsum(dts)])
+        for j, r in enumerate(batch):
+            self.out["first_token_s"][r] = t_first
+            self.out["finish_s"][r] = ends[outs[j] - 1]
+            self.out["status"][r] = COMPLETED
+            if outs[j] > 1:
+                self.log.segment(dts[: outs[j] - 1], 1)
+        self.log.steps += 1 + len(dts)
+        self.log.batch_token_sum += B * (1 + len(dts))
+        self.log.busy_s += float(ends[-1] - t0)
+        self.clock = float(ends[-1])
+        self.log.peak_kv = max(self.log.peak_kv, blocks / self.kv.total_blocks)
+        self._record(B)
+        self.outstanding -= B
+        for j, r in sorted(enumerate(batch), key=lambda x: ends[outs[x[0]] - 1]):
+            self.on_finish(r, float(ends[outs[j] - 1]))

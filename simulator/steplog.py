@@ -1,0 +1,143 @@
+"""What the engine logs while it runs: pooled inter-token gaps and a decimated timeline.
+
+Inter-token latency (ITL) is pooled over all tokens, as vLLM's benchmark reports it: every
+token after a request's first contributes one gap, the time since that request's previous
+token. A decode segment of n identical-batch steps contributes each step's duration d_j,
+seen by all B sequences, so it is stored as (d_j, weight B) rather than B n numbers; when the
+durations lie on a line (d_j = d_0 + slope j, the no-window case) as four numbers. Past
+ITL_EXACT_LIMIT stored values the gaps fold into a log-spaced histogram of relative bin width
+1e-4 (memory bounded on runs of any length; percentiles then good to 0.01 %).
+
+The timeline keeps one row per step (time, replica, batch size, KV utilization, queue length)
+and halves its sampling rate whenever it reaches `timeline_max_points` rows.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+import numpy as np
+import pandas as pd
+
+
+class StepLog:
+    """Compact logs: pooled inter-token gaps and a (decimated) timeline, in typed arrays."""
+
+    #: ITL values are kept exactly (value, count) until this many are stored; then they
+    #: are folded into a log-spaced histogram of relative bin width ITL_BIN (1e-4), so
+    #: memory stays bounded on runs of any length (percentiles then to 0.01 %).
+    ITL_EXACT_LIMIT = 4_000_000
+    ITL_BIN = 1e-4
+    ITL_MIN_S = 1e-7
+
+    def __init__(self, timeline_max_points: int = 200_000) -> None:
+        self.gap_v = array("d")  # gap value (s)
+        self.gap_n = array("q")  # how many tokens saw it
+        self.itl_chunks: list[np.ndarray] = []  # step durations of decode segments
+        self.itl_weights: list[int] = []  # tokens emitted per step in that segment
+        self.itl_stored = 0
+        self.itl_hist: dict[int, int] | None = None  # bin index -> count, once folded
+        # decode segments whose step durations lie on a line: d0 + slope * j, j < n, seen by w
+        self.line_d0, self.line_slope = array("d"), array("d")
+        self.line_n, self.line_w = array("q"), array("q")
+        self.tl = array("d")  # flat rows of TL_COLUMNS
+        self.tl_max = timeline_max_points
+        self.tl_stride = 1
+        self.tl_skip = 0
+        self.steps = 0
+        self.batch_token_sum = 0.0  # sum over steps of sequences in the step
+        self.busy_s = 0.0
+        self.peak_kv = 0.0
+        self.cut_gaps = 0  # inter-token gaps of requests cut off by max_duration_s (debug ledger)
+
+    def gap(self, value: float, count: int) -> None:
+        if count:
+            self.gap_v.append(value)
+            self.gap_n.append(count)
+            self.itl_stored += 1
+
+    TL_COLUMNS = ("time_s", "replica", "batch_size", "kv_utilization", "queue_length")
+
+    def record(self, t: float, replica: int, batch: int, kv: float, queue: int) -> None:
+        if kv > self.peak_kv:
+            self.peak_kv = kv
+        self.tl_skip += 1
+        if self.tl_skip < self.tl_stride:
+            return
+        self.tl_skip = 0
+        if len(self.tl) >= 5 * self.tl_max:
+            # decimate: keep every other row, sample half as often from now on
+            rows = np.frombuffer(self.tl, dtype=float).reshape(-1, 5)[::2]
+            self.tl = array("d", rows.ravel().tobytes())
+            self.tl_stride *= 2
+        self.tl.extend((t, replica, batch, kv, queue))
+
+    def timeline(self) -> pd.DataFrame:
+        rows = np.frombuffer(self.tl, dtype=float).reshape(-1, 5) if len(self.tl) else np.zeros((0, 5))
+        df = pd.DataFrame(rows, columns=list(self.TL_COLUMNS))
+        return df.astype({"replica": np.int64, "batch_size": np.int64, "queue_length": np.int64})
+
+    def segment(self, dts: np.ndarray, weight: int) -> None:
+        """A run of decode steps: every one of `weight` sequences saw each step's duration."""
+        self.itl_chunks.append(dts)
+        self.itl_weights.append(weight)
+        self.itl_stored += len(dts)
+        if self.itl_stored > self.ITL_EXACT_LIMIT:
+            self._fold()
+
+    def segment_line(self, d0: float, slope: float, n: int, weight: int) -> None:
+        """n decode steps lasting d0 + slope * j, each seen by `weight` sequences (4 numbers,
+        not n: the common case costs no array)."""
+        self.line_d0.append(d0)
+        self.line_slope.append(slope)
+        self.line_n.append(n)
+        self.line_w.append(weight)
+        self.itl_stored += n
+        if self.itl_stored > self.ITL_EXACT_LIMIT:
+            self._fold()
+
+    def _exact(self) -> tuple[np.ndarray, np.ndarray]:
+        vals = [np.frombuffer(self.gap_v, dtype=float) if len(self.gap_v) else np.zeros(0)]
+        cnts = [np.frombuffer(self.gap_n, dtype=np.int64) if len(self.gap_n) else np.zeros(0, dtype=np.int64)]
+        if len(self.line_n):
+            n = np.frombuffer(self.line_n, dtype=np.int64)
+            starts = np.cumsum(n) - n
+            j = np.arange(int(n.sum()), dtype=float) - np.repeat(starts, n)
+            vals.append(np.repeat(np.frombuffer(self.line_d0, dtype=float), n)
+                        + np.repeat(np.frombuffer(self.line_slope, dtype=float), n) * j)
+            cnts.append(np.repeat(np.frombuffer(self.line_w, dtype=np.int64), n))
+        for ch, w in zip(self.itl_chunks, self.itl_weights, strict=True):
+            vals.append(ch)
+            cnts.append(np.full(len(ch), w, dtype=np.int64))
+        return np.concatenate(vals), np.concatenate(cnts)
+
+    def _fold(self) -> None:
+        """Move the exact store into the histogram (bounded memory from here on)."""
+        v, c = self._exact()
+        idx = np.floor(np.log(np.maximum(v, self.ITL_MIN_S) / self.ITL_MIN_S) / np.log1p(self.ITL_BIN)).astype(np.int64)
+        u, inv = np.unique(idx, return_inverse=True)
+        sums = np.bincount(inv, weights=c, minlength=len(u))
+        hist = self.itl_hist if self.itl_hist is not None else {}
+        for k, n in zip(u.tolist(), sums.tolist(), strict=True):
+            hist[k] = hist.get(k, 0) + int(n)
+        self.itl_hist = hist
+        self.gap_v, self.gap_n = array("d"), array("q")
+        self.itl_chunks, self.itl_weights = [], []
+        self.line_d0, self.line_slope = array("d"), array("d")
+        self.line_n, self.line_w = array("q"), array("q")
+        self.itl_stored = 0
+
+    def itl(self) -> tuple[np.ndarray, np.ndarray]:
+        """All inter-token gaps as (sorted distinct values, counts); exact unless the run was
+        long enough to fold them into the histogram (values are then bin centres)."""
+        if self.itl_hist is not None:
+            self._fold()
+            keys = np.array(sorted(self.itl_hist), dtype=np.int64)
+            counts = np.array([self.itl_hist[k] for k in keys.tolist()], dtype=np.int64)
+            g = np.log1p(self.ITL_BIN)
+            return self.ITL_MIN_S * np.exp((keys + 0.5) * g), counts
+        v, c = self._exact()
+        u, inv = np.unique(v, return_inverse=True)
+        return u, np.bincount(inv, weights=c, minlength=len(u)).astype(np.int64)
+
+
