@@ -12,7 +12,7 @@ import os
 
 from .catalog import load_hardware, load_model
 from .roofline import CostModel
-from .specs import DTYPE_BYTES, DTYPES, DTypes, HardwareSpec, ModelSpec, Parallelism, check_choice
+from .specs import DTYPES, DTypes, HardwareSpec, ModelSpec, Parallelism, check_choice
 
 
 def make_cost_model(model: str | os.PathLike | ModelSpec, hardware: str | os.PathLike | HardwareSpec, tp: int = 1, pp: int = 1,
