@@ -41,7 +41,8 @@ def build_cost(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | 
                 activation_dtype: str, kv_dtype: str | None, ideal: bool,
                 efficiency: tuple[str, ...]) -> Any:
     from .catalog import load_hardware
-    from .roofline import make_cost_model, parse_efficiency_overrides
+    from .resolve import make_cost_model
+    from .roofline import parse_efficiency_overrides
 
     overrides = parse_efficiency_overrides(efficiency)
     hw = load_hardware(hardware)

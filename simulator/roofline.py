@@ -662,26 +662,6 @@ def parse_efficiency_overrides(items: list[str] | tuple[str, ...]) -> dict[str, 
     return out
 
 
-#: moved to `predict` (static-batch prediction and reading a breakdown); see `__getattr__`
-_MOVED_TO_PREDICT = ("decode_step_arrays", "op_points", "predict_static", "top_ops")
-
-
-def __getattr__(name: str) -> Any:
-    """Transitional: `from simulator.roofline import make_cost_model` (now `simulator.resolve`:
-    name resolution is no longer roofline's job) and `predict_static`, `decode_step_arrays`,
-    `top_ops`, `op_points` (now `simulator.predict`) keep working while callers move. Resolved on
-    first use only, so importing roofline loads neither the catalog nor `predict`."""
-    if name == "make_cost_model":
-        from . import resolve
-
-        return resolve.make_cost_model
-    if name in _MOVED_TO_PREDICT:
-        from . import predict
-
-        return getattr(predict, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = [
     "CostModel", "DTypes", "FEATURES", "LinearTerms", "MemoryPlan", "Op", "Parallelism", "Rates",
     "StepBatch", "StepCost", "activation_reserve_bytes", "allreduce_time_s", "decode_step",

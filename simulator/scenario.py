@@ -25,7 +25,8 @@ from .catalog import load_model, read_yaml
 from .energy import run_energy
 from .engine import ROUTERS, SCHEDULERS, EngineConfig, SimResult, simulate
 from .metrics import summarize
-from .roofline import CostModel, make_cost_model
+from .resolve import make_cost_model
+from .roofline import CostModel
 from .slo import goodput_ms, parse_goodput
 from .specs import DTYPES, HardwareSpec, ModelSpec, SpecError, _did_you_mean
 
