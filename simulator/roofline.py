@@ -1,6 +1,6 @@
 """The price of one engine step: a roofline cost model per operator.
 
-Physics from `PERFORMANCE_MODEL.md` (roofline: Williams, Waterman & Patterson, CACM 2009;
+Physics from `docs/performance_model.md` (roofline: Williams, Waterman & Patterson, CACM 2009;
 per-op FLOP/byte accounting as in LLM-Viewer, Yuan et al., arXiv:2402.16363):
 
     time(op)   = max( F / (peak[dtype] * eta_c(T)),  B / (hbm_bw * eta_m) )

@@ -17,7 +17,7 @@ reads the view: KV blocks (`view.kv`), the running slots in admission order (`vi
 with `computed`, `prompt`, `generated`, `outlen` per slot), the queue (`view.waiting`,
 `view.prompt_of(r)`); it may keep its own state (one instance per replica).
 
-The three policies of today (behaviour as `SERVING_MODEL.md` and ENGINES.md §1 describe):
+The three policies of today (behaviour as `docs/serving_model.md` and ENGINES.md §1 describe):
 
 * `vllm` — vLLM V1 chunked prefill (V33 `vllm/v1/core/sched/scheduler.py` —
   `Scheduler.schedule`): running sequences first in admission order, a decode taking 1 token
