@@ -97,6 +97,7 @@ class Replica:
         # running decode out, e.g. a prefill-only step): only then is each gap of a decode
         # segment's first step that step's duration
         self.in_step = True
+        self.segment_steps = 0  # decode steps run in closed-form segments (policies that count steps)
 
     # ---------------------------------------------------------------- state queries
     @property
@@ -119,6 +120,10 @@ class Replica:
 
     def total_len(self, r: int) -> int:
         return int(self.wl_in[r]) + int(self.wl_out[r])
+
+    def prefix_hit_tokens(self, r: int) -> int:
+        """Prompt tokens of queued request r already in the prefix cache (none modelled yet)."""
+        return 0
 
     # ---------------------------------------------------------------- arrivals
     def enqueue(self, r: int, t: float) -> None:
@@ -169,7 +174,7 @@ class Replica:
             self._reject_head(plan.reject_head)
             return
         for s in plan.preempt:
-            self._preempt(s)
+            self._preempt(s, plan.preempt_to_tail)
         kv = self.kv
         if plan.running:
             kv.grow_to_cover(plan.running, self.computed)
@@ -214,14 +219,18 @@ class Replica:
         self.n_prefilling += 1
         return s, tokens
 
-    def _preempt(self, s: int) -> None:
-        """Recompute preemption: free the slot's blocks; it resumes from the queue head."""
+    def _preempt(self, s: int, to_tail: bool = False) -> None:
+        """Recompute preemption: free the slot's blocks; it resumes from the queue head (the
+        tail with `to_tail`: SGLang's retraction)."""
         r = self.rid[s]
         self.gen_so_far[r] = self.generated[s]
         self.last_tok_of[r] = self.last_tok[s]
         self.out["preemptions"][r] += 1
         self._release(s)
-        self.waiting.appendleft(r)
+        if to_tail:
+            self.waiting.append(r)
+        else:
+            self.waiting.appendleft(r)
 
     def _release(self, s: int) -> None:
         self.kv.free(s)
@@ -426,6 +435,7 @@ class Replica:
         done = self._apply_decode_steps(n_steps, t_end)
         lg = self.log
         lg.steps += n_steps
+        self.segment_steps += n_steps
         lg.batch_token_sum += batch * n_steps
         lg.busy_s += t_end - self.clock
         self.clock = t_end

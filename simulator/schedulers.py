@@ -51,9 +51,9 @@ then bounded by the round, a field the plan would carry).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -75,6 +75,8 @@ class EngineConfig:
     max_segment_steps: int = 4096
     max_duration_s: float | None = None  # simulated-time cap: what is unfinished then is cut off
     debug: bool = False  # check conservation invariants while running
+    #: the policy's own parameters (`SchedulerPolicy.PARAMS` of `scheduler`), e.g. {"watermark": 0.01}
+    policy_params: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_segment_steps"):
@@ -93,6 +95,7 @@ class EngineConfig:
                 raise SpecError(f"{name}: {v!r} must be an integer >= 1 (or omitted)")
         if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.block_size:
             raise SpecError(f"kv_capacity_tokens: {self.kv_capacity_tokens!r} must be >= block_size")
+        SCHEDULERS[self.scheduler].resolve_params(self.policy_params)
 
 
 class StepPlan:
@@ -103,7 +106,7 @@ class StepPlan:
     """
 
     __slots__ = ("running", "admit", "preempt", "decode_all", "decode_new_blocks", "run_to_completion",
-                 "reject_head", "decode_segment")
+                 "reject_head", "decode_segment", "preempt_to_tail")
 
     def __init__(self, decode_all: bool = False, run_to_completion: bool = False,
                  decode_segment: bool = False) -> None:
@@ -117,6 +120,7 @@ class StepPlan:
         # the next steps are decode-only with nothing to admit: the replica may run a run of
         # them in closed form (the decode fast path) and ask again at its end
         self.decode_segment = decode_segment
+        self.preempt_to_tail = False  # preempted requests rejoin the queue at its tail (SGLang)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
@@ -139,9 +143,11 @@ class ReplicaView(Protocol):
     outlen: list[int]
     waiting: deque[int]  # request ids, FCFS (preempted ones at the head)
     n_prefilling: int  # running slots that have not finished their prompt
+    segment_steps: int  # decode steps run in closed-form segments so far
 
     def prompt_of(self, r: int) -> int: ...
     def total_len(self, r: int) -> int: ...
+    def prefix_hit_tokens(self, r: int) -> int: ...
 
 
 class SchedulerPolicy:
@@ -152,9 +158,38 @@ class SchedulerPolicy:
     whole_prompts: ClassVar[bool] = False
     #: True: `admission_error` may reject a request at arrival (skipped otherwise: hot path)
     checks_arrivals: ClassVar[bool] = False
+    #: True: admission needs blocks for the whole remaining prompt (net of prefix-cache hits)
+    #: plus the watermark, not only for the tokens scheduled now (set from the parameters)
+    gate_whole: bool = False
+
+    #: parameter name -> (default, allowed): a tuple of choices, or a (low, high) float range
+    PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {}
 
     def __init__(self, cfg: EngineConfig) -> None:
         self.cfg = cfg
+        self.params = self.resolve_params(cfg.policy_params)
+
+    @classmethod
+    def resolve_params(cls, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The policy's parameters: defaults overridden by `given`, each checked."""
+        if not isinstance(given, Mapping):
+            raise SpecError(f"policy_params: {given!r} must be a mapping of parameter -> value")
+        out = {k: d for k, (d, _) in cls.PARAMS.items()}
+        for k, v in given.items():
+            if k not in cls.PARAMS:
+                allowed = ", ".join(cls.PARAMS) or "none"
+                raise SpecError(f"policy_params.{k}: not a parameter of scheduler {cls.name!r} (allowed: {allowed})")
+            allowed_v = cls.PARAMS[k][1]
+            if isinstance(allowed_v, tuple) and len(allowed_v) == 2 and all(
+                    isinstance(x, float) for x in allowed_v):
+                lo, hi = allowed_v
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi):
+                    raise SpecError(f"policy_params.{k}: {v!r} must be a number in [{lo}, {hi}]")
+                v = float(v)
+            elif v not in allowed_v or type(v) is not type(allowed_v[0]):
+                raise SpecError(f"policy_params.{k}: {v!r} is not one of {', '.join(map(repr, allowed_v))}")
+            out[k] = v
+        return out
 
     def admission_error(self, input_len: int) -> str | None:
         """A reason to reject a prompt of `input_len` tokens at arrival, or None."""
@@ -178,11 +213,20 @@ class SchedulerPolicy:
         if batch >= cfg.max_num_seqs or cfg.max_num_batched_tokens <= batch:
             return True
         kv = view.kv
-        prompt = view.prompt_of(view.waiting[0])
-        first = prompt if self.whole_prompts else min(prompt, cfg.max_num_batched_tokens - batch)
+        head = view.waiting[0]
+        prompt = view.prompt_of(head)
+        if self.gate_whole:
+            need = kv.blocks_for(prompt - view.prefix_hit_tokens(head)) + self._watermark_blocks(view)
+        else:
+            first = prompt if self.whole_prompts else min(prompt, cfg.max_num_batched_tokens - batch)
+            need = -(-first // kv.block_size)
         if decode_blocks is None:
             decode_blocks = len(self._decode_new_blocks(view))
-        return -(-first // kv.block_size) + decode_blocks > kv.free_blocks
+        return need + decode_blocks > kv.free_blocks
+
+    def _watermark_blocks(self, view: ReplicaView) -> int:
+        """Blocks that must stay free after an admission: int(watermark x all blocks)."""
+        return int(self.params.get("watermark", 0.0) * view.kv.total_blocks)
 
     @staticmethod
     def _decode_new_blocks(view: ReplicaView) -> list[int]:
@@ -233,9 +277,13 @@ class SchedulerPolicy:
 
     def _plan_admission(self, view: ReplicaView, plan: StepPlan, budget: int, free: int) -> None:
         """Queue head first (FCFS) while budget, seats and KV blocks for the first chunk (the
-        whole prompt if it may not split) remain; stop at the first that does not fit."""
+        whole prompt if it may not split) remain; stop at the first that does not fit. With
+        `gate_whole` the blocks of the whole remaining prompt net of prefix-cache hits, plus
+        the watermark, must be free (vLLM V33 `KVCacheManager.allocate_slots`, ENGINES.md §1.4)."""
         seats = self.cfg.max_num_seqs - len(view.active)
         whole = self.whole_prompts
+        gate = self.gate_whole
+        wm = self._watermark_blocks(view) if gate else 0
         kv = view.kv
         admit = plan.admit
         for r in view.waiting:
@@ -246,7 +294,7 @@ class SchedulerPolicy:
             if tokens > budget:
                 break
             blocks = kv.blocks_for(tokens)
-            if blocks > free:
+            if blocks > free or (gate and kv.blocks_for(prompt - view.prefix_hit_tokens(r)) + wm > free):
                 break
             admit.append((r, tokens))
             budget -= tokens
@@ -259,6 +307,14 @@ class ChunkedPrefill(SchedulerPolicy):
     unless the step preempted."""
 
     name = "vllm"
+    PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {
+        "admission_gate": ("first_chunk", ("first_chunk", "whole_prompt")),
+        "watermark": (0.0, (0.0, 1.0)),
+    }
+
+    def __init__(self, cfg: EngineConfig) -> None:
+        super().__init__(cfg)
+        self.gate_whole = self.params["admission_gate"] == "whole_prompt"
 
     def next_step(self, view: ReplicaView, allow_segment: bool = True) -> StepPlan:
         budget = self.cfg.max_num_batched_tokens
@@ -291,6 +347,8 @@ class PrefillPriority(SchedulerPolicy):
     name = "prefill-priority"
     whole_prompts = True
     checks_arrivals = True
+    gate_whole = True  # blocks of the whole prompt, plus the watermark (V092 `BlockSpaceManager.can_allocate`)
+    PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {"watermark": (0.0, (0.0, 1.0))}
 
     def admission_error(self, input_len: int) -> str | None:
         if input_len > self.cfg.max_num_batched_tokens:
@@ -314,7 +372,7 @@ class PrefillPriority(SchedulerPolicy):
     def _head_fits(self, view: ReplicaView, budget: int) -> bool:
         prompt = view.prompt_of(view.waiting[0])
         return (len(view.active) < self.cfg.max_num_seqs and prompt <= budget
-                and view.kv.blocks_for(prompt) <= view.kv.free_blocks)
+                and view.kv.blocks_for(prompt) + self._watermark_blocks(view) <= view.kv.free_blocks)
 
 
 class StaticBatching(SchedulerPolicy):
@@ -340,14 +398,33 @@ class StaticBatching(SchedulerPolicy):
         return plan
 
 
+class VllmV1(ChunkedPrefill):
+    """vLLM V1 as of 0.33: `vllm` with the full-prompt admission gate (ENGINES.md §1.11)."""
+
+    name = "vllm-v1"
+    PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {
+        **ChunkedPrefill.PARAMS, "admission_gate": ("whole_prompt", ("whole_prompt", "first_chunk"))}
+
+
+class VllmV0(PrefillPriority):
+    """vLLM V0 (v0.9.2) default scheduler: prefill-priority, watermark 1 % of all blocks."""
+
+    name = "vllm-v0"
+    PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {"watermark": (0.01, (0.0, 1.0))}
+
+
+from .policies import SGLang, TrtllmCapacity  # noqa: E402  (they build on the classes above)
+
 #: scheduler name -> policy class (one instance per replica)
 SCHEDULERS: dict[str, type[SchedulerPolicy]] = {
-    cls.name: cls for cls in (ChunkedPrefill, PrefillPriority, StaticBatching)}
+    cls.name: cls for cls in (ChunkedPrefill, VllmV1, PrefillPriority, VllmV0, StaticBatching,
+                              TrtllmCapacity, SGLang)}
 
 
 def make_policy(cfg: EngineConfig) -> SchedulerPolicy:
     return SCHEDULERS[cfg.scheduler](cfg)
 
 
-__all__: Sequence[str] = ("SCHEDULERS", "ChunkedPrefill", "EngineConfig", "PrefillPriority", "ReplicaView",
-                          "SchedulerPolicy", "StaticBatching", "StepPlan", "make_policy")
+__all__: Sequence[str] = ("SCHEDULERS", "SGLang", "ChunkedPrefill", "EngineConfig", "PrefillPriority", "ReplicaView",
+                          "SchedulerPolicy", "StaticBatching", "StepPlan", "TrtllmCapacity", "VllmV0", "VllmV1",
+                          "make_policy")
