@@ -35,6 +35,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from .schedulers import (
@@ -68,7 +69,7 @@ class TrtllmCapacity(SchedulerPolicy):
         self.no_evict = self.params["capacity_policy"] == "guaranteed_no_evict"
         self.gate_whole = not self.no_evict  # MAX_UTILIZATION: whole-prompt blocks at context start
         if not self.no_evict:
-            self._util = ChunkedPrefill(cfg)  # vLLM V1's running loop: pause the newest
+            self._util = ChunkedPrefill(replace(cfg, scheduler="vllm", policy_params={}))  # vLLM V1's running loop: pause the newest
             self._util.whole_prompts = self.whole_prompts
             self._util.gate_whole = True
 

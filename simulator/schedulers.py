@@ -308,7 +308,7 @@ class ChunkedPrefill(SchedulerPolicy):
 
     name = "vllm"
     PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {
-        "admission_gate": ("first_chunk", ("first_chunk", "whole_prompt")),
+        "admission_gate": ("whole_prompt", ("whole_prompt", "first_chunk")),
         "watermark": (0.0, (0.0, 1.0)),
     }
 
@@ -398,14 +398,6 @@ class StaticBatching(SchedulerPolicy):
         return plan
 
 
-class VllmV1(ChunkedPrefill):
-    """vLLM V1 as of 0.33: `vllm` with the full-prompt admission gate (ENGINES.md §1.11)."""
-
-    name = "vllm-v1"
-    PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {
-        **ChunkedPrefill.PARAMS, "admission_gate": ("whole_prompt", ("whole_prompt", "first_chunk"))}
-
-
 class VllmV0(PrefillPriority):
     """vLLM V0 (v0.9.2) default scheduler: prefill-priority, watermark 1 % of all blocks."""
 
@@ -417,8 +409,8 @@ from .policies import SGLang, TrtllmCapacity  # noqa: E402  (they build on the c
 
 #: scheduler name -> policy class (one instance per replica)
 SCHEDULERS: dict[str, type[SchedulerPolicy]] = {
-    cls.name: cls for cls in (ChunkedPrefill, VllmV1, PrefillPriority, VllmV0, StaticBatching,
-                              TrtllmCapacity, SGLang)}
+    cls.name: cls for cls in (ChunkedPrefill, PrefillPriority, VllmV0, StaticBatching, TrtllmCapacity, SGLang)}
+SCHEDULERS["vllm-v1"] = ChunkedPrefill  # alias: `vllm` is V1
 
 
 def make_policy(cfg: EngineConfig) -> SchedulerPolicy:
@@ -426,5 +418,5 @@ def make_policy(cfg: EngineConfig) -> SchedulerPolicy:
 
 
 __all__: Sequence[str] = ("SCHEDULERS", "SGLang", "ChunkedPrefill", "EngineConfig", "PrefillPriority", "ReplicaView",
-                          "SchedulerPolicy", "StaticBatching", "StepPlan", "TrtllmCapacity", "VllmV0", "VllmV1",
+                          "SchedulerPolicy", "StaticBatching", "StepPlan", "TrtllmCapacity", "VllmV0",
                           "make_policy")
