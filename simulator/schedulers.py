@@ -106,7 +106,7 @@ class StepPlan:
     """
 
     __slots__ = ("running", "admit", "preempt", "decode_all", "decode_new_blocks", "run_to_completion",
-                 "reject_head", "decode_segment", "preempt_to_tail")
+                 "reject_head", "decode_segment", "preempt_to_tail", "decode_round")
 
     def __init__(self, decode_all: bool = False, run_to_completion: bool = False,
                  decode_segment: bool = False) -> None:
@@ -121,6 +121,9 @@ class StepPlan:
         # them in closed form (the decode fast path) and ask again at its end
         self.decode_segment = decode_segment
         self.preempt_to_tail = False  # preempted requests rejoin the queue at its tail (SGLang)
+        # > 0: after `preempt`, the running batch runs this many decode steps as one multi-step
+        # round (nothing joins; tokens are delivered in one burst at the round's end)
+        self.decode_round = 0
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
@@ -181,6 +184,12 @@ class SchedulerPolicy:
                 raise SpecError(f"policy_params.{k}: not a parameter of scheduler {cls.name!r} (allowed: {allowed})")
             allowed_v = cls.PARAMS[k][1]
             if isinstance(allowed_v, tuple) and len(allowed_v) == 2 and all(
+                    type(x) is int for x in allowed_v):
+                lo, hi = allowed_v
+                if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not (lo <= v <= hi):
+                    raise SpecError(f"policy_params.{k}: {v!r} must be an integer in [{lo}, {hi}]")
+                v = int(v)
+            elif isinstance(allowed_v, tuple) and len(allowed_v) == 2 and all(
                     isinstance(x, float) for x in allowed_v):
                 lo, hi = allowed_v
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi):
@@ -405,11 +414,52 @@ class VllmV0(PrefillPriority):
     PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {"watermark": (0.01, (0.0, 1.0))}
 
 
+class VllmMultiStep(VllmV0):
+    """vLLM 0.6 multi-step scheduling (`--num-scheduler-steps N`, V0 engine, ENGINES.md §1 and
+    engine notes §2): a prefill step whenever the queue head fits (single step, as V0);
+    otherwise a round of n = min(N, most outputs left in the batch) decode steps of the whole
+    running batch, with the KV blocks of each sequence's next min(N, outputs left) tokens
+    (the lookahead slots) checked at the round's start, preempting the newest while short.
+    Nothing is admitted inside a round (arrivals wait for its end: TTFT += up to N steps);
+    a sequence that finishes early keeps its seat and is priced to the round's end; the
+    round's tokens reach the client in one burst at its end (ITL: one gap of a round, then
+    N - 1 zeros). The per-round CPU saving is an overhead of the engine profile, not here."""
+
+    name = "vllm-multistep"
+    PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {**VllmV0.PARAMS, "num_scheduler_steps": (8, (1, 1024))}
+
+    def next_step(self, view: ReplicaView, allow_segment: bool = True) -> StepPlan:
+        plan = StepPlan()
+        budget = self.cfg.max_num_batched_tokens
+        if view.waiting and self._head_fits(view, budget):
+            self._plan_admission(view, plan, budget, view.kv.free_blocks)
+            return plan
+        if not view.active:
+            return plan
+        kv, computed, generated, outlen = view.kv, view.computed, view.generated, view.outlen
+        n = min(self.params["num_scheduler_steps"], max(outlen[s] - generated[s] for s in view.active))
+        grow = {s: kv.blocks_to_grow(s, computed[s] + min(n, outlen[s] - generated[s])) for s in view.active}
+        need, free = sum(grow.values()), kv.free_blocks
+        batch = list(view.active)
+        while need > free and len(batch) > 1:
+            victim = batch.pop()  # the newest (V0 `Scheduler._preempt`)
+            plan.preempt.append(victim)
+            free += kv.reclaimable(victim)
+            need -= grow[victim]
+        while need > free and n > 1:  # one sequence left and short of lookahead: a shorter round
+            n -= 1
+            s = batch[0]
+            need = kv.blocks_to_grow(s, computed[s] + min(n, outlen[s] - generated[s]))
+        plan.decode_round = n
+        return plan
+
+
 from .policies import SGLang, TrtllmCapacity  # noqa: E402  (they build on the classes above)
 
 #: scheduler name -> policy class (one instance per replica)
 SCHEDULERS: dict[str, type[SchedulerPolicy]] = {
-    cls.name: cls for cls in (ChunkedPrefill, PrefillPriority, VllmV0, StaticBatching, TrtllmCapacity, SGLang)}
+    cls.name: cls for cls in (ChunkedPrefill, PrefillPriority, VllmV0, VllmMultiStep, StaticBatching, TrtllmCapacity,
+                              SGLang)}
 SCHEDULERS["vllm-v1"] = ChunkedPrefill  # alias: `vllm` is V1
 
 
@@ -418,5 +468,5 @@ def make_policy(cfg: EngineConfig) -> SchedulerPolicy:
 
 
 __all__: Sequence[str] = ("SCHEDULERS", "SGLang", "ChunkedPrefill", "EngineConfig", "PrefillPriority", "ReplicaView",
-                          "SchedulerPolicy", "StaticBatching", "StepPlan", "TrtllmCapacity", "VllmV0",
+                          "SchedulerPolicy", "StaticBatching", "StepPlan", "TrtllmCapacity", "VllmMultiStep", "VllmV0",
                           "make_policy")

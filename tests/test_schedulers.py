@@ -141,6 +141,37 @@ def test_vllm_v0_watermark_keeps_one_percent_free():
     assert v0.finish_s == pytest.approx([d(200) + d(1), d(200) + d(1) + d(200)], rel=1e-12)
 
 
+def test_vllm_multistep_rounds_stream_in_bursts():
+    """N = 4. A (8 in, 6 out) at 0; B (4 in, 2 out) arrives at 0.5 s, during A's prefill.
+    step 1 prefill A; step 2 prefill B (the head fits: prefill first, single step);
+    round 1: A+B, 4 steps of 2 tokens (B done after its first, kept to the round's end),
+    all delivered at its end; round 2: A's last token (1 step: nobody has more left).
+    Gaps: A 5.012 then 3 zeros, then 1.001; B 4.008."""
+    res = run("vllm-multistep", wl([0, 0.5], [8, 4], [6, 2]), blocks=1000, num_scheduler_steps=4)
+    t_round1 = d(8) + d(4) + 4 * d(2)
+    assert res.first_token_s == pytest.approx([d(8), d(8) + d(4)], rel=1e-12)
+    assert res.finish_s == pytest.approx([t_round1 + d(1), t_round1], rel=1e-12)
+    gaps = dict(zip(np.round(res.itl_values_s, 9), res.itl_counts, strict=True))
+    assert gaps == {0.0: 3, round(d(1), 9): 1, round(t_round1 - d(8) - d(4), 9): 1, round(t_round1 - d(8), 9): 1}
+
+
+def test_vllm_multistep_no_admission_inside_a_round():
+    """B arrives at 1.5 s, during A's first round (starts 1.008): it waits for the round's end
+    (t = 1.008 + 4 x 1.001), where prefill comes first."""
+    res = run("vllm-multistep", wl([0, 1.5], [8, 4], [9, 1]), blocks=1000, num_scheduler_steps=4)
+    assert res.first_token_s[1] == pytest.approx(d(8) + 4 * d(1) + d(4), rel=1e-12)
+
+
+def test_vllm_multistep_lookahead_preempts_the_newest():
+    """5 blocks of 4: A and B (8 in, 3 out) take 2 blocks each; a round of 2 needs a third
+    block each (computed 8 -> 10), 1 free: B (newest) is preempted; A's round (2 steps, its
+    2 outputs left) ends; B re-prefills 8 + 1 = 9 tokens (its token 2), then a round of 1."""
+    res = run("vllm-multistep", wl([0, 0], [8, 8], [3, 3]), blocks=5, num_scheduler_steps=4)
+    assert res.preemptions.tolist() == [0, 1]
+    t_a = d(16) + 2 * d(1)
+    assert res.finish_s == pytest.approx([t_a, t_a + d(9) + d(1)], rel=1e-12)
+
+
 # ---------------------------------------------------------------- SGLang
 
 
@@ -195,12 +226,18 @@ def test_policy_params_are_validated_with_one_line_errors():
         EngineConfig(scheduler="vllm-v0", policy_params={"watermark": 2})
     with pytest.raises(SpecError, match=r"policy_params.ignore_eos: 1 is not one of"):
         EngineConfig(scheduler="sglang", policy_params={"ignore_eos": 1})
-    assert {"vllm", "vllm-v1", "vllm-v0", "prefill-priority", "static", "trtllm", "sglang"} <= set(SCHEDULERS)
+    with pytest.raises(SpecError, match=r"policy_params.num_scheduler_steps: 2.5 must be an integer in \[1, 1024\]"):
+        EngineConfig(scheduler="vllm-multistep", policy_params={"num_scheduler_steps": 2.5})
+    with pytest.raises(SpecError, match=r"policy_params: \[1\] must be a mapping"):
+        EngineConfig(policy_params=[1])
+    assert {"vllm", "vllm-v1", "vllm-v0", "vllm-multistep", "prefill-priority", "static", "trtllm",
+            "sglang"} <= set(SCHEDULERS)
 
 
 # ---------------------------------------------------------------- no thrash at saturation
 
 THRASH_CASES = [("vllm", {}), ("vllm", {"admission_gate": "first_chunk"}), ("vllm-v0", {}), ("prefill-priority", {}),
+                ("vllm-multistep", {}),
                 ("trtllm", {}), ("trtllm", {"capacity_policy": "max_utilization"}),
                 ("trtllm", {"chunked_context": False}), ("sglang", {}), ("sglang", {"ignore_eos": True}),
                 ("static", {})]
@@ -218,7 +255,7 @@ def test_no_thrash_long_prompts_at_saturation(h200_70b, scheduler, params):
     below 1 (0 under no-evict admission); `first_chunk` (vLLM <= 0.11's gate) is the
     thrashing contrast."""
     n = 60
-    whole = scheduler in ("vllm-v0", "prefill-priority") or params.get("chunked_context") is False
+    whole = scheduler in ("vllm-v0", "prefill-priority", "vllm-multistep") or params.get("chunked_context") is False
     cfg = EngineConfig(scheduler=scheduler, policy_params=params, max_num_batched_tokens=32768 if whole else 8192)
     res = simulate(h200_70b, synthetic(n, float("inf"), 20000, 2000, seed=0), cfg)
     assert (res.status == COMPLETED).all()
