@@ -17,35 +17,41 @@ reads the view: KV blocks (`view.kv`), the running slots in admission order (`vi
 with `computed`, `prompt`, `generated`, `outlen` per slot), the queue (`view.waiting`,
 `view.prompt_of(r)`); it may keep its own state (one instance per replica).
 
-The three policies of today (behaviour as `SERVING_MODEL.md` and ENGINES.md §1 describe):
+Policies (`SCHEDULERS`; parameters in `EngineConfig.policy_params`, checked against each
+policy's `PARAMS`, one-line errors):
 
-* `vllm` — vLLM V1 chunked prefill (V33 `vllm/v1/core/sched/scheduler.py` —
+* `vllm` (alias `vllm-v1`) — vLLM V1 chunked prefill (V33 `vllm/v1/core/sched/scheduler.py` —
   `Scheduler.schedule`): running sequences first in admission order, a decode taking 1 token
   of the `max_num_batched_tokens` budget and a partial prompt min(remaining, budget); when a
   running sequence needs a KV block and none is free, the newest running sequence is
   preempted (`Scheduler._preempt_request`), and no new request is admitted in a step that
-  preempted; then the queue FCFS while budget, seats (`max_num_seqs`) and blocks for the
-  first chunk remain, stopping at the first that does not fit.
+  preempted; then the queue FCFS while budget, seats (`max_num_seqs`) and blocks remain,
+  stopping at the first that does not fit. `admission_gate`: "whole_prompt" (default, V33
+  `scheduler_reserve_full_isl`: blocks for the whole remaining prompt net of prefix-cache
+  hits, `view.prefix_hit_tokens(r)`, plus `watermark` x all blocks, must be free) or
+  "first_chunk" (<= V0.11: blocks for the tokens scheduled now; thrashes on long prompts at
+  saturation, issue 13). `watermark` default 0.
 * `prefill-priority` — vLLM V0 without chunked prefill (V092 `vllm/core/scheduler.py` —
   `Scheduler._schedule_default`): if the head of the queue fits (whole prompt within the
-  budget, a seat, its blocks), the step prefills whole prompts only; otherwise it runs the
-  running sequences (whole remaining prompts, never split). A prompt longer than the budget
-  is rejected at arrival.
+  budget, a seat, its blocks + `watermark` x all blocks), the step prefills whole prompts
+  only; otherwise it runs the running sequences (whole remaining prompts, never split). A
+  prompt longer than the budget is rejected at arrival. `watermark` default 0.
+* `vllm-v0` — the same with V0's default watermark 0.01 (`BlockSpaceManager.can_allocate`).
+* `vllm-multistep` — vLLM 0.6 `--num-scheduler-steps N` on V0 (`num_scheduler_steps`, 8):
+  decode rounds of N steps as one `decode_round` plan (see `VllmMultiStep`).
+* `trtllm`, `sglang` — TensorRT-LLM capacity scheduling and SGLang (`policies.py`).
 * `static` — pre-Orca static batching (Yu et al., OSDI 2022, contrast case): a batch is formed
   from the queue (KV for prompt + output reserved per member), prefilled in one step and
   decoded until its longest member ends; nobody joins meanwhile.
 
-How later policies fit this interface without changing the replica or the engine:
-vLLM V1's full-prompt gate and watermark, V0's 1 % watermark and TensorRT-LLM's
-GUARANTEED_NO_EVICT (reserve blocks for prompt + max output of every running request,
-ENGINES.md §2) are admission checks inside `next_step` (reserved blocks = sum over
-`view.active` of blocks_for(prompt + outlen) − `view.kv.blocks_of(slot)`); MAX_UTILIZATION
-pauses requests through `preempt`; SGLang (§3) alternates prefill-only and decode-only plans,
-admits by its decaying new-token ratio (policy state) and retracts the decodes with the fewest
-outputs through `preempt` (any slots, not only the newest); vLLM multi-step scheduling (N
-decode steps per scheduling round, no admission inside a round) is a policy that returns
-`DECODE_SEGMENT` inside a round and counts the steps in its own state (the segment length is
-then bounded by the round, a field the plan would carry).
+How a policy fits this interface: admission checks live inside `next_step` (reserved blocks
+= sum over `view.active` of blocks_for(prompt + outlen) − `view.kv.blocks_of(slot)` for
+TensorRT-LLM's GUARANTEED_NO_EVICT); pausing or retraction goes through `preempt` (any slots;
+`preempt_to_tail` sends them to the queue's tail, SGLang); policy state that counts decode
+steps reads `view.segment_steps` (steps the replica ran in closed-form segments). A policy
+may return `DECODE_SEGMENT` only when nothing it would decide differs until the next
+completion or block shortage (e.g. SGLang's decaying ratio: only when no prefill can form at
+any ratio).
 """
 
 from __future__ import annotations
