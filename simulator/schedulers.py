@@ -164,7 +164,7 @@ class SchedulerPolicy:
 
     name: ClassVar[str]
     #: True: a prompt never splits across steps (chunked prefill off)
-    whole_prompts: ClassVar[bool] = False
+    whole_prompts: bool = False
     #: True: `admission_error` may reject a request at arrival (skipped otherwise: hot path)
     checks_arrivals: ClassVar[bool] = False
     #: True: admission needs blocks for the whole remaining prompt (net of prefix-cache hits)
