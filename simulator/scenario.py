@@ -70,6 +70,8 @@ class Scenario:
     skip_bad_rows: bool = False
     max_duration_s: float | None = None
     debug: bool = False
+    disagg: str | None = None  # "P:D": disaggregated prefill/decode pools (deployment.py)
+    deployment: dict = field(default_factory=dict)  # per-pool settings of a disaggregated run
 
     def __post_init__(self) -> None:
         def need(cond: bool, name: str, allowed: str) -> None:
@@ -124,6 +126,12 @@ class Scenario:
             raise SpecError(
                 f"burstiness: {self.burstiness!r} applies only with a rate: trace {self.workload!r} "
                 "replays its own arrival times unless --rate time-scales it")
+        if self.disagg is not None or self.deployment:
+            from .deployment import check_deployment, parse_disagg
+
+            if self.disagg is not None:
+                object.__setattr__(self, "disagg", "%d:%d" % parse_disagg(self.disagg))
+            check_deployment(self.deployment)
         # any spelling (mapping, "ttft:500 e2el:2000", a list of items) -> {metric: ms}; validates
         object.__setattr__(self, "goodput", goodput_ms(self.goodput))
 
@@ -198,6 +206,10 @@ class Scenario:
     def run(self, progress: Callable[[int, int], None] | None = None,
             workload: wl.Workload | None = None) -> tuple[SimResult, dict[str, Any]]:
         """Simulate; returns (per-request result, vLLM-style summary)."""
+        if self.disagg is not None:
+            from .deployment import run_disagg
+
+            return run_disagg(self, workload if workload is not None else self.make_workload(), progress)
         cost = self.cost_model()
         try:
             w = workload if workload is not None else self.make_workload()

@@ -257,6 +257,11 @@ class HardwareSpec:
     hbm_bandwidth_bytes_per_s: float = _pos(min=1e6, max=1e16, unit="bytes/s")
     link_bandwidth_bytes_per_s: float = _pos(min=1e6, max=1e16, unit="bytes/s")
     link_latency_s: float = _nonneg(5e-6, max=1.0, unit="s")
+    # scale-out network between nodes (InfiniBand / RoCE NIC per GPU); None: the vendor
+    # default of `network.py` (docs/deployments.md). A node holds `gpus_per_node` GPUs on NVLink.
+    scaleout_bandwidth_bytes_per_s: float | None = _pos(None, min=1e6, max=1e16, unit="bytes/s")
+    scaleout_latency_s: float | None = _nonneg(None, max=1.0, unit="s")
+    gpus_per_node: int = _pos(8, min=1, max=4096, unit="GPUs")
     form_factor: str = ""
     tdp_w: float | None = _pos(None, max=1e5, unit="W")
     price_per_gpu_hour_usd: float | None = _pos(None, max=1e6, unit="USD")
