@@ -130,7 +130,7 @@ class Scenario:
             from .deployment import check_deployment, parse_disagg
 
             if self.disagg is not None:
-                object.__setattr__(self, "disagg", "%d:%d" % parse_disagg(self.disagg))
+                object.__setattr__(self, "disagg", "{}:{}".format(*parse_disagg(self.disagg)))
             check_deployment(self.deployment)
         # any spelling (mapping, "ttft:500 e2el:2000", a list of items) -> {metric: ms}; validates
         object.__setattr__(self, "goodput", goodput_ms(self.goodput))

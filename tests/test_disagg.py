@@ -1,0 +1,189 @@
+"""Disaggregated prefill/decode serving (issue 15): hand-computed oracles and conservation."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from simulator.cli import main
+from simulator.deployment import kv_link, parse_disagg
+from simulator.disagg import KVLink, simulate_disagg, transfer_summary
+from simulator.engine import COMPLETED, REJECTED
+from simulator.resolve import make_cost_model
+from simulator.scenario import Scenario
+from simulator.schedulers import EngineConfig
+from simulator.specs import SpecError
+from simulator.workload import Workload
+
+COST = make_cost_model("llama-3.1-8b", "h100-sxm", 1, 1, None, "bf16", "bf16")
+LINK = KVLink("nvlink", 450e9, 1, 0.8, 5e-6, 1e-4)  # B, lanes, eta, lambda, overhead
+KV_TOK = COST.model.kv_bytes_per_token("bf16")  # 131072 B: 32 layers x 2 x 8 heads x 128 x 2 B
+
+
+def _wl(arrivals: list[float], ins: list[int], outs: list[int]) -> Workload:
+    return Workload(np.array(arrivals, dtype=float), np.array(ins), np.array(outs))
+
+
+def _decode_s(L: int, steps: int) -> float:
+    """Decode steps of one sequence alone from context L: step j has (T, S, Ad, R) =
+    (1, 1, L + j + 1/2, L + j + 1)."""
+    return sum(COST.step_time(1, 1, L + j + 0.5, 0.0, L + j + 1) for j in range(steps))
+
+
+def _assert_conserved(res, n: int) -> None:
+    st = res.status
+    assert len(st) == n
+    assert ((st == COMPLETED) | (st == REJECTED)).all()
+    assert set(res.reasons) == set(np.flatnonzero(st == REJECTED).tolist())
+
+
+def test_kv_bytes_per_token_by_hand():
+    assert KV_TOK == 32 * 2 * 8 * 128 * 2
+
+
+def test_one_request_1p1d_oracle():
+    L, Lo = 1000, 5
+    cfg = EngineConfig(debug=True)
+    res = simulate_disagg(COST, COST, _wl([0.0], [L], [Lo]), LINK, cfg, cfg)
+    _assert_conserved(res, 1)
+    prefill_s = COST.step_time(L, 1, 0.0, L * L / 2, L)  # one chunk: T = R = L, Ap = L^2/2
+    xfer_s = L * KV_TOK / (450e9 * 0.8) + 5e-6 + 1e-4
+    assert xfer_s == pytest.approx(0.00046909, rel=1e-4)  # 131.072 MB / 360 GB/s = 364.1 us, + 105 us
+    assert res.first_token_s[0] == pytest.approx(prefill_s, rel=1e-12)
+    assert res.meta["kv_transfer_s"][0] == pytest.approx(xfer_s, rel=1e-12)
+    assert res.finish_s[0] == pytest.approx(prefill_s + xfer_s + _decode_s(L, Lo - 1), rel=1e-12)
+    # vLLM's ITL: the first gap spans the transfer and the first decode step
+    gaps = np.repeat(res.itl_values_s, res.itl_counts)
+    assert len(gaps) == Lo - 1
+    assert gaps[np.argmax(gaps)] == pytest.approx(xfer_s + _decode_s(L, 1), rel=1e-9)
+    s = transfer_summary(res)
+    assert s["mean_kv_transfer_ms"] == pytest.approx(xfer_s * 1e3)
+    assert s["kv_transfer_gb"] == pytest.approx(L * KV_TOK / 1e9)
+
+
+def test_two_transfers_queue_fifo_on_one_link():
+    L, Lo = 1000, 3
+    cfg = EngineConfig(debug=True)
+    res = simulate_disagg(COST, COST, _wl([0.0, 0.0], [L, L], [Lo, Lo]), LINK, cfg, cfg)
+    _assert_conserved(res, 2)
+    # both prompts prefill in one step (2L <= 8192): T = R = 2L, S = 2, Ap = 2 L^2/2
+    t1 = COST.step_time(2 * L, 2, 0.0, L * L, 2 * L)
+    x = L * KV_TOK / (450e9 * 0.8) + 5e-6 + 1e-4
+    np.testing.assert_allclose(res.first_token_s, [t1, t1], rtol=1e-12)
+    np.testing.assert_allclose(res.meta["kv_transfer_s"], [x, 2 * x], rtol=1e-12)
+    np.testing.assert_allclose(res.meta["kv_transfer_queue_s"], [0.0, x], rtol=1e-9, atol=1e-15)
+
+
+def test_decode_pool_out_of_kv_waits_then_decodes():
+    L, Lo = 1500, 5
+    pcfg = EngineConfig(debug=True)
+    # 128 blocks of 16: the first request holds ceil(1501/16) = 94, the second needs 94 more
+    dcfg = EngineConfig(debug=True, kv_capacity_tokens=2048)
+    res = simulate_disagg(COST, COST, _wl([0.0, 0.0], [L, L], [Lo, Lo]), LINK, pcfg, dcfg)
+    _assert_conserved(res, 2)
+    assert (res.status == COMPLETED).all()
+    t1 = COST.step_time(2 * L, 2, 0.0, L * L, 2 * L)
+    x = L * KV_TOK / (450e9 * 0.8) + 5e-6 + 1e-4
+    f0 = t1 + x + _decode_s(L, Lo - 1)
+    assert res.finish_s[0] == pytest.approx(f0, rel=1e-12)
+    # request 1 arrived at t1 + 2x < f0 and waited for request 0's blocks
+    assert res.finish_s[1] == pytest.approx(f0 + _decode_s(L, Lo - 1), rel=1e-12)
+
+
+def test_too_long_for_decode_kv_is_rejected_with_reason():
+    dcfg = EngineConfig(debug=True, kv_capacity_tokens=512)
+    res = simulate_disagg(COST, COST, _wl([0.0, 0.1], [1000, 100], [5, 5]), LINK, EngineConfig(debug=True), dcfg)
+    _assert_conserved(res, 2)
+    assert res.status.tolist() == [REJECTED, COMPLETED]
+    assert "KV tokens" in res.reasons[0]
+
+
+@pytest.mark.parametrize("P,D,dcap", [(1, 1, 4096), (2, 3, 3000), (3, 1, None)])
+def test_conservation_random_streams(P, D, dcap):
+    rng = np.random.default_rng(P * 10 + D)
+    n = 120
+    arr = np.cumsum(rng.exponential(0.02, n))
+    ins = rng.integers(1, 2500, n)
+    outs = rng.integers(1, 60, n)
+    pcfg = EngineConfig(debug=True, max_num_batched_tokens=2048)
+    dcfg = EngineConfig(debug=True, kv_capacity_tokens=dcap, max_num_seqs=16)
+    res = simulate_disagg(COST, COST, Workload(arr, ins, outs), LINK, pcfg, dcfg, P, D,
+                          "least-outstanding", "least-kv")
+    _assert_conserved(res, n)
+    done = res.status == COMPLETED
+    assert done.sum() >= n - 5
+    assert (res.first_token_s[done] > res.arrival_s[done]).all()
+    assert (res.finish_s[done] >= res.first_token_s[done]).all()
+    # one-token outputs finish at the prefill pool, without a transfer
+    one = (outs == 1) & done
+    assert np.isnan(res.meta["kv_transfer_s"][one]).all()
+    np.testing.assert_array_equal(res.finish_s[one], res.first_token_s[one])
+    # tokens: every completed request's later tokens are inter-token gaps
+    assert int(res.itl_counts.sum()) == int((outs[done] - 1).sum())
+
+
+def test_time_cap_cuts_off_in_both_pools():
+    cfg = EngineConfig(debug=True, max_duration_s=0.5)
+    n = 60
+    res = simulate_disagg(COST, COST, _wl(list(np.linspace(0, 1, n)), [3000] * n, [10] * n), LINK, cfg, cfg)
+    _assert_conserved(res, n)
+    assert (res.status == REJECTED).any() and (res.status == COMPLETED).any()
+
+
+def test_link_choice_nvlink_in_node_and_scaleout_across():
+    c4 = make_cost_model("llama-3.1-70b", "h100-sxm", 4)
+    one = kv_link(c4, c4, 1, 1)
+    assert (one.kind, one.bandwidth_bytes_per_s, one.lanes) == ("nvlink", 450e9, 4)
+    two = kv_link(c4, c4, 2, 2)  # 16 GPUs > 8 per node
+    assert (two.kind, two.bandwidth_bytes_per_s, two.latency_s) == ("scale-out", 50e9, 10e-6)
+    # 1.31 GB of Llama-70B KV (4000 tokens x 327680 B) over 4 x 50 GB/s x eta + 10 us
+    eta = c4.hardware.efficiency.link_efficiency
+    assert two.transfer_time_s(4000 * 327680) == pytest.approx(4000 * 327680 / (4 * 50e9 * eta) + 10e-6)
+    forced = kv_link(c4, c4, 1, 1, {"kind": "scale-out", "efficiency": 0.5, "overhead_s": 0.002})
+    assert forced.transfer_time_s(1e9) == pytest.approx(1e9 / (4 * 50e9 * 0.5) + 10e-6 + 0.002)
+
+
+def test_scenario_deployment_section_per_pool_settings():
+    sc = Scenario(model="llama-3.1-8b", workload="random", input_len=2000, output_len=20, num_requests=30,
+                  rate=5.0, disagg="1:2", debug=True,
+                  deployment={"prefill": {"tp": 2, "max_num_batched_tokens": 4096},
+                              "decode": {"max_num_seqs": 8}, "link": {"kind": "scale-out"}})
+    res, s = sc.run()
+    assert s["completed"] == 30 and s["num_gpus"] == 2 + 2
+    assert (s["prefill_tp"], s["decode_tp"], s["kv_link"]) == (2, 1, "scale-out")
+    assert s["mean_kv_transfer_ms"] > 0
+    assert s["price_per_hour_usd"] == pytest.approx(4 * sc.cost_model().hardware.price_per_gpu_hour_usd)
+
+
+@pytest.mark.parametrize("bad,msg", [
+    ({"disagg": "3"}, "disagg: '3' must be P:D"),
+    ({"disagg": "0:1"}, "at least one prefill"),
+    ({"disagg": "1:1", "deployment": {"prefil": {}}}, "deployment.prefil: unknown section"),
+    ({"disagg": "1:1", "deployment": {"decode": {"tpp": 2}}}, "deployment.decode.tpp: unknown setting"),
+    ({"disagg": "1:1", "deployment": {"link": {"kind": "ib"}}}, "deployment.link.kind"),
+])
+def test_bad_deployment_one_line_errors(bad, msg):
+    with pytest.raises(SpecError, match=msg):
+        Scenario(**bad)
+
+
+def test_parse_disagg():
+    assert parse_disagg("2:6") == (2, 6)
+
+
+def test_cli_simulate_disagg_accounts_for_all_requests():
+    r = CliRunner().invoke(main, ["simulate", "-m", "llama-3.1-70b", "-H", "h100-sxm", "--tp", "4", "--disagg", "1:1",
+                                  "-w", "random", "--input-len", "4000", "--output-len", "200", "-n", "200", "-r", "1",
+                                  "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    assert s["completed"] + s["failed"] == 200 and s["completed"] == 200
+    assert s["kv_transfers"] == 200 and s["num_gpus"] == 8
+    # 4000 tokens x 327680 B over 4 NVLink lanes at the fitted efficiency, plus its latency
+    hw = make_cost_model("llama-3.1-70b", "h100-sxm", 4).hardware
+    x_ms = (4000 * 327680 / (4 * 450e9 * hw.efficiency.link_efficiency) + hw.link_latency_s) * 1e3
+    assert s["p50_kv_transfer_ms"] >= x_ms * (1 - 1e-9)
+    assert min(s[k] for k in s if "transfer_ms" in k and "queue" not in k) == pytest.approx(x_ms, rel=0.2)
