@@ -94,8 +94,8 @@ class Scenario:
              "must be a number > 0 requests/s, or inf")
         need(is_num(self.burstiness) and 0 < self.burstiness < math.inf, "burstiness", "must be a number > 0")
         need(is_num(self.range_ratio) and 0 <= self.range_ratio < 1, "range_ratio", "must be in [0, 1)")
-        need(self.router in ROUTERS, "router", f"is not one of {', '.join(ROUTERS)}")
-        need(self.scheduler in SCHEDULERS, "scheduler", f"is not one of {', '.join(SCHEDULERS)}")
+        need(isinstance(self.router, str) and self.router in ROUTERS, "router", f"is not one of {', '.join(ROUTERS)}")
+        need(isinstance(self.scheduler, str) and self.scheduler in SCHEDULERS, "scheduler", f"is not one of {', '.join(SCHEDULERS)}")
         for name in ("weight_dtype", "kv_dtype"):
             need(getattr(self, name) is None or getattr(self, name) in DTYPES, name, f"is not one of {', '.join(DTYPES)}")
         need(self.activation_dtype in DTYPES, "activation_dtype", f"is not one of {', '.join(DTYPES)}")
