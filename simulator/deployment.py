@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .workload import Workload
 
 #: scenario settings a pool may override
-POOL_KEYS = ("hardware", "tp", "pp", "weight_dtype", "activation_dtype", "kv_dtype", "ideal", "efficiency",
+POOL_KEYS = ("hardware", "tp", "pp", "ep", "pp_microbatches", "expert_imbalance", "weight_dtype", "activation_dtype", "kv_dtype", "ideal", "efficiency",
              "router", "max_num_seqs", "max_num_batched_tokens", "scheduler", "block_size",
              "gpu_memory_utilization", "max_model_len", "kv_capacity_tokens")
 LINK_KEYS = ("kind", "bandwidth_bytes_per_s", "efficiency", "latency_s", "overhead_s")

@@ -43,6 +43,9 @@ class Scenario:
     hardware: str = "h100-sxm"
     tp: int = 1
     pp: int = 1
+    ep: int = 1  # expert parallelism of MoE layers (divides tp; parallel.py)
+    pp_microbatches: int = 1  # micro-batches in flight through the pipeline stages
+    expert_imbalance: float = 1.0  # busiest EP rank's load over the mean (1: uniform routing)
     weight_dtype: str | None = None
     activation_dtype: str = "bf16"
     kv_dtype: str | None = None
@@ -84,7 +87,7 @@ class Scenario:
         def is_num(v: Any) -> bool:
             return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
 
-        for name in ("tp", "pp", "replicas", "num_requests", "input_len", "output_len",
+        for name in ("tp", "pp", "ep", "pp_microbatches", "replicas", "num_requests", "input_len", "output_len",
                      "max_num_seqs", "max_num_batched_tokens", "block_size"):
             need(is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "must be an integer >= 1")
         need(is_int(self.seed) and self.seed >= 0, "seed", "must be an integer >= 0")
@@ -92,6 +95,8 @@ class Scenario:
              "concurrency", "must be an integer >= 1")
         need(self.rate is None or (is_num(self.rate) and self.rate > 0), "rate",
              "must be a number > 0 requests/s, or inf")
+        need(is_num(self.expert_imbalance) and 1 <= self.expert_imbalance <= self.ep, "expert_imbalance",
+             "must be a number in [1, ep]")
         need(is_num(self.burstiness) and 0 < self.burstiness < math.inf, "burstiness", "must be a number > 0")
         need(is_num(self.range_ratio) and 0 <= self.range_ratio < 1, "range_ratio", "must be in [0, 1)")
         need(isinstance(self.router, str) and self.router in ROUTERS, "router", f"is not one of {', '.join(ROUTERS)}")
@@ -171,7 +176,8 @@ class Scenario:
     def cost_model(self) -> CostModel:
         return make_cost_model(self.model, self.hardware, self.tp, self.pp, self.weight_dtype,
                                self.activation_dtype, self.kv_dtype or DEFAULT_KV_DTYPE, self.ideal,
-                               self.efficiency or None)
+                               self.efficiency or None, ep=self.ep, pp_microbatches=self.pp_microbatches,
+                               expert_imbalance=self.expert_imbalance)
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
