@@ -216,7 +216,7 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
     if pcfg.debug or dcfg.debug:
         check_conservation(out, pools)
     return _result(workload, out, out_p, xfer, pools, plog, dlog, (p_blocks * pcfg.block_size, d_blocks * dcfg.block_size),
-                   prefill_router, decode_router, mml)
+                   (int(prefill_replicas), int(decode_replicas)), f"{prefill_router}/{decode_router}", mml)
 
 
 def _cut_reason(cap: float | None) -> str:
@@ -327,14 +327,14 @@ def check_conservation(out: dict[str, Any], pools: _Pools) -> None:
 
 
 def _result(wl: Workload, out: dict[str, Any], out_p: dict[str, Any], xfer: dict[str, np.ndarray],
-            pools: _Pools, plog: StepLog, dlog: StepLog, kv_tokens: tuple[int, int], prouter: str, drouter: str,
-            mml: int) -> SimResult:
+            pools: _Pools, plog: StepLog, dlog: StepLog, kv_tokens: tuple[int, int], shape: tuple[int, int],
+            router: str, mml: int) -> SimResult:
     itl_v, itl_c = dlog.itl()
     tl_p, tl_d = plog.timeline(), dlog.timeline()
     tl_p.insert(1, "pool", "prefill")
     tl_d.insert(1, "pool", "decode")
     timeline = pd.concat([tl_p, tl_d], ignore_index=True).sort_values("time_s", kind="stable", ignore_index=True)
-    P, D = len(pools.prefill.replicas), len(pools.decode.replicas)
+    P, D = shape  # as configured (replicas beyond the request count are not built: they stay idle)
     p_gpus = pools.prefill.replicas[0].cost.par.num_gpus
     d_gpus = pools.decode.replicas[0].cost.par.num_gpus
     steps = plog.steps + dlog.steps
@@ -344,7 +344,7 @@ def _result(wl: Workload, out: dict[str, Any], out_p: dict[str, Any], xfer: dict
         "gpus_per_replica": P * p_gpus + D * d_gpus,
         "prefill_replicas": P, "decode_replicas": D,
         "prefill_gpus_per_replica": p_gpus, "decode_gpus_per_replica": d_gpus,
-        "router": f"{prouter}/{drouter}",
+        "router": router,
         "scheduler": pools.prefill.replicas[0].cfg.scheduler,
         "kv_capacity_tokens_per_replica": kv_tokens[1],
         "prefill_kv_capacity_tokens_per_replica": kv_tokens[0],

@@ -179,3 +179,17 @@ def print_disaggregated(result: dict[str, Any]) -> None:
         if r["status"] != "feasible":
             click.echo(f"  {r['hardware']} prefill TP{r['prefill_tp']} decode TP{r['decode_tp']}: {r['reason']}")
     click.echo(f"\n{result['why']}")
+
+
+def goodput_per_gpu(sc: Scenario, slo_target: float = 0.9, tol: float = 0.02) -> dict[str, float]:
+    """DistServe's metric: the highest rate at which >= slo_target of requests meet every SLO
+    (stable run), per GPU of the deployment (aggregated replicas or a P:D pair)."""
+    _, s0 = sc.replace(num_requests=2).run()
+    gpus = int(s0["num_gpus"])
+
+    def ok(r: float) -> bool:
+        frac, unstable, _ = _good_fraction(sc, r, sc.slos_s)
+        return frac >= slo_target and not unstable
+
+    rate = _capacity(ok, tol)
+    return {"goodput": rate, "gpus": gpus, "goodput_per_gpu": rate / gpus}
