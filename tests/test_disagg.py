@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -187,3 +189,51 @@ def test_cli_simulate_disagg_accounts_for_all_requests():
     x_ms = (4000 * 327680 / (4 * 450e9 * hw.efficiency.link_efficiency) + hw.link_latency_s) * 1e3
     assert s["p50_kv_transfer_ms"] >= x_ms * (1 - 1e-9)
     assert min(s[k] for k in s if "transfer_ms" in k and "queue" not in k) == pytest.approx(x_ms, rel=0.2)
+
+
+def test_plan_json_lists_disaggregated_beside_aggregated():
+    r = CliRunner().invoke(main, ["plan", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--tp", "1", "-w", "random",
+                                  "--input-len", "2000", "--output-len", "50", "-n", "60", "--rate", "4",
+                                  "--goodput", "ttft:1000", "--goodput", "tpot:50", "--disagg", "--serial", "--json"])
+    assert r.exit_code == 0, r.output
+    p = json.loads(r.output)
+    assert p["candidates"] and p["candidates"][0]["shape"] == "aggregated"
+    d = [c for c in p["disaggregated"] if c["status"] == "feasible"]
+    assert d and d[0]["gpus"] == d[0]["prefill_replicas"] * 1 + d[0]["decode_replicas"] * 1
+    assert d[0]["verified_good_fraction"] >= 0.99
+    assert p["winner"] in ("aggregated", "disaggregated") and p["why"].startswith(p["winner"])
+
+
+def test_worked_example_plan():
+    """docs/deployments.md: Llama-3.1-70B on H100, 4000-token prompts, TTFT 800 ms."""
+    r = CliRunner().invoke(main, ["plan", "-m", "llama-3.1-70b", "-H", "h100-sxm", "--tp", "4,8", "-w", "random",
+                                  "--input-len", "4000", "--output-len", "200", "-n", "150", "--rate", "4",
+                                  "--goodput", "ttft:800", "--goodput", "tpot:40", "--disagg", "--serial", "--json"])
+    assert r.exit_code == 0, r.output
+    p = json.loads(r.output)
+    agg, dis = p["best"], p["best_disaggregated"]
+    assert (agg["replicas"], agg["tp"], agg["gpus"], agg["cost_per_hour_usd"]) == (4, 8, 32, 80.0)
+    assert (dis["disagg"], dis["prefill_tp"], dis["decode_tp"], dis["gpus"], dis["cost_per_hour_usd"]) == (
+        "3:1", 8, 4, 28, 70.0)
+    assert p["winner"] == "disaggregated"
+    assert dis["mean_kv_transfer_ms"] == pytest.approx(8.39, abs=0.01)
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "deployments.md").read_text()
+    assert "**28 GPUs, $70.00/h**" in doc and "**32 GPUs, $80.00/h**" in doc and "8.4 ms KV transfer" in doc
+
+
+def test_distserve_qualitative_result():
+    """benchmarks/distserve_goodput.py: long prompts + tight SLOs -> disaggregation raises
+    per-GPU goodput; short prompts + loose SLOs -> it does not (docs/deployments.md table)."""
+    spec = importlib.util.spec_from_file_location(
+        "distserve_goodput", Path(__file__).resolve().parent.parent / "benchmarks" / "distserve_goodput.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = mod.run(400)
+    long, short = out["long_prompts_tight_slos"], out["short_prompts_loose_slos"]
+    assert long["ratio_disagg_over_agg"] > 1.05
+    assert short["ratio_disagg_over_agg"] < 0.95
+    # the numbers the doc's table states
+    assert long["aggregated_4x_tp1"]["goodput_per_gpu"] == pytest.approx(1.69, abs=0.01)
+    assert long["disaggregated"]["3:1"]["goodput_per_gpu"] == pytest.approx(1.91, abs=0.01)
+    assert short["aggregated_4x_tp1"]["goodput_per_gpu"] == pytest.approx(112, abs=0.5)
+    assert short["disaggregated"]["3:1"]["goodput_per_gpu"] == pytest.approx(88, abs=0.5)
