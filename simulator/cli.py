@@ -216,6 +216,10 @@ def simulate(out_dir: str | None, as_json: bool, quiet: bool, save_result: bool,
         report.echo_json(summary)
     else:
         report.print_serving_summary(summary)
+        if summary.get("disagg"):
+            click.echo(f"disaggregated {summary['disagg']}: {summary['kv_transfers']} KV transfers over {summary['kv_link']}, "
+                       f"mean {report.fmt(summary['mean_kv_transfer_ms'], '.3g')} ms, "
+                       f"p99 {report.fmt(summary['p99_kv_transfer_ms'], '.3g')} ms")
         if out_dir:
             click.echo(f"wrote {out_dir}/summary.json, requests.csv, timeline.csv, timeline.png")
 

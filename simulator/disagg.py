@@ -186,9 +186,9 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
     for name, v in (("prefill replicas", prefill_replicas), ("decode replicas", decode_replicas)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise SpecError(f"{name}: {v!r} must be an integer >= 1")
-    for name, v in (("prefill router", prefill_router), ("decode router", decode_router)):
-        if v not in ROUTERS:
-            raise SpecError(f"{name}: {v!r} is not one of {', '.join(ROUTERS)}")
+    for name, rt in (("prefill router", prefill_router), ("decode router", decode_router)):
+        if rt not in ROUTERS:
+            raise SpecError(f"{name}: {rt!r} is not one of {', '.join(ROUTERS)}")
     if workload.concurrency is not None:
         raise SpecError("concurrency: a disaggregated deployment is simulated with open-loop "
                         "arrivals only; give --rate instead of --concurrency")

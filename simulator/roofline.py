@@ -351,7 +351,9 @@ class CostModel:
         if par.ep > 1 and m.moe is None:
             raise SpecError(f"ep: {par.ep} applies to MoE models only; {m.id} is dense")
         if par.pp_microbatches > 1:
-            self.step_time, self.step_times = pipelined(self.step_time, self.step_times, par.pp, par.pp_microbatches)
+            # the pipelined forms replace both paths (the engine calls either)
+            self.step_time, self.step_times = pipelined(  # type: ignore[method-assign]
+                self.step_time, self.step_times, par.pp, par.pp_microbatches)
 
     # ------------------------------------------------------------------ building the ops
     def _build_ops(self, rates: Rates) -> list[Op]:

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.cli import main
 from simulator.deployment import kv_link, parse_disagg
@@ -237,3 +239,23 @@ def test_distserve_qualitative_result():
     assert long["disaggregated"]["3:1"]["goodput_per_gpu"] == pytest.approx(1.91, abs=0.01)
     assert short["aggregated_4x_tp1"]["goodput_per_gpu"] == pytest.approx(112, abs=0.5)
     assert short["disaggregated"]["3:1"]["goodput_per_gpu"] == pytest.approx(88, abs=0.5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(P=st.integers(1, 3), D=st.integers(1, 3), n=st.integers(1, 30), seed=st.integers(0, 10_000),
+       dcap=st.sampled_from([None, 1024, 4096]), budget=st.sampled_from([512, 8192]))
+def test_conservation_property(P, D, n, seed, dcap, budget):
+    """Any stream, any pool sizes, decode KV from tight to ample: every request ends completed
+    or rejected with a reason, no pool keeps work or blocks (debug checks), tokens add up."""
+    rng = np.random.default_rng(seed)
+    arr = np.cumsum(rng.exponential(0.01, n))
+    ins, outs = rng.integers(1, 1500, n), rng.integers(1, 40, n)
+    pcfg = EngineConfig(debug=True, max_num_batched_tokens=budget)
+    dcfg = EngineConfig(debug=True, kv_capacity_tokens=dcap, max_num_seqs=8)
+    res = simulate_disagg(COST, COST, Workload(arr, ins, outs), LINK, pcfg, dcfg, P, D)
+    _assert_conserved(res, n)
+    done = res.status == COMPLETED
+    assert int(res.itl_counts.sum()) == int((outs[done] - 1).sum())
+    # only requests larger than the decode KV are rejected (one-token outputs never reach it)
+    fits = (ins + outs <= (dcap or 10**9)) | (outs == 1)
+    assert (done == fits).all()
