@@ -15,7 +15,8 @@ own SLO, then the pair is checked together.
    while it misses slo_target the pool whose SLO fails more often gets one more replica (at
    most 4 times, else the candidate is infeasible).
 
-Capacities are found by doubling then bisection on the rate (relative tolerance `tol`).
+For MoE models each (prefill TP, decode TP) pair is also tried with expert parallelism over
+each pool's TP group (ep = tp). Capacities are found by doubling then bisection on the rate (relative tolerance `tol`).
 Candidates are independent tasks on the plan's executor (process pool or Dask).
 """
 
@@ -71,11 +72,13 @@ def _split_slos(slos: dict[str, float]) -> tuple[dict[str, float], dict[str, flo
 
 
 def disagg_candidate(base: dict[str, Any], hw: str, tp_p: int, tp_d: int, rate: float, headroom: float,
-                     slo_target: float, tol: float, price: float | None) -> dict[str, Any]:
-    """One (hardware, prefill TP, decode TP) candidate: its row (module docstring)."""
-    row: dict[str, Any] = {"shape": "disaggregated", "hardware": hw, "prefill_tp": tp_p, "decode_tp": tp_d}
-    sc = Scenario.from_dict(base).replace(hardware=hw, disagg="1:1",
-                                          deployment={"prefill": {"tp": tp_p}, "decode": {"tp": tp_d}})
+                     slo_target: float, tol: float, price: float | None, ep: bool = False) -> dict[str, Any]:
+    """One (hardware, prefill TP, decode TP) candidate: its row (module docstring). `ep`: MoE
+    layers expert-parallel over each pool's TP group (ep = tp)."""
+    row: dict[str, Any] = {"shape": "disaggregated", "hardware": hw, "prefill_tp": tp_p, "decode_tp": tp_d,
+                           "prefill_ep": tp_p if ep else 1, "decode_ep": tp_d if ep else 1}
+    pools = {"prefill": {"tp": tp_p, "ep": row["prefill_ep"]}, "decode": {"tp": tp_d, "ep": row["decode_ep"]}}
+    sc = Scenario.from_dict(base).replace(hardware=hw, disagg="1:1", ep=1, deployment=pools)
     for pool in ("prefill", "decode"):
         ps = pool_scenario(sc, pool)
         try:
@@ -132,8 +135,12 @@ def search(base: Scenario, rate: float, hardware: list[Any], hw_prices: dict[str
            headroom: float, slo_target: float, tol: float, executor: Any) -> list[dict[str, Any]]:
     """Every (hardware, prefill TP, decode TP) candidate, feasible ones cheapest first."""
     b = base.replace(replicas=1, rate=None, disagg=None, deployment={}).as_dict()
-    tasks = [(b, hw, tp_p, tp_d, rate, headroom, slo_target, tol, hw_prices.get(hw))
-             for hw in hardware for tp_p in tps for tp_d in tps]
+    # MoE models: each pair also with expert parallelism over both pools' TP groups
+    moe = base.cost_model().model.moe is not None
+    eps = (False, True) if moe else (False,)
+    tasks = [(b, hw, tp_p, tp_d, rate, headroom, slo_target, tol, hw_prices.get(hw), ep)
+             for hw in hardware for tp_p in tps for tp_d in tps for ep in eps
+             if not (ep and tp_p == 1 and tp_d == 1)]
     rows = list(executor.map(disagg_candidate, tasks))
     rows.sort(key=lambda r: (r["status"] != "feasible", r.get("cost_per_hour_usd") is None,
                              r.get("cost_per_hour_usd") or 0.0, r.get("gpus") or 0))
@@ -143,23 +150,30 @@ def search(base: Scenario, rate: float, hardware: list[Any], hw_prices: dict[str
 def why(best_agg: dict[str, Any] | None, best_dis: dict[str, Any] | None) -> str:
     """One paragraph: which shape wins and why, with the per-GPU capacities behind it."""
     if best_dis is None and best_agg is None:
-        return "no deployment meets the SLOs"
+        return "none: no deployment meets the SLOs"
     if best_dis is None:
         return "aggregated wins: no disaggregated candidate meets the SLOs"
-    dis = (f"disaggregated {best_dis['disagg']} (prefill TP{best_dis['prefill_tp']}, decode TP{best_dis['decode_tp']}) "
-           f"needs {best_dis['gpus']} GPUs: one prefill replica serves {best_dis['prefill_capacity']:.3g} req/s "
-           f"within the TTFT SLO, one decode replica {best_dis['decode_capacity']:.3g} req/s within TPOT, "
-           f"KV transfer {best_dis['mean_kv_transfer_ms'] or 0:.3g} ms per request")
+    ep = f", EP {best_dis['prefill_ep']}/{best_dis['decode_ep']}" if best_dis.get("prefill_ep", 1) > 1 else ""
+    dis = (f"disaggregated {best_dis['disagg']} (prefill TP{best_dis['prefill_tp']}, decode TP{best_dis['decode_tp']}"
+           f"{ep}) needs {best_dis['gpus']} GPUs (${best_dis['cost_per_hour_usd'] or 0:.2f}/h): one prefill replica "
+           f"serves {best_dis['prefill_capacity']:.3g} req/s within the TTFT SLO, one decode replica "
+           f"{best_dis['decode_capacity']:.3g} req/s within TPOT, KV transfer "
+           f"{best_dis['mean_kv_transfer_ms'] or 0:.3g} ms per request")
     if best_agg is None:
         return f"disaggregated wins: no aggregated candidate meets the SLOs; {dis}"
     per_gpu = best_agg["slo_capacity"] / best_agg["gpus_per_replica"]
-    agg = (f"aggregated {best_agg['replicas']} x TP{best_agg['tp']} needs {best_agg['gpus']} GPUs: one replica "
-           f"serves {best_agg['slo_capacity']:.3g} req/s ({per_gpu:.3g} per GPU) because prefills share its "
-           "steps with decodes (prefill interference bounds TTFT and TPOT together)")
+    agg = (f"aggregated {best_agg['replicas']} x TP{best_agg['tp']} needs {best_agg['gpus']} GPUs "
+           f"(${best_agg.get('cost_per_hour_usd') or 0:.2f}/h): one replica serves {best_agg['slo_capacity']:.3g} "
+           f"req/s ({per_gpu:.3g} per GPU) with prefills and decodes sharing its steps")
     key = (best_agg.get("cost_per_hour_usd") or np.inf, best_agg["gpus"])
     key_d = (best_dis.get("cost_per_hour_usd") or np.inf, best_dis["gpus"])
-    winner = "disaggregated" if key_d < key else "aggregated"
-    return f"{winner} wins: {agg}; {dis}"
+    if key_d < key:
+        return (f"disaggregated wins: each pool is sized for its own SLO (prefill for TTFT, decode for TPOT) "
+                f"and decodes no longer wait behind prefills; {dis}; {agg}")
+    if key_d == key:
+        return f"aggregated wins: a tie in $/h and GPUs, and it needs no KV transfer; {agg}; {dis}"
+    return (f"aggregated wins: here prefill interference costs less than sizing two pools apart "
+            f"(each rounded up to whole replicas, one of them under-used); {agg}; {dis}")
 
 
 def print_disaggregated(result: dict[str, Any]) -> None:

@@ -259,3 +259,13 @@ def test_conservation_property(P, D, n, seed, dcap, budget):
     # only requests larger than the decode KV are rejected (one-token outputs never reach it)
     fits = (ins + outs <= (dcap or 10**9)) | (outs == 1)
     assert (done == fits).all()
+
+
+def test_plan_disagg_tries_expert_parallelism_for_moe():
+    r = CliRunner().invoke(main, ["plan", "-m", "mixtral-8x7b", "-H", "h100-sxm", "--tp", "2", "-w", "random",
+                                  "--input-len", "2000", "--output-len", "50", "-n", "60", "--rate", "4",
+                                  "--goodput", "ttft:500", "--goodput", "tpot:30", "--disagg", "--serial", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)["disaggregated"]
+    assert sorted((c["prefill_ep"], c["decode_ep"]) for c in rows) == [(1, 1), (2, 2)]
+    assert all(c["status"] == "feasible" for c in rows)
