@@ -269,3 +269,17 @@ def test_plan_disagg_tries_expert_parallelism_for_moe():
     rows = json.loads(r.output)["disaggregated"]
     assert sorted((c["prefill_ep"], c["decode_ep"]) for c in rows) == [(1, 1), (2, 2)]
     assert all(c["status"] == "feasible" for c in rows)
+
+
+def test_scenario_yaml_and_cli_errors(tmp_path):
+    f = tmp_path / "sc.yaml"
+    f.write_text('model: llama-3.1-8b\nworkload: random\ninput_len: 1000\noutput_len: 20\nnum_requests: 20\n'
+                 'rate: 5\ndisagg: "1:2"\ndeployment:\n  decode: {max_num_seqs: 4}\n  link: {overhead_s: 0.002}\n')
+    r = CliRunner().invoke(main, ["simulate", "-c", str(f), "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    assert (s["completed"], s["disagg"], s["num_gpus"]) == (20, "1:2", 3)
+    # 1000 tokens x 131072 B on NVLink (3 GPUs in one node) plus the 2 ms overhead
+    assert s["mean_kv_transfer_ms"] >= 2.0 + 1000 * 131072 / 450e9 * 1e3
+    r = CliRunner().invoke(main, ["simulate", "--disagg", "1:1", "--concurrency", "4", "-n", "10", "-w", "random"])
+    assert r.exit_code == 2 and "open-loop" in r.output and "Traceback" not in r.output
