@@ -216,6 +216,10 @@ def simulate(out_dir: str | None, as_json: bool, quiet: bool, save_result: bool,
         report.echo_json(summary)
     else:
         report.print_serving_summary(summary)
+        if summary.get("disagg"):
+            click.echo(f"disaggregated {summary['disagg']}: {summary['kv_transfers']} KV transfers over {summary['kv_link']}, "
+                       f"mean {report.fmt(summary['mean_kv_transfer_ms'], '.3g')} ms, "
+                       f"p99 {report.fmt(summary['p99_kv_transfer_ms'], '.3g')} ms")
         if out_dir:
             click.echo(f"wrote {out_dir}/summary.json, requests.csv, timeline.csv, timeline.png")
 
@@ -413,7 +417,9 @@ def calibrate_cmd(file: str, hardware: str, ops: str | None, allreduce: str | No
 
 
 @main.command("plan")
-@opt.scenario_options_except(*opt.LIST_OPTS, "--rate", "--replicas", "--router", "--concurrency")
+@opt.scenario_options_except(*opt.LIST_OPTS, "--rate", "--replicas", "--router", "--concurrency", "--disagg")
+@click.option("--disagg", "search_disagg", is_flag=True,
+              help="Also search disaggregated deployments (prefill TP x P, decode TP x D; docs/deployments.md).")
 @click.option("--rate", "-r", "--request-rate", "target_rate", required=True, type=float, help="Request rate to serve (req/s, all replicas).")
 @click.option("--hardware", "-H", "hw_list", help="Candidate accelerators, comma-separated. [default: h100-sxm]")
 @click.option("--tp", "tp_list", help="Candidate TP degrees, comma-separated, e.g. 1,2,4,8. [default: 1]")
@@ -430,7 +436,7 @@ def calibrate_cmd(file: str, hardware: str, ops: str | None, allreduce: str | No
 def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_list: str | None, wd_list: str | None,
              headroom: float, price_items: tuple[str, ...], slo_target: float | None, tol: float, workers: int | None,
              serial: bool, dask_address: str | None, out_dir: str | None, as_json: bool, quiet: bool,
-             **kw: Any) -> None:
+             search_disagg: bool, **kw: Any) -> None:
     """Cheapest deployment (hardware x TP x dtypes x replicas) that serves --rate within the SLOs (docs/plan.md)."""
     import pandas as pd
 
@@ -445,7 +451,7 @@ def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_li
                          tps=opt.csv_list(tp_list, "--tp", int), kv_dtypes=opt.csv_list(kv_list, "--kv-dtype"),
                          weight_dtypes=opt.csv_list(wd_list, "--weight-dtype"), headroom=headroom,
                          prices=opt.prices(price_items), slo_target=slo_target, tol=tol, executor=ex,
-                         progress=report.Progress("planning", quiet or as_json))
+                         progress=report.Progress("planning", quiet or as_json), disagg=search_disagg)
     if out_dir:
         from pathlib import Path
 
@@ -459,6 +465,10 @@ def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_li
         report.echo_json(result)
     else:
         report.print_plan(result)
+        if search_disagg:
+            from .plan_disagg import print_disaggregated
+
+            print_disaggregated(result)
         if out_dir:
             click.echo(f"wrote {out_dir}/plan.json, plan.csv, plan.png")
 

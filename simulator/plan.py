@@ -286,7 +286,7 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
          kv_dtypes: Sequence[str | None] | None = None, weight_dtypes: Sequence[str | None] | None = None,
          headroom: float = 0.2, prices: dict[str, float] | None = None, slo_target: float = 0.99,
          tol: float = 0.02, executor: Executor | None = None,
-         progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+         progress: Callable[[int, int], None] | None = None, disagg: bool = False) -> dict[str, Any]:
     """Rank deployments of `base` that serve `rate` req/s within its goodput SLOs.
 
     `hardware`, `tps`, `kv_dtypes`, `weight_dtypes`: the candidate values (default: the
@@ -295,7 +295,8 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
     `candidates` (feasible, cheapest first), `infeasible` (with `reason`) and `best`.
 
     Steps (module docstring): memory screen (`_screen`), SLO capacity per replica
-    (`_slo_capacities`), replicas and cost (`_price_candidates`).
+    (`_slo_capacities`), replicas and cost (`_price_candidates`). `disagg`: also search
+    disaggregated deployments (`plan_disagg.py`), listed in `disaggregated`, compared in `why`.
     """
     _check_inputs(base, rate, headroom)
     price_map = normalise_prices(prices)
@@ -321,6 +322,8 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
         r["status"] = "infeasible"
     for r in (*candidates, *infeasible):
         r.pop("_key", None)
+    extra = _disaggregated(base, rate, hw_specs, price_map, tp_list, headroom, slo_target, tol, executor,
+                           candidates) if disagg else {}
     return {
         "model": base.model,
         "workload": str(base.workload),
@@ -337,7 +340,25 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
         "candidates": candidates,
         "infeasible": infeasible,
         "best": candidates[0] if candidates else None,
+        **extra,
     }
+
+
+def _disaggregated(base: Scenario, rate: float, hw_specs: dict[str, Any], price_map: dict[str, float],
+                   tp_list: list[int], headroom: float, slo_target: float, tol: float,
+                   executor: Executor | None, candidates: list[dict[str, Any]]) -> dict[str, Any]:
+    """The disaggregated search and its comparison with the best aggregated candidate."""
+    from . import plan_disagg
+
+    prices = {ref: price_map.get(hw.id, hw.price_per_gpu_hour_usd) for ref, hw in hw_specs.items()}
+    rows = plan_disagg.search(base, rate, list(hw_specs), prices, tp_list, headroom, slo_target, tol,
+                              executor or Executor())
+    best_dis = next((r for r in rows if r["status"] == "feasible"), None)
+    best_agg = candidates[0] if candidates else None
+    for c in candidates:
+        c["shape"] = "aggregated"
+    why = plan_disagg.why(best_agg, best_dis)
+    return {"disaggregated": rows, "best_disaggregated": best_dis, "winner": why.split(" ", 1)[0], "why": why}
 
 
 def _worst_slo(point: dict[str, Any], slos_ms: dict[str, float]) -> str:

@@ -44,6 +44,9 @@ class Scenario:
     hardware: str = "h100-sxm"
     tp: int = 1
     pp: int = 1
+    ep: int = 1  # expert parallelism of MoE layers (divides tp; parallel.py)
+    pp_microbatches: int = 1  # micro-batches in flight through the pipeline stages
+    expert_imbalance: float = 1.0  # busiest EP rank's load over the mean (1: uniform routing)
     weight_dtype: str | None = None
     activation_dtype: str = "bf16"
     kv_dtype: str | None = None
@@ -71,6 +74,8 @@ class Scenario:
     skip_bad_rows: bool = False
     max_duration_s: float | None = None
     debug: bool = False
+    disagg: str | None = None  # "P:D": disaggregated prefill/decode pools (deployment.py)
+    deployment: dict = field(default_factory=dict)  # per-pool settings of a disaggregated run
 
     def __post_init__(self) -> None:
         def need(cond: bool, name: str, allowed: str) -> None:
@@ -83,7 +88,7 @@ class Scenario:
         def is_num(v: Any) -> bool:
             return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
 
-        for name in ("tp", "pp", "replicas", "num_requests", "input_len", "output_len",
+        for name in ("tp", "pp", "ep", "pp_microbatches", "replicas", "num_requests", "input_len", "output_len",
                      "max_num_seqs", "max_num_batched_tokens", "block_size"):
             need(is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "must be an integer >= 1")
         need(is_int(self.seed) and self.seed >= 0, "seed", "must be an integer >= 0")
@@ -91,10 +96,12 @@ class Scenario:
              "concurrency", "must be an integer >= 1")
         need(self.rate is None or (is_num(self.rate) and self.rate > 0), "rate",
              "must be a number > 0 requests/s, or inf")
+        need(is_num(self.expert_imbalance) and 1 <= self.expert_imbalance <= self.ep, "expert_imbalance",
+             "must be a number in [1, ep]")
         need(is_num(self.burstiness) and 0 < self.burstiness < math.inf, "burstiness", "must be a number > 0")
         need(is_num(self.range_ratio) and 0 <= self.range_ratio < 1, "range_ratio", "must be in [0, 1)")
-        need(self.router in ROUTERS, "router", f"is not one of {', '.join(ROUTERS)}")
-        need(self.scheduler in SCHEDULERS, "scheduler", f"is not one of {', '.join(SCHEDULERS)}")
+        need(isinstance(self.router, str) and self.router in ROUTERS, "router", f"is not one of {', '.join(ROUTERS)}")
+        need(isinstance(self.scheduler, str) and self.scheduler in SCHEDULERS, "scheduler", f"is not one of {', '.join(SCHEDULERS)}")
         for name in ("weight_dtype", "kv_dtype"):
             need(getattr(self, name) is None or getattr(self, name) in DTYPES, name, f"is not one of {', '.join(DTYPES)}")
         need(self.activation_dtype in DTYPES, "activation_dtype", f"is not one of {', '.join(DTYPES)}")
@@ -125,6 +132,12 @@ class Scenario:
             raise SpecError(
                 f"burstiness: {self.burstiness!r} applies only with a rate: trace {self.workload!r} "
                 "replays its own arrival times unless --rate time-scales it")
+        if self.disagg is not None or self.deployment:
+            from .deployment import check_deployment, parse_disagg
+
+            if self.disagg is not None:
+                object.__setattr__(self, "disagg", "{}:{}".format(*parse_disagg(self.disagg)))
+            check_deployment(self.deployment)
         # any spelling (mapping, "ttft:500 e2el:2000", a list of items) -> {metric: ms}; validates
         object.__setattr__(self, "goodput", goodput_ms(self.goodput))
 
@@ -164,7 +177,8 @@ class Scenario:
     def cost_model(self) -> CostModel:
         return make_cost_model(self.model, self.hardware, self.tp, self.pp, self.weight_dtype,
                                self.activation_dtype, self.kv_dtype or DEFAULT_KV_DTYPE, self.ideal,
-                               self.efficiency or None)
+                               self.efficiency or None, ep=self.ep, pp_microbatches=self.pp_microbatches,
+                               expert_imbalance=self.expert_imbalance)
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
@@ -199,6 +213,10 @@ class Scenario:
     def run(self, progress: Callable[[int, int], None] | None = None,
             workload: wl.Workload | None = None) -> tuple[SimResult, dict[str, Any]]:
         """Simulate; returns (per-request result, vLLM-style summary)."""
+        if self.disagg is not None:
+            from .deployment import run_disagg
+
+            return run_disagg(self, workload if workload is not None else self.make_workload(), progress)
         cost = self.cost_model()
         try:
             w = workload if workload is not None else self.make_workload()
