@@ -48,11 +48,44 @@ class Executor:
     def __enter__(self) -> Executor:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None:
+            self.abort()
         self.close()
+
+    def abort(self) -> None:
+        """Stop at once (an exception or a signal is in flight): nothing by default."""
 
 
 SerialExecutor = Executor
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Pool-worker initializer: the worker ends when the process that started it does, even
+    after `kill -9` of that process (which runs no cleanup). Linux: the kernel sends SIGKILL
+    on the parent's death (prctl PR_SET_PDEATHSIG); everywhere: a daemon thread polls the
+    parent id once a second (a reparented worker sees another one)."""
+    import signal
+    import sys
+    import threading
+    import time
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    if os.getppid() != parent_pid:  # the parent already died before the prctl took effect
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True, name="llmsim-parent-watch").start()
 
 
 class PoolExecutor(Executor):
@@ -75,7 +108,8 @@ class PoolExecutor(Executor):
         import multiprocessing
 
         if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=_die_with_parent, initargs=(os.getpid(),))
         futs = {self._pool.submit(fn, *args): i for i, args in enumerate(tasks)}
         out: list[Any] = [None] * len(tasks)
         try:
@@ -95,6 +129,15 @@ class PoolExecutor(Executor):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+    def abort(self) -> None:
+        """Terminate the workers now rather than wait for their running points."""
+        if self._pool is None:
+            return
+        for p in list(getattr(self._pool, "_processes", {}).values()):
+            p.terminate()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool = None
 
 
 class DaskExecutor(Executor):
