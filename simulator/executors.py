@@ -282,8 +282,9 @@ class PointStore:
 
     @staticmethod
     def make_header(scenario: Scenario, sweeps: Sequence[tuple[str, Sequence[Any]]]) -> dict[str, Any]:
-        return json.loads(_canon({"llmsim_sweep_points": 1, "scenario": scenario.as_dict(),
-                                  "sweep": [[k, list(v)] for k, v in sweeps]}))
+        return json.loads(_canon({"llmsim_sweep_points": 2, "scenario": scenario.as_dict(),
+                                  "sweep": [[k, list(v)] for k, v in sweeps],
+                                  "inputs": input_digests(scenario, sweeps)}))
 
     @staticmethod
     def key(scenario_dict: dict[str, Any], rate: float) -> str:
@@ -317,11 +318,14 @@ class PointStore:
             raise SpecError(f"{where}: cannot read {cls.FILE} ({e})") from None
         try:
             saved = json.loads(lines[0])
-            if not isinstance(saved, dict) or saved.get("llmsim_sweep_points") != 1:
+            if not isinstance(saved, dict) or saved.get("llmsim_sweep_points") not in (1, 2):
                 raise ValueError
         except ValueError:
             raise SpecError(f"{where}: {cls.FILE} is not an llmsim sweep points file") from None
-        for part in ("scenario", "sweep"):
+        if saved.get("llmsim_sweep_points") != 2:
+            raise SpecError(f"{where}: {cls.FILE} was written by an older llmsim (no input digests); "
+                            "rerun without --resume to start over")
+        for part in ("scenario", "sweep", "inputs"):
             if saved.get(part) != header[part]:
                 diff = _differences(saved.get(part), header[part])
                 raise SpecError(f"{where}: the kept points belong to a different {part} ({diff}); "
@@ -332,7 +336,7 @@ class PointStore:
                 continue
             try:
                 rec = json.loads(line)
-                points[rec["key"]] = rec["summary"]
+                points[rec["key"]] = _checked_point(rec)
             except (ValueError, KeyError, TypeError):
                 if i == len(lines) or (i == len(lines) - 1 and not lines[-1].strip()):
                     continue  # a torn last line: that point is simply run again
@@ -350,8 +354,9 @@ class PointStore:
         os.fsync(self._fh.fileno())
 
     def add(self, key: str, summary: dict[str, Any]) -> None:
+        """Keep one finished point; its line carries a digest so an edited line is refused."""
         self.points[key] = summary
-        self._write({"key": key, "summary": summary})
+        self._write({"key": key, "summary": summary, "sha256": _digest(key, summary)})
 
     def get(self, key: str) -> Any:
         return self.points.get(key)
@@ -376,6 +381,52 @@ def _plain(o: Any) -> Any:
 def _canon(obj: Any, sort: bool = True) -> str:
     """Exact JSON (floats round-trip; NaN/inf as NaN/Infinity), keys sorted for keys/headers."""
     return json.dumps(obj, sort_keys=sort, default=_plain, separators=(",", ":"))
+
+
+def _digest(key: str, summary: Any) -> str:
+    import hashlib
+
+    return hashlib.sha256(_canon([key, summary]).encode()).hexdigest()
+
+
+def _checked_point(rec: dict[str, Any]) -> Any:
+    """A kept point's summary, or ValueError when its line was edited (digest) or its counts
+    are impossible (negative or fractional request counts)."""
+    summary = rec["summary"]
+    if not isinstance(summary, dict) or rec.get("sha256") != _digest(rec["key"], summary):
+        raise ValueError("digest")
+    for k in ("completed", "failed"):
+        v = summary.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise ValueError(k)
+    return summary
+
+
+def input_digests(scenario: Scenario, sweeps: Sequence[tuple[str, Sequence[Any]]]) -> dict[str, str]:
+    """SHA-256 of every input file a sweep reads (model/hardware YAML, overlays and the files
+    they name as `base:`, traces, scenario values that are paths), keyed by the path as given,
+    plus the resolved model and hardware specs: a kept point is reused only when none changed."""
+    import hashlib
+    from pathlib import Path
+
+    values = [v for v in scenario.as_dict().values() if isinstance(v, str)]
+    values += [str(v) for _, vs in sweeps for v in vs]
+    out: dict[str, str] = {}
+    for v in values:
+        try:
+            p = Path(v)
+            if p.is_file():
+                out[v] = hashlib.sha256(p.read_bytes()).hexdigest()
+        except (OSError, ValueError):
+            continue
+    try:
+        from .catalog import load_hardware, load_model, spec_to_dict
+
+        for name, spec in (("model", load_model(scenario.model)), ("hardware", load_hardware(scenario.hardware))):
+            out[f"<resolved {name}>"] = hashlib.sha256(_canon(spec_to_dict(spec)).encode()).hexdigest()
+    except (SpecError, OSError, ValueError, TypeError):
+        pass  # an unloadable spec fails the run itself, with its own message
+    return out
 
 
 def _differences(a: Any, b: Any) -> str:

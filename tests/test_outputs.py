@@ -190,3 +190,38 @@ def test_pool_workers_die_with_a_killed_parent():
         for w in workers:
             if _alive(w):
                 os.kill(w, signal.SIGKILL)
+
+
+# ------------------------------------------------------------------ resume (cause 3)
+
+def _kept_sweep(tmp_path, monkeypatch, extra=()):
+    from tests.test_reliability import _SWEEP_ARGS, _interrupting
+
+    calls = _interrupting(monkeypatch, after=2)
+    d = tmp_path / "kept"
+    r = CliRunner().invoke(cli.main, [*_SWEEP_ARGS, *extra, "--out", str(d)])
+    assert r.exit_code == 130, r.output
+    calls.update(n=0, after=None)
+    return d, [*_SWEEP_ARGS, *extra, "--resume", str(d)]
+
+
+def test_resume_refuses_an_edited_hardware_file(tmp_path, monkeypatch):
+    hw = tmp_path / "hw.yaml"
+    hw.write_text("base: h100-sxm\nid: my-gpu\nhbm_bandwidth_bytes_per_s: 3.0e12\n")
+    d, resume = _kept_sweep(tmp_path, monkeypatch, ["-H", str(hw)])
+    hw.write_text("base: h100-sxm\nid: my-gpu\nhbm_bandwidth_bytes_per_s: 1.5e12\n")
+    line = _one_error_line(resume)
+    assert "different inputs" in line and "hw.yaml" in line
+
+
+@pytest.mark.parametrize("edit", ['"completed":-5', '"completed":NaN'])
+def test_resume_refuses_hand_edited_points(tmp_path, monkeypatch, edit):
+    import re
+
+    d, resume = _kept_sweep(tmp_path, monkeypatch)
+    f = d / "points.jsonl"
+    lines = f.read_text().splitlines()
+    assert len(lines) == 3  # header + 2 points
+    lines[1] = re.sub(r'"completed":\d+', edit, lines[1])
+    f.write_text("\n".join(lines) + "\n")
+    assert "corrupt" in _one_error_line(resume)
