@@ -110,7 +110,11 @@ def _load_any(ref: str) -> Any:
     if ref.lower() in {k.lower() for k in hardware_catalog()}:
         return load_hardware(ref)
     path = Path(ref)
-    if path.is_file() and path.suffix.lower() in (".yaml", ".yml"):
+    try:
+        is_file, exists = path.is_file(), path.exists()
+    except (OSError, ValueError):  # a name the OS refuses (too long, NUL byte): not a file
+        is_file = exists = False
+    if is_file and path.suffix.lower() in (".yaml", ".yml"):
         data = read_yaml(path)
         if isinstance(data, dict) and _HW_KEYS & set(map(str, data)):
             return load_hardware(ref)
@@ -118,10 +122,12 @@ def _load_any(ref: str) -> Any:
     try:
         return load_model(ref)
     except SpecError:
-        if path.exists():
+        if exists:
             raise
     ids = [*model_catalog(), *hardware_catalog()]
-    raise SpecError(f"show: {ref!r} is not a model or hardware id, alias or file"
+    from .checks import show
+
+    raise SpecError(f"show: {show(ref)} is not a model or hardware id, alias or file"
                     f"{_did_you_mean(ref, ids)}; see `llmsim models` and `llmsim hardware`")
 
 

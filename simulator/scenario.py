@@ -22,6 +22,7 @@ from typing import Any
 
 from . import workload as wl
 from .catalog import load_model, read_yaml
+from .checks import MAX_REQUESTS
 from .energy import run_energy
 from .engine import ROUTERS, SCHEDULERS, EngineConfig, SimResult, simulate
 from .metrics import summarize
@@ -33,6 +34,10 @@ DEFAULT_WORKLOAD = "azure-conv"
 #: KV-cache format when none is given: bf16 whatever the activation format, as vLLM's
 #: `--kv-cache-dtype auto` keeps the model's 16-bit dtype under `--quantization fp8`.
 DEFAULT_KV_DTYPE = "bf16"
+
+
+#: arrival times beyond this (s) are refused: a float64 second keeps 0.1 us resolution up to here
+MAX_CLOCK_S = 1e9
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,7 @@ class Scenario:
         for name in ("tp", "pp", "replicas", "num_requests", "input_len", "output_len",
                      "max_num_seqs", "max_num_batched_tokens", "block_size"):
             need(is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "must be an integer >= 1")
+        need(self.num_requests <= MAX_REQUESTS, "num_requests", f"must be at most {MAX_REQUESTS:,}")
         need(is_int(self.seed) and self.seed >= 0, "seed", "must be an integer >= 0")
         need(self.concurrency is None or (is_int(self.concurrency) and self.concurrency >= 1),
              "concurrency", "must be an integer >= 1")
@@ -177,7 +183,20 @@ class Scenario:
         return parse_goodput(self.goodput)
 
     def make_workload(self) -> wl.Workload:
-        """The request stream this scenario serves (deterministic in `seed`)."""
+        """The request stream this scenario serves (deterministic in `seed`); refused when its
+        arrival times lie beyond `MAX_CLOCK_S`, where float seconds stop resolving a step."""
+        w = self._make_workload()
+        a = w.arrival_s
+        if len(a) and max(abs(float(a[0])), abs(float(a[-1]))) > MAX_CLOCK_S:
+            field_ = "rate" if self.rate is not None else "workload"
+            value = self.rate if self.rate is not None else self.workload
+            low = f"; use a rate >= {(len(a) - 1) / MAX_CLOCK_S:.3g} requests/s" if self.rate is not None else ""
+            raise SpecError(f"{field_}: {value!r}: arrivals reach {max(abs(a[0]), abs(a[-1])):.3g} s, beyond the "
+                            f"simulated clock's range of {MAX_CLOCK_S:g} s (float seconds stop resolving "
+                            f"microsecond steps there){low}")
+        return w
+
+    def _make_workload(self) -> wl.Workload:
         name = str(self.workload)
         if name.lower() in ("random", "synthetic"):
             rate = math.inf if self.rate is None else self.rate

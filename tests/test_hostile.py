@@ -475,11 +475,40 @@ def test_fuzz_vllm_result_reader(tmp_path_factory, changes):
             assert rate is None or rate == float("inf") or str(rate).lower() in ("inf", "infinity")
 
 
-# --------------------------------------------------------------------------- CLI layer (not owned here)
+# --------------------------------------------------------------------------- CLI layer
 
 
-@pytest.mark.xfail(strict=True, reason="needs CLI-layer fix")
 def test_show_with_a_file_name_the_os_refuses_is_one_line():
     """`show` probes `Path(ref).is_file()` in cli._load_any, which raises OSError (ENAMETOOLONG)
     for a 5,000-character name; catalog's loaders already treat such names as "not a file"."""
     one_line_error(invoke("show", "x" * 5000), "is not a model or hardware id")
+
+
+# ------------------------------------------------------------- CLI/orchestration layer (round two)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["-w", "random", "-n", "20", "-r", "1e-200"], ["rate: 1e-200", "1e+09 s", "use a rate >="]),
+    (["-w", "random", "-n", str(2 ** 63)], ["num_requests", "at most 1,000,000"]),
+    (["-w", "random", "-n", "0"], ["num_requests: 0"]),
+    (["-w", "random", "--input-len", "0"], ["input_len: 0"]),
+])
+def test_simulate_refuses_what_it_cannot_simulate_faithfully(args, words):
+    one_line_error(invoke("simulate", "-q", *args), *words)
+
+
+def test_trace_beyond_the_clock_range_is_refused(tmp_path):
+    trace = tmp_path / "far.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,100,10\n1e300,100,10\n")
+    r = invoke("simulate", "-q", "-w", str(trace), "-n", "2")
+    if r.exit_code == 2 and "timestamp" in r.stderr:
+        pytest.skip("the trace reader refuses such a timestamp itself")
+    one_line_error(r, "workload", "beyond the simulated clock's range")
+
+
+def test_plan_too_few_requests_says_so_and_refuses_absurd_rates():
+    r = invoke("plan", "-q", "--serial", "-n", "20", "-r", "5", "--goodput", "ttft:2000", "--goodput", "tpot:100")
+    assert r.exit_code in (0, 1), r.output
+    assert "too few for a steady result" in r.output
+    assert "good fraction 1.000 <" not in r.output
+    one_line_error(invoke("plan", "-q", "--serial", "-r", "1e308", "--goodput", "ttft:2000"), "rate: 1e+308")
