@@ -373,11 +373,14 @@ def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: in
             t = events.pop()[0]
         if cap is not None and t > cap:
             # past the cap nothing more is served: the rest are cut off, with a reason
+            # a closed loop never sent these: no arrival time (not one after the cap)
+            reason = (_cut_reason(cap) if closed is None
+                      else f"never sent: the simulated-time cap of {cap} s came first (max_duration_s)")
             for q in range(r, n):
                 out["status"][q] = REJECTED
-                out["reasons"][q] = _cut_reason(cap)
+                out["reasons"][q] = reason
             if closed is not None:
-                arrivals[r:] = t
+                arrivals[r:] = np.nan
             break
         pool.advance_until(t)
         pool.route(r, t)

@@ -22,7 +22,6 @@ from typing import Any
 
 from . import workload as wl
 from .catalog import load_model, read_yaml
-from .checks import MAX_REQUESTS
 from .energy import run_energy
 from .engine import ROUTERS, SCHEDULERS, EngineConfig, SimResult, simulate
 from .metrics import summarize
@@ -36,8 +35,12 @@ DEFAULT_WORKLOAD = "azure-conv"
 DEFAULT_KV_DTYPE = "bf16"
 
 
-#: arrival times beyond this (s) are refused: a float64 second keeps 0.1 us resolution up to here
-MAX_CLOCK_S = 1e9
+#: arrival times beyond this (s, 317 years) are refused: up to here a float64 second resolves
+#: 2 us (2**-52 relative), well under the shortest step; far beyond, steps round to zero
+MAX_CLOCK_S = 1e10
+#: beyond numpy's array sizes (2**63 raised ValueError); below it a run too big for the
+#: machine's memory is refused by `run` with a memory message
+MAX_SIM_REQUESTS = 10**12
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ class Scenario:
         for name in ("tp", "pp", "replicas", "num_requests", "input_len", "output_len",
                      "max_num_seqs", "max_num_batched_tokens", "block_size"):
             need(is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "must be an integer >= 1")
-        need(self.num_requests <= MAX_REQUESTS, "num_requests", f"must be at most {MAX_REQUESTS:,}")
+        need(self.num_requests <= MAX_SIM_REQUESTS, "num_requests", f"must be at most {MAX_SIM_REQUESTS:,}")
         need(is_int(self.seed) and self.seed >= 0, "seed", "must be an integer >= 0")
         need(self.concurrency is None or (is_int(self.concurrency) and self.concurrency >= 1),
              "concurrency", "must be an integer >= 1")
@@ -193,7 +196,7 @@ class Scenario:
             low = f"; use a rate >= {(len(a) - 1) / MAX_CLOCK_S:.3g} requests/s" if self.rate is not None else ""
             raise SpecError(f"{field_}: {value!r}: arrivals reach {max(abs(a[0]), abs(a[-1])):.3g} s, beyond the "
                             f"simulated clock's range of {MAX_CLOCK_S:g} s (float seconds stop resolving "
-                            f"microsecond steps there){low}")
+                            f"short steps beyond it){low}")
         return w
 
     def _make_workload(self) -> wl.Workload:

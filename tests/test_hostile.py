@@ -488,8 +488,8 @@ def test_show_with_a_file_name_the_os_refuses_is_one_line():
 
 
 @pytest.mark.parametrize("args, words", [
-    (["-w", "random", "-n", "20", "-r", "1e-200"], ["rate: 1e-200", "1e+09 s", "use a rate >="]),
-    (["-w", "random", "-n", str(2 ** 63)], ["num_requests", "at most 1,000,000"]),
+    (["-w", "random", "-n", "20", "-r", "1e-200"], ["rate: 1e-200", "1e+10 s", "use a rate >="]),
+    (["-w", "random", "-n", str(2 ** 63)], ["num_requests", "at most 1,000,000,000,000"]),
     (["-w", "random", "-n", "0"], ["num_requests: 0"]),
     (["-w", "random", "--input-len", "0"], ["input_len: 0"]),
 ])
@@ -512,3 +512,16 @@ def test_plan_too_few_requests_says_so_and_refuses_absurd_rates():
     assert "too few for a steady result" in r.output
     assert "good fraction 1.000 <" not in r.output
     one_line_error(invoke("plan", "-q", "--serial", "-r", "1e308", "--goodput", "ttft:2000"), "rate: 1e+308")
+
+
+def test_closed_loop_with_a_cap_never_dates_unsent_requests_after_it(tmp_path):
+    """Issue 17, cause 7: the requests a closed loop never sent have no arrival time."""
+    import pandas as pd
+
+    r = invoke("simulate", "-q", "-w", "random", "-n", "60", "--concurrency", "2", "--max-duration-s", "1",
+               "--out", str(tmp_path / "o"))
+    assert r.exit_code == 0, r.output
+    d = pd.read_csv(tmp_path / "o" / "requests.csv")
+    unsent = d["reason"].fillna("").str.startswith("never sent")
+    assert unsent.sum() > 0 and d.loc[unsent, "arrival_s"].isna().all()
+    assert (d.loc[~unsent, "arrival_s"] <= 1.0).all()
