@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
+from .checks import check_cost_model
 from .replica import COMPLETED, PENDING, REJECTED, Replica, capped_sums
 from .roofline import CostModel
 from .schedulers import SCHEDULERS, EngineConfig
@@ -262,6 +263,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         raise SpecError(f"replicas: {replicas!r} must be an integer >= 1")
     if router not in ROUTERS:
         raise SpecError(f"router: {router!r} is not one of {', '.join(ROUTERS)}")
+    check_cost_model(cost)
     n = workload.num_requests
     blocks, mml = kv_blocks(cost, cfg)
     out: dict[str, Any] = {

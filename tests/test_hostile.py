@@ -525,3 +525,41 @@ def test_closed_loop_with_a_cap_never_dates_unsent_requests_after_it(tmp_path):
     unsent = d["reason"].fillna("").str.startswith("never sent")
     assert unsent.sum() > 0 and d.loc[unsent, "arrival_s"].isna().all()
     assert (d.loc[~unsent, "arrival_s"] <= 1.0).all()
+
+
+def test_whatif_seq_len_zero_is_refused():
+    one_line_error(invoke("whatif", "kv-dtype", "--seq-len", "0", "--static-only", "-q"), "seq_len: 0")
+
+
+class _FixedStep:
+    """A custom cost model (Python API) that prices every step at `value` seconds."""
+
+    def __init__(self, cost, value):
+        self.cost, self.value = cost, value
+
+    def __getattr__(self, name):
+        return getattr(self.cost, name)
+
+    def step_time(self, *a, **k):
+        return self.value
+
+
+@pytest.mark.parametrize("value", [float("nan"), 0.0, -1.0, float("inf"), "1"])
+def test_custom_cost_model_with_bad_step_times_is_refused(value):
+    from simulator.engine import EngineConfig, simulate
+    from simulator.scenario import Scenario
+    from simulator.workload import synthetic
+
+    cost = Scenario(workload="random", num_requests=3, input_len=16, output_len=2).cost_model()
+    with pytest.raises(SpecError, match="cost model: step_time"):
+        simulate(_FixedStep(cost, value), synthetic(3, 10.0, 16, 2, seed=0), EngineConfig())
+
+
+@pytest.mark.parametrize("slos", [{"ttfx": 0.1}, {"ttft": float("nan")}, {"tpot": 0}, ["ttft"]])
+def test_summarize_refuses_unknown_or_bad_slos(slos):
+    from simulator.metrics import summarize
+    from simulator.scenario import Scenario
+
+    res, _ = Scenario(workload="random", num_requests=3, input_len=16, output_len=2).run()
+    with pytest.raises(SpecError, match="goodput"):
+        summarize(res, slos)
