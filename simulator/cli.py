@@ -16,56 +16,13 @@ import click
 
 from . import options as opt
 from . import report
+from .cligroup import CliGroup, Terminated
 from .outputs import OutputSet, check_out_dir, check_out_file
 from .report import write_atomic  # noqa: F401  (re-exported: tests and scripts use cli.write_atomic)
 from .specs import SpecError
 
 
-class _Group(click.Group):
-    """Click group that turns SpecError (and bad files) into one line and exit 2, and accepts
-    vLLM's space-separated `--goodput ttft:500 tpot:50` (`options.expand_nargs`)."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, opt.expand_nargs(list(args)))
-
-    def invoke(self, ctx: click.Context) -> Any:
-        import signal
-        import threading
-
-        # SIGTERM unwinds like Ctrl-C: pools are stopped and staged outputs removed
-        main_thread = threading.current_thread() is threading.main_thread()
-        old = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
-        try:
-            return super().invoke(ctx)
-        except OSError as e:  # an output that became unwritable mid-run (full disk, removed folder)
-            click.echo(f"error: {getattr(e, 'filename', None) or 'output'}: cannot write "
-                       f"({e.strerror or e})", err=True)
-            ctx.exit(2)
-        except SpecError as e:
-            click.echo(f"error: {e}", err=True)
-            ctx.exit(2)
-        except click.exceptions.Exit:
-            raise
-        except KeyboardInterrupt as e:
-            click.echo("terminated" if isinstance(e, _Terminated) else "interrupted", err=True)
-            ctx.exit(143 if isinstance(e, _Terminated) else 130)
-        except MemoryError:
-            click.echo("error: out of memory: reduce --num-requests, --replicas or the sweep size", err=True)
-            ctx.exit(2)
-        finally:
-            if main_thread:
-                signal.signal(signal.SIGTERM, old)
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread so that every `with`/`finally` cleanup runs."""
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    raise _Terminated()
-
-
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="llmsim")
 def main() -> None:
     """llmsim: predict LLM serving latency, throughput and capacity before buying GPUs."""
@@ -315,7 +272,7 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
         store.close()
         click.echo(f"\ninterrupted: {len(store)} points kept in {keep_dir}; "
                    f"rerun with --resume {keep_dir}", err=True)
-        raise click.exceptions.Exit(143 if isinstance(e, _Terminated) else 130) from None
+        raise click.exceptions.Exit(143 if isinstance(e, Terminated) else 130) from None
     except BaseException:
         store.close()
         if not (resume_dir or out_dir):  # a failed run: its temporary keep is not resumable

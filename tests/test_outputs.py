@@ -225,3 +225,64 @@ def test_resume_refuses_hand_edited_points(tmp_path, monkeypatch, edit):
     lines[1] = re.sub(r'"completed":\d+', edit, lines[1])
     f.write_text("\n".join(lines) + "\n")
     assert "corrupt" in _one_error_line(resume)
+
+
+def test_full_disk_mid_write_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    """A write failing after the run (ENOSPC): one line, no staging folder or temp file left,
+    an earlier output set untouched."""
+    d = tmp_path / "out"
+    args = ["simulate", "-w", "random", "-n", "5", "--input-len", "16", "--output-len", "2", "-q", "--out", str(d)]
+    assert CliRunner().invoke(cli.main, args).exit_code == 0
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    assert "No space left" in _one_error_line([*args[:-2], "-n", "6", "--out", str(d)])
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_roofline_out_with_a_254_byte_name(tmp_path):
+    out = tmp_path / ("r" * 250 + ".svg")
+    r = CliRunner().invoke(cli.main, ["roofline", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert out.stat().st_size > 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux process checks")
+def test_sigterm_of_a_pooled_sweep_stops_its_workers(tmp_path):
+    """kill -TERM: the sweep unwinds (exit 143), its pool workers end, no staging folder left."""
+    import shutil
+
+    exe = shutil.which("llmsim")
+    if exe is None:
+        pytest.skip("llmsim not installed as a command")
+    p = subprocess.Popen([exe, "sweep", "-w", "random", "-n", "3000", "--rates", "1,2,3,4,5,6", "--workers", "2",
+                          "-q", "--out", str(tmp_path / "o")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers) < 2 and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.2)
+            out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(p.pid)], capture_output=True, text=True).stdout
+            workers = [int(x) for x in out.split()]
+        if len(workers) < 2:
+            pytest.skip("the pool did not start in time")
+        time.sleep(1.0)
+        os.kill(p.pid, signal.SIGTERM)
+        assert p.wait(30) == 143, p.stderr.read()
+        deadline = time.monotonic() + 10
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(w) for w in workers)
+        assert not [q for q in tmp_path.iterdir() if q.name.startswith(".llmsim")]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+        for w in workers:
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)
