@@ -82,10 +82,10 @@ def write_atomic(path: Any, data: bytes | str) -> None:
     path = Path(os.path.realpath(path))  # through symlinks: the link keeps pointing here
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".llmsim-{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
-    mode = "wb" if isinstance(data, bytes) else "w"
+    raw = data if isinstance(data, bytes) else data.encode("utf-8")
     try:
-        with open(tmp, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as f:
-            f.write(data)
+        with open(tmp, "wb") as f:
+            f.write(raw)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
