@@ -62,28 +62,19 @@ SerialExecutor = Executor
 
 def _die_with_parent(parent_pid: int) -> None:
     """Pool-worker initializer: the worker ends when the process that started it does, even
-    after `kill -9` of that process (which runs no cleanup). Linux: the kernel sends SIGKILL
-    on the parent's death (prctl PR_SET_PDEATHSIG); everywhere: a daemon thread polls the
-    parent id once a second (a reparented worker sees another one)."""
-    import signal
-    import sys
+    after `kill -9` of that process (which runs no cleanup): a daemon thread polls the parent
+    id once a second and exits when the worker has been reparented. (Not prctl
+    PR_SET_PDEATHSIG: it fires when the parent *thread* that spawned the worker ends, which
+    would kill a pool still in use when a Python-API caller's thread exits.)"""
     import threading
     import time
-
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
 
     def watch() -> None:
         while os.getppid() == parent_pid:
             time.sleep(1.0)
         os._exit(1)
 
-    if os.getppid() != parent_pid:  # the parent already died before the prctl took effect
+    if os.getppid() != parent_pid:  # the parent died while this worker started
         os._exit(1)
     threading.Thread(target=watch, daemon=True, name="llmsim-parent-watch").start()
 

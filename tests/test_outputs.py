@@ -171,12 +171,16 @@ def _alive(pid):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux process checks")
 def test_pool_workers_die_with_a_killed_parent():
-    """kill -9 of the parent: no cleanup runs in it, yet its pool workers end within seconds."""
+    """kill -9 of the parent: no cleanup runs in it, yet its pool workers (and the resource
+    tracker) end within seconds."""
     p = subprocess.Popen([sys.executable, "-c", _POOL_CHILD], stdout=subprocess.PIPE, text=True)
     workers = []
     try:
         workers = [int(x) for x in p.stdout.readline().split()]
         assert len(workers) == 2
+        # every child of the parent: the workers and multiprocessing's resource tracker
+        ps = subprocess.run(["ps", "-o", "pid=", "--ppid", str(p.pid)], capture_output=True, text=True)
+        workers = sorted(set(workers) | {int(x) for x in ps.stdout.split()})
         os.kill(p.pid, signal.SIGKILL)
         p.wait(10)
         deadline = time.monotonic() + 10
