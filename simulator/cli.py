@@ -16,34 +16,13 @@ import click
 
 from . import options as opt
 from . import report
+from .cligroup import CliGroup, Terminated
+from .outputs import OutputSet, check_out_dir, check_out_file
 from .report import write_atomic  # noqa: F401  (re-exported: tests and scripts use cli.write_atomic)
 from .specs import SpecError
 
 
-class _Group(click.Group):
-    """Click group that turns SpecError (and bad files) into one line and exit 2, and accepts
-    vLLM's space-separated `--goodput ttft:500 tpot:50` (`options.expand_nargs`)."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, opt.expand_nargs(list(args)))
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except SpecError as e:
-            click.echo(f"error: {e}", err=True)
-            ctx.exit(2)
-        except click.exceptions.Exit:
-            raise
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            ctx.exit(130)
-        except MemoryError:
-            click.echo("error: out of memory: reduce --num-requests, --replicas or the sweep size", err=True)
-            ctx.exit(2)
-
-
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="llmsim")
 def main() -> None:
     """llmsim: predict LLM serving latency, throughput and capacity before buying GPUs."""
@@ -88,7 +67,11 @@ def _load_any(ref: str) -> Any:
     if ref.lower() in {k.lower() for k in hardware_catalog()}:
         return load_hardware(ref)
     path = Path(ref)
-    if path.is_file() and path.suffix.lower() in (".yaml", ".yml"):
+    try:
+        is_file, exists = path.is_file(), path.exists()
+    except (OSError, ValueError):  # a name the OS refuses (too long, NUL byte): not a file
+        is_file = exists = False
+    if is_file and path.suffix.lower() in (".yaml", ".yml"):
         data = read_yaml(path)
         if isinstance(data, dict) and _HW_KEYS & set(map(str, data)):
             return load_hardware(ref)
@@ -96,10 +79,12 @@ def _load_any(ref: str) -> Any:
     try:
         return load_model(ref)
     except SpecError:
-        if path.exists():
+        if exists:
             raise
     ids = [*model_catalog(), *hardware_catalog()]
-    raise SpecError(f"show: {ref!r} is not a model or hardware id, alias or file"
+    from .checks import show
+
+    raise SpecError(f"show: {show(ref)} is not a model or hardware id, alias or file"
                     f"{_did_you_mean(ref, ids)}; see `llmsim models` and `llmsim hardware`")
 
 
@@ -173,6 +158,7 @@ def roofline(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | No
     for name, v in (("batch_size", batch_size), ("input_len", input_len)):
         if v < 1:
             raise SpecError(f"{name}: {v!r} must be an integer >= 1")
+    check_out_file(out)
     cost = opt.build_cost(model, hardware, tp, pp, weight_dtype, activation_dtype, kv_dtype, ideal, efficiency)
     fmt = Path(out).suffix.lstrip(".").lower() or "png"
     try:
@@ -195,6 +181,8 @@ def simulate(out_dir: str | None, as_json: bool, quiet: bool, save_result: bool,
              result_filename: str | None, percentile_metrics: str, metric_percentiles: str,
              label: str | None, **kw: Any) -> None:
     """Serve a request stream through continuous batching and report vLLM's metrics."""
+    if out_dir is not None:
+        check_out_dir(out_dir)
     sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
     res, summary = sc.run(progress=report.Progress("simulating", quiet or as_json))
     if save_result or result_dir or result_filename:
@@ -207,11 +195,11 @@ def simulate(out_dir: str | None, as_json: bool, quiet: bool, save_result: bool,
 
         from . import plots
 
-        d = Path(out_dir)
-        report.write_csv(d / "requests.csv", res.records())
-        report.write_csv(d / "timeline.csv", res.timeline)
-        report.write_atomic(d / "timeline.png", plots.timeline_png(res.timeline, f"{summary['model']} on {summary['hardware']}"))
-        report.write_json(d / "summary.json", {**summary, "scenario": sc.as_dict()})
+        with OutputSet(Path(out_dir)) as d:
+            report.write_csv(d / "requests.csv", res.records())
+            report.write_csv(d / "timeline.csv", res.timeline)
+            report.write_atomic(d / "timeline.png", plots.timeline_png(res.timeline, f"{summary['model']} on {summary['hardware']}"))
+            report.write_json(d / "summary.json", {**summary, "scenario": sc.as_dict()})
     if as_json:
         report.echo_json(summary)
     else:
@@ -261,6 +249,9 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
 
     from . import sweep as sw
 
+    for o, v in (("--out", out_dir), ("--resume", resume_dir)):
+        if v is not None:
+            check_out_dir(v, o)
     opts = opt.pop_scenario_opts(kw)
     if opts.get("rate") is not None:
         raise SpecError("--rate: a sweep sets the rate itself; use --rates (e.g. --rates 1,2,4 or auto)")
@@ -281,11 +272,16 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
         with sw.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
             result = sw.sweep(sc, rate_list, sweeps, ex, report.Progress("sweeping", quiet or as_json),
                               slo_target=slo_target, tol=tol, knee_metric=knee_metric, store=store)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         store.close()
         click.echo(f"\ninterrupted: {len(store)} points kept in {keep_dir}; "
                    f"rerun with --resume {keep_dir}", err=True)
-        raise click.exceptions.Exit(130) from None
+        raise click.exceptions.Exit(143 if isinstance(e, Terminated) else 130) from None
+    except BaseException:
+        store.close()
+        if not (resume_dir or out_dir):  # a failed run: its temporary keep is not resumable
+            shutil.rmtree(keep_dir, ignore_errors=True)
+        raise
     store.close()
     if not (resume_dir or out_dir):
         shutil.rmtree(keep_dir, ignore_errors=True)  # finished: the temporary keep is not needed
@@ -294,11 +290,11 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
 
         from . import plots
 
-        d = Path(out_dir)
-        report.write_csv(d / "sweep.csv", report.sweep_frame(result["points"]))
-        report.write_json(d / "sweep.json", result)
-        report.write_atomic(d / "latency.png", plots.sweep_latency_png(result))
-        report.write_atomic(d / "throughput.png", plots.sweep_throughput_png(result))
+        with OutputSet(Path(out_dir)) as d:
+            report.write_csv(d / "sweep.csv", report.sweep_frame(result["points"]))
+            report.write_json(d / "sweep.json", result)
+            report.write_atomic(d / "latency.png", plots.sweep_latency_png(result))
+            report.write_atomic(d / "throughput.png", plots.sweep_throughput_png(result))
     if as_json:
         report.echo_json(result)
     else:
@@ -348,6 +344,8 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
 
     from . import validate as V
 
+    if out_dir is not None:
+        check_out_dir(out_dir)
     specs = opt.hardware_spec_map(hardware_specs)
     hw_id = hardware
     if hardware and Path(hardware).is_file():
@@ -366,11 +364,11 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
     if out_dir:
         from . import plots
 
-        d = Path(out_dir)
-        report.write_csv(d / "validation.csv", V.points_frame(result))
-        report.write_atomic(d / "scatter.png", plots.validation_scatter_png(
-            result["points"], f"llmsim vs {Path(file).name}: median APE {report.pct(result['median_ape'])}, "
-                              f"p90 {report.pct(result['p90_ape'])} ({result['predicted']} rows)"))
+        with OutputSet(Path(out_dir)) as d:
+            report.write_csv(d / "validation.csv", V.points_frame(result))
+            report.write_atomic(d / "scatter.png", plots.validation_scatter_png(
+                result["points"], f"llmsim vs {Path(file).name}: median APE {report.pct(result['median_ape'])}, "
+                                  f"p90 {report.pct(result['p90_ape'])} ({result['predicted']} rows)"))
     if as_json:
         report.echo_json(result)
         return
@@ -402,6 +400,7 @@ def calibrate_cmd(file: str, hardware: str, ops: str | None, allreduce: str | No
     from . import calibrate as C
     from . import validate as V
 
+    check_out_file(out)
     rows, _ = V.read_measurements(file, skip_bad_rows)
     res = C.calibrate(rows, hardware, ops=ops, allreduce=allreduce, objective=objective,
                       balance_sources=not no_balance, include_simulated=include_simulated,
@@ -443,6 +442,8 @@ def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_li
     from . import plan as pl
     from . import sweep as sw
 
+    if out_dir is not None:
+        check_out_dir(out_dir)
     opts = opt.pop_scenario_opts(kw)
     slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
     sc = opt.scenario_from_options(opts)
@@ -457,10 +458,10 @@ def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_li
 
         from . import plots
 
-        d = Path(out_dir)
-        report.write_json(d / "plan.json", result)
-        report.write_csv(d / "plan.csv", pd.DataFrame(pl.table_rows(result)))
-        report.write_atomic(d / "plan.png", plots.plan_png(result))
+        with OutputSet(Path(out_dir)) as d:
+            report.write_json(d / "plan.json", result)
+            report.write_csv(d / "plan.csv", pd.DataFrame(pl.table_rows(result)))
+            report.write_atomic(d / "plan.png", plots.plan_png(result))
     if as_json:
         report.echo_json(result)
     else:
@@ -494,6 +495,8 @@ def whatif_kv_cmd(values: str, seq_len: int | None, static_only: bool, slo_targe
     from . import sweep as sw
     from . import whatif as wi
 
+    if out_dir is not None:
+        check_out_dir(out_dir)
     opts = opt.pop_scenario_opts(kw)
     slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
     sc = opt.scenario_from_options(opts)
@@ -529,6 +532,8 @@ def whatif_spec_cmd(draft_model: str, gamma: int, acceptance: float, draft_tp: i
 
     if max_batch < 1:
         raise SpecError(f"--max-batch {max_batch}: must be >= 1")
+    if out_dir is not None:
+        check_out_dir(out_dir)
     sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
     r = wi.speculative_whatif(sc, draft_model, gamma, acceptance, batch_sizes=range(1, max_batch + 1),
                               draft_tp=draft_tp, load=not static_only)
@@ -559,6 +564,8 @@ def whatif_hw_cmd(hw_list: str, price_items: tuple[str, ...], static_only: bool,
     from . import sweep as sw
     from . import whatif as wi
 
+    if out_dir is not None:
+        check_out_dir(out_dir)
     opts = opt.pop_scenario_opts(kw)
     slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
     sc = opt.scenario_from_options(opts)

@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
+from .checks import check_cost_model
 from .replica import COMPLETED, PENDING, REJECTED, Replica, capped_sums
 from .roofline import CostModel
 from .schedulers import SCHEDULERS, EngineConfig
@@ -257,6 +258,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         raise SpecError(f"replicas: {replicas!r} must be an integer >= 1")
     if router not in ROUTERS:
         raise SpecError(f"router: {router!r} is not one of {', '.join(ROUTERS)}")
+    check_cost_model(cost)
     n = workload.num_requests
     blocks, mml = kv_blocks(cost, cfg)
     out: dict[str, Any] = {
@@ -368,11 +370,14 @@ def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: in
             t = events.pop()[0]
         if cap is not None and t > cap:
             # past the cap nothing more is served: the rest are cut off, with a reason
+            # a closed loop never sent these: no arrival time (not one after the cap)
+            reason = (_cut_reason(cap) if closed is None
+                      else f"never sent: the simulated-time cap of {cap} s came first (max_duration_s)")
             for q in range(r, n):
                 out["status"][q] = REJECTED
-                out["reasons"][q] = _cut_reason(cap)
+                out["reasons"][q] = reason
             if closed is not None:
-                arrivals[r:] = t
+                arrivals[r:] = np.nan
             break
         pool.advance_until(t)
         pool.route(r, t)

@@ -95,9 +95,29 @@ def good_mask(res: SimResult, slos: dict[str, float]) -> np.ndarray:
     return ok
 
 
+def _check_slos_s(goodput: Any) -> None:
+    import math
+
+    from .slo import SLO_KEYS
+
+    if goodput is None:
+        return
+    if not isinstance(goodput, dict):
+        raise SpecError(f"goodput: {type(goodput).__name__} given; a dict of {{metric: seconds}} is needed")
+    for k, v in goodput.items():
+        if k not in SLO_KEYS:
+            raise SpecError(f"goodput: unknown metric {str(k)[:40]!r}; allowed: {', '.join(SLO_KEYS)}")
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not (math.isfinite(v) and v > 0):
+            raise SpecError(f"goodput: {k} value {str(v)[:40]!r} must be a finite number of seconds > 0")
+
+
 def summarize(res: SimResult, goodput: dict[str, float] | None = None,
               percentiles: tuple = PERCENTILES) -> dict[str, Any]:
-    """vLLM's result keys plus llmsim's extras, from a SimResult. Times in ms, rates per s."""
+    """vLLM's result keys plus llmsim's extras, from a SimResult. Times in ms, rates per s.
+
+    `goodput`: {metric: seconds}, metric one of `slo.SLO_KEYS`, each a finite number > 0
+    (SpecError otherwise: an unknown key would silently count every request good)."""
+    _check_slos_s(goodput)
     done = res.status == COMPLETED
     rejected = res.status == REJECTED
     n_done = int(done.sum())

@@ -125,9 +125,14 @@ class _Offset:
 _Key = tuple[str, int, str, str]  # (hardware ref, tp, weight dtype, kv dtype)
 
 
+#: the largest target rate (req/s) plan sizes a fleet for: 10 million requests/s
+MAX_PLAN_RATE = 1e7
+
+
 def _check_inputs(base: Scenario, rate: float, headroom: float) -> None:
-    if not (_num(rate) and rate > 0):
-        raise SpecError(f"rate: {rate!r} must be a finite number of requests/s > 0")
+    if not (_num(rate) and 0 < rate <= MAX_PLAN_RATE):
+        raise SpecError(f"rate: {rate!r} must be a number of requests/s in (0, {MAX_PLAN_RATE:g}] "
+                        "(beyond it replica counts and costs lose meaning)")
     if not base.goodput:
         raise SpecError("plan needs goodput SLOs (e.g. --goodput ttft:2000 --goodput tpot:100): "
                         "a replica's capacity is the highest rate that meets them")
@@ -207,6 +212,12 @@ def _low_load_retry(base: Scenario, base1: Scenario, key: _Key, row: dict[str, A
         pts = [p for p in res["points"] if p["rate"] == low[0]]
         worst = _worst_slo(pts[0] if pts else {}, base.goodput)
         row["slo_capacity"] = 0.0
+        good = pts[0].get("good_fraction") if pts else None
+        if good is not None and good >= slo_target:  # low load meets them: the grid's miss was noise
+            row["reason"] = (f"SLOs met at every low-load rate ({low[0]:.4g}-{low[-1]:.4g} req/s) but not at "
+                             f"the sweep's lowest rate: {base.num_requests} requests per simulation are too "
+                             "few for a steady result; raise --num-requests")
+            return
         row["reason"] = (f"SLOs unmeetable even at low load: good fraction "
                          f"{(pts[0].get('good_fraction') or 0.0) if pts else 0.0:.3f} < {slo_target:g} "
                          f"at {low[0]:.4g} req/s (0.1 % of the offline max throughput)" + worst)

@@ -385,6 +385,8 @@ def read_mooncake_prefix(path: str | Path) -> PrefixWorkload:
         lines = p.read_text(encoding="utf-8").splitlines()
     except OSError as e:
         raise SpecError(f"{path}: cannot read ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{path}: not UTF-8 text (byte {e.start})") from None
     arr: list[float] = []
     ins: list[int] = []
     outs: list[int] = []

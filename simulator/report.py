@@ -13,6 +13,8 @@ from typing import Any
 
 import click
 
+from .outputs import write_atomic  # noqa: F401  (every file write goes through it)
+
 
 def llmsim_version() -> str:
     """The installed llmsim's version (the package's own when it is not installed)."""
@@ -138,23 +140,6 @@ def print_prediction(r: dict[str, Any]) -> None:
         click.echo("\nnotes:")
         for n in r["notes"]:
             click.echo(f"  - {n}")
-
-
-def write_atomic(path: Any, data: bytes | str) -> None:
-    """Write a file so that an interrupted run never leaves a truncated one: write a
-    temporary sibling, flush it to disk, then rename over the target."""
-    import os
-    from pathlib import Path
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    mode = "wb" if isinstance(data, bytes) else "w"
-    with open(tmp, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def write_json(path: Any, obj: Any) -> None:
@@ -406,11 +391,13 @@ def write_whatif_files(out_dir: str | None, stem: str, result: dict[str, Any], r
 
     import pandas as pd
 
-    d = Path(out_dir)
-    write_json(d / f"{stem}.json", result)
-    flat = [{k: (json.dumps(clean(v)) if isinstance(v, (dict, list)) else v) for k, v in r.items()} for r in rows]
-    write_csv(d / f"{stem}.csv", pd.DataFrame(flat))
-    write_atomic(d / f"{stem}.png", png)
+    from .outputs import OutputSet
+
+    with OutputSet(Path(str(out_dir))) as d:
+        write_json(d / f"{stem}.json", result)
+        flat = [{k: (json.dumps(clean(v)) if isinstance(v, (dict, list)) else v) for k, v in r.items()} for r in rows]
+        write_csv(d / f"{stem}.csv", pd.DataFrame(flat))
+        write_atomic(d / f"{stem}.png", png)
 
 
 def print_validation(result: dict[str, Any], file: str, out_dir: str | None) -> None:

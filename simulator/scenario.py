@@ -36,6 +36,14 @@ DEFAULT_WORKLOAD = "azure-conv"
 DEFAULT_KV_DTYPE = "bf16"
 
 
+#: arrival times beyond this (s, 317 years) are refused: up to here a float64 second resolves
+#: 2 us (2**-52 relative), well under the shortest step; far beyond, steps round to zero
+MAX_CLOCK_S = 1e10
+#: beyond numpy's array sizes (2**63 raised ValueError); below it a run too big for the
+#: machine's memory is refused by `run` with a memory message
+MAX_SIM_REQUESTS = 10**12
+
+
 @dataclass(frozen=True)
 class Scenario:
     """Model x hardware x parallelism x engine limits x workload x SLOs."""
@@ -91,6 +99,7 @@ class Scenario:
         for name in ("tp", "pp", "ep", "pp_microbatches", "replicas", "num_requests", "input_len", "output_len",
                      "max_num_seqs", "max_num_batched_tokens", "block_size"):
             need(is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "must be an integer >= 1")
+        need(self.num_requests <= MAX_SIM_REQUESTS, "num_requests", f"must be at most {MAX_SIM_REQUESTS:,}")
         need(is_int(self.seed) and self.seed >= 0, "seed", "must be an integer >= 0")
         need(self.concurrency is None or (is_int(self.concurrency) and self.concurrency >= 1),
              "concurrency", "must be an integer >= 1")
@@ -192,7 +201,20 @@ class Scenario:
         return parse_goodput(self.goodput)
 
     def make_workload(self) -> wl.Workload:
-        """The request stream this scenario serves (deterministic in `seed`)."""
+        """The request stream this scenario serves (deterministic in `seed`); refused when its
+        arrival times lie beyond `MAX_CLOCK_S`, where float seconds stop resolving a step."""
+        w = self._make_workload()
+        a = w.arrival_s
+        if len(a) and max(abs(float(a[0])), abs(float(a[-1]))) > MAX_CLOCK_S:
+            field_ = "rate" if self.rate is not None else "workload"
+            value = self.rate if self.rate is not None else self.workload
+            low = f"; use a rate >= {(len(a) - 1) / MAX_CLOCK_S:.3g} requests/s" if self.rate is not None else ""
+            raise SpecError(f"{field_}: {value!r}: arrivals reach {max(abs(a[0]), abs(a[-1])):.3g} s, beyond the "
+                            f"simulated clock's range of {MAX_CLOCK_S:g} s (float seconds stop resolving "
+                            f"short steps beyond it){low}")
+        return w
+
+    def _make_workload(self) -> wl.Workload:
         name = str(self.workload)
         if name.lower() in ("random", "synthetic"):
             rate = math.inf if self.rate is None else self.rate

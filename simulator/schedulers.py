@@ -306,7 +306,10 @@ class SchedulerPolicy:
                 break
             prompt = view.prompt_of(r)
             tokens = prompt if whole else min(prompt, budget)
-            if tokens > budget:
+            # a whole prompt over the full budget can only be a preempted request's resumed
+            # one (input + generated; longer inputs are refused at arrival): it runs alone
+            # rather than being rejected after it produced tokens
+            if tokens > budget and not (whole and not admit and budget == self.cfg.max_num_batched_tokens):
                 break
             blocks = kv.blocks_for(tokens)
             if blocks > free or (gate and kv.blocks_for(prompt - view.prefix_hit_tokens(r)) + wm > free):
@@ -386,7 +389,8 @@ class PrefillPriority(SchedulerPolicy):
 
     def _head_fits(self, view: ReplicaView, budget: int) -> bool:
         prompt = view.prompt_of(view.waiting[0])
-        return (len(view.active) < self.cfg.max_num_seqs and prompt <= budget
+        # prompt > budget: a preempted request's resumed prompt, admitted alone (`_plan_admission`)
+        return (len(view.active) < self.cfg.max_num_seqs and (prompt <= budget or not view.active)
                 and view.kv.blocks_for(prompt) + self._watermark_blocks(view) <= view.kv.free_blocks)
 
 
