@@ -15,12 +15,14 @@ does. Goodput (DistServe): a request is good when it completed and meets every S
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from .engine import COMPLETED, REJECTED, SimResult
 from .slo import SLO_KEYS, parse_goodput  # noqa: F401  (one goodput parser: slo.py)
+from .specs import SpecError
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -96,10 +98,6 @@ def good_mask(res: SimResult, slos: dict[str, float]) -> np.ndarray:
 
 
 def _check_slos_s(goodput: Any) -> None:
-    import math
-
-    from .slo import SLO_KEYS
-
     if goodput is None:
         return
     if not isinstance(goodput, dict):
