@@ -82,10 +82,17 @@ def _load_any(ref: str) -> Any:
     """A model or hardware spec from an id, alias or file (a YAML's keys tell which)."""
     from pathlib import Path
 
-    from .catalog import hardware_catalog, load_hardware, load_model, model_catalog, read_yaml
+    from .catalog import (
+        hardware_catalog,
+        load_hardware,
+        load_model,
+        model_catalog,
+        read_yaml,
+        resolve_hardware_id,
+    )
     from .specs import _did_you_mean
 
-    if ref.lower() in {k.lower() for k in hardware_catalog()}:
+    if resolve_hardware_id(ref) is not None:
         return load_hardware(ref)
     path = Path(ref)
     if path.is_file() and path.suffix.lower() in (".yaml", ".yml"):
@@ -369,8 +376,11 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
                               f"p90 {report.pct(result['p90_ape'])} ({result['predicted']} rows)"))
     if as_json:
         report.echo_json(result)
-        return
-    report.print_validation(result, file, out_dir)
+    else:
+        report.print_validation(result, file, out_dir)
+    if not result["predicted"]:
+        raise click.ClickException(f"{file}: none of {result['rows']} rows could be predicted "
+                                   "(reasons above)")
 
 
 @main.command("calibrate")

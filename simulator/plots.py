@@ -374,9 +374,9 @@ def validation_scatter_png(points: list[dict[str, Any]], title: str = "") -> byt
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    from .validate import METRICS
+    from .validate import metric_unit, point_label
 
-    units = [u for u in ("ms", "tokens/s", "req/s") if any(METRICS.get(p["metric"]) == u for p in points)]
+    units = [u for u in ("ms", "tokens/s", "req/s") if any(metric_unit(p["metric"]) == u for p in points)]
     if not units:
         units = ["ms"]
     hws = sorted({p["hardware"] for p in points})
@@ -387,7 +387,7 @@ def validation_scatter_png(points: list[dict[str, Any]], title: str = "") -> byt
              "req/s": "request throughput (req/s)"}
     fig, axes = plt.subplots(1, len(units), figsize=(6.2 * len(units), 6), squeeze=False)
     for ax, unit in zip(axes[0], units, strict=True):
-        pts = [p for p in points if METRICS.get(p["metric"]) == unit]
+        pts = [p for p in points if metric_unit(p["metric"]) == unit]
         vals = [v for p in pts for v in (p["measured"], p["predicted"])] or [1.0, 10.0]
         lo, hi = min(vals) / 1.6, max(vals) * 1.6
         x = np.logspace(np.log10(lo), np.log10(hi), 50)
@@ -401,6 +401,11 @@ def validation_scatter_png(points: list[dict[str, Any]], title: str = "") -> byt
                     ax.scatter([p["measured"] for p in sel], [p["predicted"] for p in sel], s=28,
                                color=colors[h], marker=markers.get(s, "o"), edgecolor="black",
                                linewidth=0.4, alpha=0.85, zorder=3)
+        if len(pts) <= 40:  # few points (a vLLM result): say which is which, alternating sides
+            for i, p in enumerate(sorted(pts, key=lambda q: q["measured"])):
+                ax.annotate(point_label(p), (p["measured"], p["predicted"]), fontsize=7,
+                            xytext=(6, -10) if i % 2 else (-6, 6), textcoords="offset points",
+                            ha="left" if i % 2 else "right", zorder=4)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(lo, hi)

@@ -77,7 +77,8 @@ def hw_row(h: Any) -> dict:
             "hbm_gb": round(h.hbm_capacity_bytes / 1e9, 1),
             "hbm_tb_s": round(h.hbm_bandwidth_bytes_per_s / 1e12, 2),
             "link_gb_s": round(h.link_bandwidth_bytes_per_s / 1e9, 1),
-            "tdp_w": h.tdp_w, "usd_per_hour": h.price_per_gpu_hour_usd}
+            "tdp_w": h.tdp_w, "usd_per_hour": h.price_per_gpu_hour_usd,
+            "aliases": ", ".join(h.aliases)}
 
 
 def fmt_num(x: float, unit: str = "") -> str:
@@ -417,7 +418,11 @@ def print_validation(result: dict[str, Any], file: str, out_dir: str | None) -> 
     """`llmsim validate`: rows predicted, the error table by group, skipped rows."""
     click.echo(f"{file}: {result['predicted']} of {result['rows']} rows predicted, {len(result['skipped'])} skipped")
     if result["predicted"]:
+        from .validate import metric_table
+
         click.echo(error_table(result))
+        if result["predicted"] <= 60:  # measured vs predicted, metric by metric
+            click.echo("\n" + table(metric_table(result)))
     for line in skip_summary(result["skipped"]):
         click.echo(line)
     if out_dir:
