@@ -196,9 +196,11 @@ def roofline(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | No
 @opt.scenario_options
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write summary.json, requests.csv, timeline.csv and timeline.png here.")
 @opt.vllm_result_options
+@click.option("--metrics-out", type=click.Path(dir_okay=False),
+              help="Write the run in Prometheus text format under vLLM's metric names (vllm:*).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def simulate(out_dir: str | None, as_json: bool, quiet: bool, save_result: bool, result_dir: str | None,
+def simulate(out_dir: str | None, metrics_out: str | None, as_json: bool, quiet: bool, save_result: bool, result_dir: str | None,
              result_filename: str | None, percentile_metrics: str, metric_percentiles: str,
              label: str | None, **kw: Any) -> None:
     """Serve a request stream through continuous batching and report vLLM's metrics."""
@@ -209,6 +211,18 @@ def simulate(out_dir: str | None, as_json: bool, quiet: bool, save_result: bool,
                                        metric_percentiles, label)
         if not (quiet or as_json):
             click.echo(f"wrote {path}", err=True)
+    if metrics_out:
+        import time
+
+        from .catalog import load_model
+        from .prometheus import prometheus_text
+        from .vllm_result import model_id
+
+        # the simulated run ends now: gauge timestamps fall inside a dashboard's default range
+        start = time.time() - float(summary["duration"])
+        report.write_atomic(metrics_out, prometheus_text(res, model_id(load_model(sc.model)), start))
+        if not (quiet or as_json):
+            click.echo(f"wrote {metrics_out}", err=True)
     if out_dir:
         from pathlib import Path
 

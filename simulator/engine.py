@@ -79,6 +79,8 @@ class SimResult:
     itl_counts: np.ndarray  # how many tokens saw each gap
     timeline: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
+    #: when each request was first scheduled (NaN: never); queue time = scheduled_s - arrival_s
+    scheduled_s: np.ndarray | None = None
 
     def records(self) -> pd.DataFrame:
         """Tidy per-request table (one row per request), times in seconds."""
@@ -267,6 +269,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     out: dict[str, Any] = {
         "first_token_s": np.full(n, np.nan),
         "finish_s": np.full(n, np.nan),
+        "scheduled_s": np.full(n, np.nan),  # first admission (vLLM's end of queue time)
         "preemptions": np.zeros(n, dtype=np.int64),
         "replica": np.full(n, -1, dtype=np.int64),
         "status": np.zeros(n, dtype=np.int8),
@@ -324,7 +327,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     return SimResult(workload.arrival_s.copy() if closed is None else arrivals, workload.input_len,
                      workload.output_len, out["first_token_s"], out["finish_s"], out["preemptions"],
                      out["replica"], out["status"], out["reasons"], itl_v, itl_c,
-                     timeline, meta)
+                     timeline, meta, out["scheduled_s"])
 
 
 def _check_run(reps: list[Replica], out: dict[str, Any], log: StepLog, arrivals: np.ndarray,

@@ -201,6 +201,8 @@ class Replica:
     def _admit(self, r: int, tokens: int) -> tuple[int, int]:
         """Request r (the head of the queue) takes a seat and the blocks of its first chunk."""
         self.waiting.popleft()
+        if self.out["scheduled_s"][r] != self.out["scheduled_s"][r]:  # NaN: first admission
+            self.out["scheduled_s"][r] = self.clock
         s = self.free_slots.pop()
         self.rid[s] = r
         self.computed[s] = 0
@@ -616,6 +618,7 @@ class Replica:
         dts = self.cost.step_times(float(B), float(B), Ad, 0.0, Rr, Awd, Rwd) if longest > 1 else np.zeros(0)
         ends = t_first + np.concatenate([[0.0], np.cumsum(dts)])
         for j, r in enumerate(batch):
+            self.out["scheduled_s"][r] = t0
             self.out["first_token_s"][r] = t_first
             self.out["finish_s"][r] = ends[outs[j] - 1]
             self.out["status"][r] = COMPLETED
