@@ -307,7 +307,10 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     if cfg.debug:
         _check_run(reps, out, log, arrivals, workload.output_len)
     itl_v, itl_c = log.itl()
-    timeline = log.timeline()
+    from .utilization import add_utilization, utilization_summary
+
+    timeline = add_utilization(cost, log.timeline())  # MFU/MBU per row, from its work sums
+    util = utilization_summary(timeline)
     meta = {
         "num_replicas": replicas,
         "router": router,
@@ -323,7 +326,10 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         "concurrency": closed,
         "chars_per_token": cost.model.chars_per_token,
         "gpus_per_replica": cost.par.num_gpus,
+        "utilization": util,
     }
+    if util["busy_utilization"] is not None:
+        meta["busy_utilization"] = util["busy_utilization"]  # energy.run_energy's u_busy
     return SimResult(workload.arrival_s.copy() if closed is None else arrivals, workload.input_len,
                      workload.output_len, out["first_token_s"], out["finish_s"], out["preemptions"],
                      out["replica"], out["status"], out["reasons"], itl_v, itl_c,

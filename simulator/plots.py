@@ -135,14 +135,38 @@ def _png_bytes(fig: Any) -> bytes:
     return buf.getvalue()
 
 
+def _binned_utilization(timeline: Any, bins: int = 80) -> dict[str, Any]:
+    """MFU/MBU split into prefill and decode, time-weighted within `bins` time bins (pooled
+    over replicas): sum(v t) / sum(t) over the busy time t of the rows in each bin, so the
+    prefill and decode curves add up to the step's total. A row (a step or a run of decode
+    steps, logged at its end) is placed at the middle of its busy time."""
+    import numpy as np
+
+    t_end = timeline["time_s"].to_numpy(dtype=float)
+    busy = timeline["busy_s"].to_numpy(dtype=float)
+    edges = np.linspace(0.0, float(t_end.max()) if len(t_end) else 1.0, bins + 1)
+    idx = np.clip(np.searchsorted(edges, t_end - busy / 2, side="right") - 1, 0, bins - 1)
+    w = np.bincount(idx, weights=busy, minlength=bins)
+    out: dict[str, Any] = {"time_s": (edges[:-1] + edges[1:]) / 2}
+    for col in ("mfu_prefill", "mfu_decode", "mbu_prefill", "mbu_decode"):
+        v = np.nan_to_num(timeline[col].to_numpy(dtype=float))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[col] = np.where(w > 0, np.bincount(idx, weights=v * busy, minlength=bins) / w, np.nan)
+    return out
+
+
 def timeline_png(timeline: Any, title: str = "") -> bytes:
-    """Batch size, KV-cache utilisation and queue length over simulated time (PNG bytes)."""
+    """Batch size, KV-cache utilisation, queue length and (when the timeline has them) MFU and
+    MBU split into prefill and decode, over simulated time (PNG bytes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(3, 1, figsize=(9, 7), sharex=True)
+    import numpy as np
+
+    util = "mfu" in timeline and len(timeline) > 0
+    fig, axes = plt.subplots(4 if util else 3, 1, figsize=(9, 9 if util else 7), sharex=True)
     for rep, g in timeline.groupby("replica"):
         lbl = f"replica {rep}"
         axes[0].step(g["time_s"], g["batch_size"], where="post", lw=0.8, label=lbl)
@@ -151,7 +175,17 @@ def timeline_png(timeline: Any, title: str = "") -> bytes:
     axes[0].set_ylabel("batch size (seqs)")
     axes[1].set_ylabel("KV cache used (%)")
     axes[2].set_ylabel("waiting requests")
-    axes[2].set_xlabel("simulated time (s)")
+    if util:
+        b = _binned_utilization(timeline)
+        styles = {"mfu_prefill": ("C3", "-"), "mfu_decode": ("C0", "-"),
+                  "mbu_prefill": ("C3", "--"), "mbu_decode": ("C0", "--")}
+        has = np.isfinite(b["mfu_decode"])  # bins with busy time (idle or mid-run bins skipped)
+        for col, (color, ls) in styles.items():
+            axes[3].plot(b["time_s"][has], 100 * b[col][has], color=color, ls=ls, lw=0.9,
+                         label=col.upper().replace("_", " "))
+        axes[3].set_ylabel("% of peak (busy time)")
+        axes[3].legend(fontsize=7, ncol=4, loc="upper right")
+    axes[-1].set_xlabel("simulated time (s)")
     if timeline["replica"].nunique() > 1:
         axes[0].legend(fontsize=7, ncol=4)
     for ax in axes:

@@ -263,6 +263,11 @@ def print_serving_summary(s: dict[str, Any]) -> None:
     line("Peak KV-cache utilisation:", s["peak_kv_utilization"])
     line("Preemptions:", s["preemptions"])
     line("KV capacity per replica (tokens):", s.get("kv_capacity_tokens_per_replica"))
+    if s.get("mfu_mean") is not None:  # simulator.utilization: time-weighted over busy steps
+        line("MFU mean / p50 / p99 (busy steps):", f"{s['mfu_mean']:.3f} / {s['mfu_p50']:.3f} / {s['mfu_p99']:.3f}", "{:<40} {:<10}")
+        line("MBU mean / p50 / p99 (busy steps):", f"{s['mbu_mean']:.3f} / {s['mbu_p50']:.3f} / {s['mbu_p99']:.3f}", "{:<40} {:<10}")
+        line("MFU prefill + decode (mean):", f"{s['mfu_prefill_mean']:.3f} + {s['mfu_decode_mean']:.3f}", "{:<40} {:<10}")
+        line("MBU prefill + decode (mean):", f"{s['mbu_prefill_mean']:.3f} + {s['mbu_decode_mean']:.3f}", "{:<40} {:<10}")
     if s.get("joules_per_output_token") is not None:  # rough: simulator.energy, docs/concepts.md
         line("Energy (J/output token, rough):", s["joules_per_output_token"])
         line("Electricity ($/M output tokens):", s["energy_usd_per_million_output_tokens"], "{:<40} {:<10.4f}")

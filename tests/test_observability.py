@@ -136,3 +136,103 @@ def test_cli_metrics_out(tmp_path):
     fams = parse(path.read_text())
     assert hist(fams, "vllm:e2e_request_latency_seconds")["count"] == summary["completed"] == 50
     assert fams["vllm:time_to_first_token_seconds"][0][1]["model_name"] == "meta-llama/Llama-3.1-8B"
+
+
+# --------------------------------------------------------------------------- MFU / MBU
+
+
+def _rows(res):
+    tl = res.timeline
+    return tl[tl["busy_s"] > 0]
+
+
+def test_mfu_mbu_one_step_by_hand(cost):
+    """One request, 100 prompt tokens, 1 output token: one prefill step of d1 seconds.
+    MFU = FLOPs / (d1 x 312e12) (A100 bf16 dense peak), MBU = bytes / (d1 x 2.039e12).
+    FLOPs by hand: 32 layers x (4 H^2 + 3 H I) = 6.476e9 weights, 2 FLOPs each per token, x 100
+    tokens; the LM head for the one emitting row, 2 H V; attention QK^T and PV, 4 H Ap per
+    layer with Ap = 100 x 50 causal pairs."""
+    from simulator.roofline import StepBatch
+
+    H, I, V, L = 4096, 11008, 32000, 32
+    by_hand = 2 * L * (4 * H * H + 3 * H * I) * 100 + 2 * H * V + 4 * H * 5000 * L
+    d1 = cost.step_time(100, 1, 0.0, 100 * 50.0, 100)
+    work = cost.breakdown(StepBatch(100, 1, 0.0, 5000.0, 100))  # the per-op path
+    assert work["flops"] == pytest.approx(by_hand, rel=1e-3)
+    res = simulate(cost, wl([0.0], [100], [1]), cfg())
+    row = _rows(res).iloc[0]
+    assert len(_rows(res)) == 1 and row["busy_s"] == pytest.approx(d1, rel=1e-12)
+    assert row["mfu"] == pytest.approx(work["flops"] / (d1 * 312e12), rel=1e-9)
+    assert row["mbu"] == pytest.approx(work["bytes"] / (d1 * 2.039e12), rel=1e-9)
+    # all prefill: the decode share is 0
+    assert (row["mfu_prefill"], row["mfu_decode"], row["mbu_decode"]) == (pytest.approx(row["mfu"]), 0.0, 0.0)
+    s = res.meta["utilization"]
+    assert s["mfu_mean"] == s["mfu_p50"] == s["mfu_p99"] == pytest.approx(row["mfu"])
+    # ideal model (efficiency 1): a compute-bound prefill runs near the peak, never above
+    assert 0.5 < row["mfu"] <= 1.0 + 1e-9
+
+
+@pytest.mark.parametrize("model", ["llama-2-7b", "mistral-7b"])  # mistral: sliding window
+def test_decode_runs_sum_to_the_steps(model):
+    """A prompt step then 49 decode steps, logged as runs (decode segments): the rows' work,
+    from their summed statistics, equals the sum of the 50 steps priced one at a time."""
+    from simulator.roofline import StepBatch
+
+    c = make_cost_model(model, "a100-sxm-80gb", ideal=True)
+    W = c.model.sliding_window.window if c.model.sliding_window else None
+    p0 = 5000 if W else 100  # past the window (4096) for mistral
+    res = simulate(c, wl([0.0], [p0], [50]), cfg())
+    rows = _rows(res)
+    assert len(rows) < 50 and rows["steps"].sum() == 50  # runs, not one row per step
+    steps = [StepBatch.from_sequences([(p0, 0)], W)] + [StepBatch.from_sequences([(1, p0 + j)], W) for j in range(49)]
+    flops = sum(c.breakdown(b)["flops"] for b in steps)
+    nbytes = sum(c.breakdown(b)["bytes"] for b in steps)
+    busy = sum(c.time(b) for b in steps)
+    assert rows["busy_s"].sum() == pytest.approx(busy, rel=1e-9)
+    peak, bw = 312e12, 2.039e12
+    assert (rows["mfu"] * rows["busy_s"]).sum() * peak == pytest.approx(flops, rel=1e-9)
+    assert (rows["mbu"] * rows["busy_s"]).sum() * bw == pytest.approx(nbytes, rel=1e-9)
+    assert rows["decode_tokens"].sum() == 49
+
+
+def test_mixed_step_split_by_tokens(cost):
+    """Step 2 of the two-request schedule: A decodes 1 token, B prefills 50: decode share 1/51."""
+    res = simulate(cost, wl([0.0, 0.001], [100, 50], [3, 2]), cfg())
+    row = _rows(res).iloc[1]
+    assert (row["T"], row["decode_tokens"]) == (51, 1)
+    assert row["mfu_decode"] == pytest.approx(row["mfu"] / 51)
+    assert row["mbu_prefill"] == pytest.approx(row["mbu"] * 50 / 51)
+
+
+def test_summary_and_energy_use_busy_utilization():
+    from simulator.energy import run_energy
+    from simulator.utilization import weighted_quantile
+
+    res, s = Scenario(model="llama-3.1-8b", hardware="h100-sxm", num_requests=200, rate=8.0,
+                      input_len=1024, output_len=128, seed=1).run()
+    rows = _rows(res)
+    t = rows["busy_s"].to_numpy()
+    u = np.minimum(np.maximum(rows["mfu"], rows["mbu"]).to_numpy(), 1.0)
+    assert res.meta["busy_utilization"] == pytest.approx((u * t).sum() / t.sum())
+    assert 0 < s["mfu_p50"] <= s["mfu_p99"] <= 1 and 0 < s["mbu_p50"] <= s["mbu_p99"] <= 1
+    assert s["mfu_prefill_mean"] + s["mfu_decode_mean"] == pytest.approx(s["mfu_mean"])
+    # decode-heavy serving is memory-bound: MBU well above MFU in decode
+    assert s["mbu_decode_mean"] > s["mfu_decode_mean"]
+    # energy scales idle-to-TDP power by the measured utilisation, not by 1
+    full = run_energy(Scenario().cost_model().hardware, {**res.meta, "busy_utilization": 1.0},
+                      s["duration"], s["total_output_tokens"])
+    assert s["energy_j"] < full["energy_j"]
+    assert weighted_quantile(np.array([3.0, 1.0, 2.0]), np.array([1.0, 1.0, 2.0]), 0.5) == 2.0
+
+
+def test_timeline_plot_has_utilization_panel(monkeypatch):
+    from simulator import plots
+
+    seen = {}
+    monkeypatch.setattr(plots, "_png_bytes", lambda fig: seen.setdefault("fig", fig) and b"")
+    res, _ = Scenario(model="llama-3.1-8b", hardware="h100-sxm", num_requests=50, rate=5.0,
+                      input_len=256, output_len=32).run()
+    plots.timeline_png(res.timeline)
+    ax = seen["fig"].axes[-1]
+    assert ax.get_ylabel() == "% of peak (busy time)"
+    assert {ln.get_label() for ln in ax.get_lines()} == {"MFU PREFILL", "MFU DECODE", "MBU PREFILL", "MBU DECODE"}
