@@ -162,7 +162,6 @@ def timeline_png(timeline: Any, title: str = "") -> bytes:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     import numpy as np
 
     util = "mfu" in timeline and len(timeline) > 0

@@ -154,8 +154,8 @@ def test_mfu_mbu_one_step_by_hand(cost):
     layer with Ap = 100 x 50 causal pairs."""
     from simulator.roofline import StepBatch
 
-    H, I, V, L = 4096, 11008, 32000, 32
-    by_hand = 2 * L * (4 * H * H + 3 * H * I) * 100 + 2 * H * V + 4 * H * 5000 * L
+    H, FF, V, L = 4096, 11008, 32000, 32
+    by_hand = 2 * L * (4 * H * H + 3 * H * FF) * 100 + 2 * H * V + 4 * H * 5000 * L
     d1 = cost.step_time(100, 1, 0.0, 100 * 50.0, 100)
     work = cost.breakdown(StepBatch(100, 1, 0.0, 5000.0, 100))  # the per-op path
     assert work["flops"] == pytest.approx(by_hand, rel=1e-3)
