@@ -71,13 +71,15 @@ def add_utilization(cost: Any, timeline: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
-    """The q-quantile (0..1) of `values` where each counts with its weight (lower value at
-    ties: the smallest v with cumulative weight >= q of the total)."""
+def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float | tuple[float, ...]) -> Any:
+    """The q-quantile (0..1) of `values` where each counts with its weight (the smallest v
+    with cumulative weight >= q of the total); a tuple of q gives a tuple (one sort)."""
     order = np.argsort(values, kind="stable")
-    v, w = values[order], weights[order]
-    cum = np.cumsum(w)
-    return float(v[min(np.searchsorted(cum, q * cum[-1], side="left"), len(v) - 1)])
+    v, cum = values[order], np.cumsum(weights[order])
+    qs = q if isinstance(q, tuple) else (q,)
+    idx = np.minimum(np.searchsorted(cum, np.asarray(qs) * cum[-1], side="left"), len(v) - 1)
+    out = tuple(float(x) for x in v[idx])
+    return out if isinstance(q, tuple) else out[0]
 
 
 def utilization_summary(timeline: pd.DataFrame) -> dict[str, Any]:
@@ -85,23 +87,22 @@ def utilization_summary(timeline: pd.DataFrame) -> dict[str, Any]:
     to the overall mean) and busy_utilization; None when no row has busy time."""
     keys = [f"{m}_{s}" for m in ("mfu", "mbu") for s in ("mean", "p50", "p99")]
     keys += [f"{m}_{k}_mean" for m in ("mfu", "mbu") for k in ("prefill", "decode")]
-    if "mfu" not in timeline:
-        return {**{k: None for k in keys}, "busy_utilization": None}
-    t = timeline["busy_s"].to_numpy(dtype=float)
+    t = timeline["busy_s"].to_numpy(dtype=float) if "mfu" in timeline else np.zeros(0)
     ok = t > 0
     if not ok.any():
         return {**{k: None for k in keys}, "busy_utilization": None}
     t = t[ok]
+    total = t.sum()
     out: dict[str, Any] = {}
+    vals = {}
     for m in ("mfu", "mbu"):
-        v = timeline[m].to_numpy(dtype=float)[ok]
-        out[f"{m}_mean"] = float((v * t).sum() / t.sum())
-        out[f"{m}_p50"] = weighted_quantile(v, t, 0.50)
-        out[f"{m}_p99"] = weighted_quantile(v, t, 0.99)
-        for k in ("prefill", "decode"):
-            out[f"{m}_{k}_mean"] = float((timeline[f"{m}_{k}"].to_numpy(dtype=float)[ok] * t).sum() / t.sum())
-    top = np.maximum(timeline["mfu"].to_numpy(dtype=float)[ok], timeline["mbu"].to_numpy(dtype=float)[ok])
-    out["busy_utilization"] = float((np.minimum(top, 1.0) * t).sum() / t.sum())
+        v = vals[m] = timeline[m].to_numpy(dtype=float)[ok]
+        out[f"{m}_mean"] = float((v * t).sum() / total)
+        out[f"{m}_p50"], out[f"{m}_p99"] = weighted_quantile(v, t, (0.50, 0.99))
+        dec = float((timeline[f"{m}_decode"].to_numpy(dtype=float)[ok] * t).sum() / total)
+        out[f"{m}_prefill_mean"], out[f"{m}_decode_mean"] = out[f"{m}_mean"] - dec, dec
+    top = np.minimum(np.maximum(vals["mfu"], vals["mbu"]), 1.0)
+    out["busy_utilization"] = float((top * t).sum() / total)
     return out
 
 

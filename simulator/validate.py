@@ -382,7 +382,10 @@ def _vllm_lengths(data: Mapping[str, Any], input_len: int | None, output_len: in
 
     def mean(total_key: str) -> int | None:
         n, total = data.get("completed") or data.get("num_prompts"), data.get(total_key)
-        if dataset or not (is_number(n) and is_number(total)) or n <= 0 or total <= 0:
+        if dataset or not (is_number(n) and is_number(total)):
+            return None
+        n, total = float(n), float(total)  # type: ignore[arg-type]
+        if not (n > 0 and total > 0 and math.isfinite(total / n)):
             return None
         return max(1, round(total / n))
 
