@@ -61,10 +61,17 @@ def _load_any(ref: str) -> Any:
     """A model or hardware spec from an id, alias or file (a YAML's keys tell which)."""
     from pathlib import Path
 
-    from .catalog import hardware_catalog, load_hardware, load_model, model_catalog, read_yaml
+    from .catalog import (
+        hardware_catalog,
+        load_hardware,
+        load_model,
+        model_catalog,
+        read_yaml,
+        resolve_hardware_id,
+    )
     from .specs import _did_you_mean
 
-    if ref.lower() in {k.lower() for k in hardware_catalog()}:
+    if resolve_hardware_id(ref) is not None:
         return load_hardware(ref)
     path = Path(ref)
     try:
@@ -175,9 +182,11 @@ def roofline(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | No
 @opt.scenario_options
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write summary.json, requests.csv, timeline.csv and timeline.png here.")
 @opt.vllm_result_options
+@click.option("--metrics-out", type=click.Path(dir_okay=False),
+              help="Write the run in Prometheus text format under vLLM's metric names (vllm:*).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def simulate(out_dir: str | None, as_json: bool, quiet: bool, save_result: bool, result_dir: str | None,
+def simulate(out_dir: str | None, metrics_out: str | None, as_json: bool, quiet: bool, save_result: bool, result_dir: str | None,
              result_filename: str | None, percentile_metrics: str, metric_percentiles: str,
              label: str | None, **kw: Any) -> None:
     """Serve a request stream through continuous batching and report vLLM's metrics."""
@@ -190,6 +199,18 @@ def simulate(out_dir: str | None, as_json: bool, quiet: bool, save_result: bool,
                                        metric_percentiles, label)
         if not (quiet or as_json):
             click.echo(f"wrote {path}", err=True)
+    if metrics_out:
+        import time
+
+        from .catalog import load_model
+        from .prometheus import prometheus_text
+        from .vllm_result import model_id
+
+        # the simulated run ends now: gauge timestamps fall inside a dashboard's default range
+        start = time.time() - float(summary["duration"])
+        report.write_atomic(metrics_out, prometheus_text(res, model_id(load_model(sc.model)), start))
+        if not (quiet or as_json):
+            click.echo(f"wrote {metrics_out}", err=True)
     if out_dir:
         from pathlib import Path
 
@@ -371,8 +392,11 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
                                   f"p90 {report.pct(result['p90_ape'])} ({result['predicted']} rows)"))
     if as_json:
         report.echo_json(result)
-        return
-    report.print_validation(result, file, out_dir)
+    else:
+        report.print_validation(result, file, out_dir)
+    if not result["predicted"]:
+        raise click.ClickException(f"{file}: none of {result['rows']} rows could be predicted "
+                                   "(reasons above)")
 
 
 @main.command("calibrate")

@@ -73,6 +73,8 @@ class SimResult:
     itl_counts: np.ndarray  # how many tokens saw each gap
     timeline: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
+    #: when each request was first scheduled (NaN: never); queue time = scheduled_s - arrival_s
+    scheduled_s: np.ndarray | None = None
 
     def records(self) -> pd.DataFrame:
         """Tidy per-request table (one row per request), times in seconds."""
@@ -264,6 +266,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     out: dict[str, Any] = {
         "first_token_s": np.full(n, np.nan),
         "finish_s": np.full(n, np.nan),
+        "scheduled_s": np.full(n, np.nan),  # first admission (vLLM's end of queue time)
         "preemptions": np.zeros(n, dtype=np.int64),
         "replica": np.full(n, -1, dtype=np.int64),
         "status": np.zeros(n, dtype=np.int8),
@@ -301,7 +304,10 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     if cfg.debug:
         _check_run(reps, out, log, arrivals, workload.output_len)
     itl_v, itl_c = log.itl()
-    timeline = log.timeline()
+    from .utilization import add_utilization, utilization_summary
+
+    timeline = add_utilization(cost, log.timeline())  # MFU/MBU per row, from its work sums
+    util = utilization_summary(timeline)
     meta = {
         "num_replicas": replicas,
         "router": router,
@@ -317,11 +323,14 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         "concurrency": closed,
         "chars_per_token": cost.model.chars_per_token,
         "gpus_per_replica": cost.par.num_gpus,
+        "utilization": util,
     }
+    if util["busy_utilization"] is not None:
+        meta["busy_utilization"] = util["busy_utilization"]  # energy.run_energy's u_busy
     return SimResult(workload.arrival_s.copy() if closed is None else arrivals, workload.input_len,
                      workload.output_len, out["first_token_s"], out["finish_s"], out["preemptions"],
                      out["replica"], out["status"], out["reasons"], itl_v, itl_c,
-                     timeline, meta)
+                     timeline, meta, out["scheduled_s"])
 
 
 def _check_run(reps: list[Replica], out: dict[str, Any], log: StepLog, arrivals: np.ndarray,

@@ -163,6 +163,7 @@ def summarize(res: SimResult, goodput: dict[str, float] | None = None,
     else:
         s["request_goodput"] = None
     meta = res.meta
+    s.update(meta.get("utilization") or {})  # MFU/MBU: time-weighted mean, p50, p99
     s["mean_batch_size"] = meta.get("mean_batch_size")
     s["peak_kv_utilization"] = meta.get("peak_kv_utilization")
     s["preemptions"] = int(res.preemptions.sum())

@@ -88,6 +88,7 @@ class Replica:
         self.wl_in = wl.input_len
         self.wl_out = wl.output_len
         self.out = out
+        self.scheduled_s = out["scheduled_s"]  # first admission of each request
         self.log = log
         self.on_finish = on_finish
         self.outstanding = 0
@@ -212,7 +213,10 @@ class Replica:
         s = self.free_slots.pop()
         self.rid[s] = r
         self.computed[s] = 0
-        generated = self.gen_so_far.pop(r, 0)
+        generated = self.gen_so_far.pop(r, -1)  # -1: never preempted, so a first admission
+        if generated < 0:
+            generated = 0
+            self.scheduled_s[r] = self.clock
         self.prompt[s] = int(self.wl_in[r]) + generated
         self.generated[s] = generated
         self.last_tok[s] = self.last_tok_of.pop(r, 0.0)
@@ -248,8 +252,8 @@ class Replica:
     def _execute(self, sched: list[tuple[int, int]], dec: list[int] | None = None) -> None:
         """Price one step from each scheduled sequence's (new tokens q, cached tokens p) and
         run it; `dec` are decoding slots scheduled as a group (one token each)."""
-        T, S, Ad, Ap, R, Aw, Rw, Pc = self._step_stats(sched, dec)
-        dt = self.step_time(T, S, Ad, Ap, R, Aw, Rw, Pc)
+        stats = self._step_stats(sched, dec)
+        dt = self.step_time(*stats)
         prev = self.clock
         t_end = prev + dt
         lg = self.log
@@ -261,7 +265,7 @@ class Replica:
         comp, prompt, gen, last, outl = self.computed, self.prompt, self.generated, self.last_tok, self.outlen
         regular = 0  # tokens whose gap is exactly this step (they emitted in the previous step)
         done = []
-        added = len(dec) if dec else 0
+        added = n_dec = len(dec) if dec else 0
         for s, q in sched:
             before = comp[s]
             after = before + q
@@ -271,6 +275,8 @@ class Replica:
                 continue  # a prompt chunk that does not finish the prompt: no token
             if before < prompt[s]:
                 self.n_prefilling -= 1
+            else:
+                n_dec += 1
             g = gen[s]
             if g == 0:
                 first_token_s[self.rid[s]] = t_end
@@ -300,7 +306,11 @@ class Replica:
         self.in_step = batch == len(self.active)
         self.clock = t_end
         lg.gap(t_end - prev, regular)
-        self._record(batch)
+        kv = self.kv  # _record inline: once per step
+        lg.record(t_end, self.index, batch, 1.0 - kv.free_blocks / kv.total_blocks, len(self.waiting),
+                  dt, 1, n_dec, stats)
+        if self.cfg.debug:
+            self.check()
         for s in done:
             self._finish(s)
 
@@ -349,9 +359,11 @@ class Replica:
         self.outstanding -= 1
         self.on_finish(r, self.clock)
 
-    def _record(self, batch: int) -> None:
+    def _record(self, batch: int, busy_s: float = 0.0, steps: int = 0, decode_tokens: float = 0,
+                stats: tuple = StepLog._NO_STATS) -> None:
         kv = self.kv
-        self.log.record(self.clock, self.index, batch, 1.0 - kv.free_blocks / kv.total_blocks, len(self.waiting))
+        self.log.record(self.clock, self.index, batch, 1.0 - kv.free_blocks / kv.total_blocks, len(self.waiting),
+                        busy_s, steps, decode_tokens, stats)
         if self.cfg.debug:
             self.check()
 
@@ -435,16 +447,42 @@ class Replica:
                 self.log.segment(step_s[:n_steps], batch)
             else:
                 self._log_lagging_segment(float(step_s[0]), n_steps, None, step_s[:n_steps])
+        if self.window is None:  # inline (the common case): _segment_stats without a call
+            bn = float(batch * n_steps)
+            grow = bn * (n_steps - 1) / 2.0
+            Ad = n_steps * (context_sum + 0.5 * batch) + grow
+            R = n_steps * (context_sum + batch) + grow
+            stats = (bn, bn, Ad, 0.0, R, Ad, R, 0.0)
+        else:
+            stats = self._segment_stats(batch, context_sum, n_steps)  # before the steps apply
         done = self._apply_decode_steps(n_steps, t_end)
         lg = self.log
         lg.steps += n_steps
         self.segment_steps += n_steps
         lg.batch_token_sum += batch * n_steps
-        lg.busy_s += t_end - self.clock
+        busy = t_end - self.clock
+        lg.busy_s += busy
         self.clock = t_end
-        self._record(batch)
+        self._record(batch, busy, n_steps, batch * n_steps, stats)
         for s in done:
             self._finish(s)
+
+    def _segment_stats(self, batch: int, context_sum: int, n: int) -> tuple:
+        """Sums over n decode steps of (T, S, Ad, Ap, R, Aw, Rw, Pc): step j adds B tokens of
+        context, so sum_j Ad_j = n (C + B/2) + B n(n-1)/2 and sum_j R_j = n (C + B) + B n(n-1)/2
+        (C = context_sum); windowed sums cap each sequence's context at W (capped_sums)."""
+        grow = batch * n * (n - 1) / 2.0
+        Ad = n * (context_sum + 0.5 * batch) + grow
+        R = n * (context_sum + batch) + grow
+        W = self.window
+        if W is None:
+            Aw, Rw = Ad, R
+        else:
+            c = np.sort(np.array([self.computed[s] for s in self.active], dtype=float))
+            j = np.arange(n, dtype=float)
+            Aw = float(capped_sums(c, j + 0.5, W).sum())
+            Rw = float(capped_sums(c, j + 1.0, W).sum())
+        return (float(batch * n), float(batch * n), Ad, 0.0, R, Aw, Rw, 0.0)
 
     def _log_lagging_segment(self, first_step_s: float, n_steps: int, line: tuple[float, float] | None,
                              step_s: np.ndarray | None) -> None:
@@ -665,6 +703,7 @@ class Replica:
         dts = self.cost.step_times(float(B), float(B), Ad, 0.0, Rr, Awd, Rwd) if longest > 1 else np.zeros(0)
         ends = t_first + np.concatenate([[0.0], np.cumsum(dts)])
         for j, r in enumerate(batch):
+            self.out["scheduled_s"][r] = t0
             self.out["first_token_s"][r] = t_first
             self.out["finish_s"][r] = ends[outs[j] - 1]
             self.out["status"][r] = COMPLETED
@@ -675,7 +714,11 @@ class Replica:
         self.log.busy_s += float(ends[-1] - t0)
         self.clock = float(ends[-1])
         self.log.peak_kv = max(self.log.peak_kv, blocks / self.kv.total_blocks)
-        self._record(B)
+        n_dec = len(dts)
+        stats = (float(ins.sum()) + B * n_dec, float(B * (1 + n_dec)), float(Ad.sum()) if n_dec else 0.0, Ap,
+                 R + (float(Rr.sum()) if n_dec else 0.0), Aw + (float(Awd.sum()) if n_dec else 0.0),
+                 Rw + (float(Rwd.sum()) if n_dec else 0.0), 0.0)
+        self._record(B, float(ends[-1] - t0), 1 + n_dec, B * n_dec, stats)
         self.outstanding -= B
         for j, r in sorted(enumerate(batch), key=lambda x: ends[outs[x[0]] - 1]):
             self.on_finish(r, float(ends[outs[j] - 1]))

@@ -79,7 +79,8 @@ def hw_row(h: Any) -> dict:
             "hbm_gb": round(h.hbm_capacity_bytes / 1e9, 1),
             "hbm_tb_s": round(h.hbm_bandwidth_bytes_per_s / 1e12, 2),
             "link_gb_s": round(h.link_bandwidth_bytes_per_s / 1e9, 1),
-            "tdp_w": h.tdp_w, "usd_per_hour": h.price_per_gpu_hour_usd}
+            "tdp_w": h.tdp_w, "usd_per_hour": h.price_per_gpu_hour_usd,
+            "aliases": ", ".join(h.aliases)}
 
 
 def fmt_num(x: float, unit: str = "") -> str:
@@ -247,6 +248,11 @@ def print_serving_summary(s: dict[str, Any]) -> None:
     line("Peak KV-cache utilisation:", s["peak_kv_utilization"])
     line("Preemptions:", s["preemptions"])
     line("KV capacity per replica (tokens):", s.get("kv_capacity_tokens_per_replica"))
+    if s.get("mfu_mean") is not None:  # simulator.utilization: time-weighted over busy steps
+        line("MFU mean / p50 / p99 (busy steps):", f"{s['mfu_mean']:.3f} / {s['mfu_p50']:.3f} / {s['mfu_p99']:.3f}", "{:<40} {:<10}")
+        line("MBU mean / p50 / p99 (busy steps):", f"{s['mbu_mean']:.3f} / {s['mbu_p50']:.3f} / {s['mbu_p99']:.3f}", "{:<40} {:<10}")
+        line("MFU prefill + decode (mean):", f"{s['mfu_prefill_mean']:.3f} + {s['mfu_decode_mean']:.3f}", "{:<40} {:<10}")
+        line("MBU prefill + decode (mean):", f"{s['mbu_prefill_mean']:.3f} + {s['mbu_decode_mean']:.3f}", "{:<40} {:<10}")
     if s.get("joules_per_output_token") is not None:  # rough: simulator.energy, docs/concepts.md
         line("Energy (J/output token, rough):", s["joules_per_output_token"])
         line("Electricity ($/M output tokens):", s["energy_usd_per_million_output_tokens"], "{:<40} {:<10.4f}")
@@ -404,7 +410,11 @@ def print_validation(result: dict[str, Any], file: str, out_dir: str | None) -> 
     """`llmsim validate`: rows predicted, the error table by group, skipped rows."""
     click.echo(f"{file}: {result['predicted']} of {result['rows']} rows predicted, {len(result['skipped'])} skipped")
     if result["predicted"]:
+        from .validate import metric_table
+
         click.echo(error_table(result))
+        if result["predicted"] <= 60:  # measured vs predicted, metric by metric
+            click.echo("\n" + table(metric_table(result)))
     for line in skip_summary(result["skipped"]):
         click.echo(line)
     if out_dir:

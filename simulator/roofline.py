@@ -525,6 +525,15 @@ class CostModel:
         t = np.maximum(self._C @ flat, self._M @ flat).sum(axis=0) + self._P @ flat
         return t.reshape(X.shape[1:])
 
+    def work_forms(self) -> tuple[np.ndarray, np.ndarray]:
+        """(FLOPs, HBM bytes) of a step per GPU as linear forms over FEATURES: the same op
+        forms the step time is built from, summed (bytes: weights + activations + KV read and
+        written). MFU = F.x / (time peak), MBU = B.x / (time hbm_bw) (`utilization`)."""
+        flops = np.sum([op.flops for op in self.ops], axis=0)
+        nbytes = np.sum([op.weight_bytes + op.act_bytes + op.kv_read_bytes + op.kv_write_bytes
+                         for op in self.ops], axis=0)
+        return flops, nbytes
+
     def linear_terms(self) -> LinearTerms:
         """This model's step time split by the parameter that scales each term (see
         `LinearTerms`): the ops priced once at unit efficiencies, T0 = 1, k_launch = 1 s,

@@ -268,6 +268,8 @@ class HardwareSpec:
     efficiency: Efficiency = field(default_factory=Efficiency)
     sources: tuple[str, ...] = ()
     notes: str = ""
+    #: other names of this chip (other tools' ids, nvidia-smi names); resolved case-insensitively
+    aliases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_fields(self, "")
