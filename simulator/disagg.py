@@ -165,6 +165,7 @@ def _new_out(n: int) -> dict[str, Any]:
     return {
         "first_token_s": np.full(n, np.nan),
         "finish_s": np.full(n, np.nan),
+        "scheduled_s": np.full(n, np.nan),  # first admission (prefill pool for the request)
         "preemptions": np.zeros(n, dtype=np.int64),
         "replica": np.full(n, -1, dtype=np.int64),
         "status": np.zeros(n, dtype=np.int8),
@@ -366,7 +367,7 @@ def _result(wl: Workload, out: dict[str, Any], out_p: dict[str, Any], xfer: dict
     }
     return SimResult(wl.arrival_s.copy(), wl.input_len, wl.output_len, out["first_token_s"], out["finish_s"],
                      out["preemptions"], out["replica"], out["status"], out["reasons"], itl_v, itl_c,
-                     timeline, meta)
+                     timeline, meta, out_p["scheduled_s"])
 
 
 def transfer_summary(res: SimResult) -> dict[str, Any]:

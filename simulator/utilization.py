@@ -51,6 +51,12 @@ def row_work(cost: Any, timeline: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]
 def add_utilization(cost: Any, timeline: pd.DataFrame) -> pd.DataFrame:
     """The timeline with UTIL_COLUMNS (NaN on rows without busy time)."""
     out = timeline.copy()
+    if not hasattr(cost, "work_forms"):
+        # a custom StepCost (tests, what-ifs) need not expose its work as linear forms:
+        # MFU/MBU unknown (NaN), and the summary reports None rather than a made-up 0
+        for c in UTIL_COLUMNS:
+            out[c] = np.full(len(out), np.nan)
+        return out
     if len(out) == 0 or "steps" not in out:
         for c in UTIL_COLUMNS:
             out[c] = np.zeros(len(out))
@@ -89,6 +95,8 @@ def utilization_summary(timeline: pd.DataFrame) -> dict[str, Any]:
     keys += [f"{m}_{k}_mean" for m in ("mfu", "mbu") for k in ("prefill", "decode")]
     t = timeline["busy_s"].to_numpy(dtype=float) if "mfu" in timeline else np.zeros(0)
     ok = t > 0
+    if "mfu" in timeline:
+        ok &= np.isfinite(timeline["mfu"].to_numpy(dtype=float))
     if not ok.any():
         return {**{k: None for k in keys}, "busy_utilization": None}
     t = t[ok]

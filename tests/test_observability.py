@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from simulator.engine import EngineConfig, simulate
-from simulator.roofline import make_cost_model
+from simulator.resolve import make_cost_model
 from simulator.scenario import Scenario
 from simulator.workload import Workload
 
