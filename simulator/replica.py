@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from .kvcache import KVCache
+from .prefixcache import PrefixKVCache, admit_cached, reservations_after
 from .roofline import CostModel
 from .schedulers import EngineConfig, StepPlan, make_policy
 from .steplog import StepLog
@@ -97,6 +98,26 @@ class Replica:
         # running decode out, e.g. a prefill-only step): only then is each gap of a decode
         # segment's first step that step's duration
         self.in_step = True
+        # prefix caching (`attach_prefix_cache`): per request its prompt's block hashes
+        self.hashes: list[list[int]] | None = None
+
+    def attach_prefix_cache(self, hashes: list[list[int]], warm: bool = False) -> None:
+        """Turn on prefix caching (`prefixcache.py`) with each request's block hashes; `warm`
+        pre-loads every prompt's blocks in request order (bounded by capacity, LRU)."""
+        kv = self.kv
+        self.kv = PrefixKVCache(kv.total_blocks, kv.block_size, len(kv.held))
+        self.hashes = hashes
+        self.slot_hashes: list[list[int]] = [[] for _ in kv.held]
+        self.n_reg = [0] * len(kv.held)  # per slot: leading hashes already cached or registered
+        if warm:
+            for h in hashes:
+                self.kv.warm(h)
+
+    def prefix_hit_tokens(self, r: int) -> int:
+        """Prompt tokens of request r found in the prefix cache now (0 without caching)."""
+        if self.hashes is None:
+            return 0
+        return self.kv.hit_blocks(self.hashes[r], self.prompt_of(r)) * self.bs  # type: ignore[attr-defined]
 
     # ---------------------------------------------------------------- state queries
     @property
@@ -180,7 +201,9 @@ class Replica:
             decodes = list(self.active)  # before admissions join `active`
         sched = plan.running
         if plan.admit:
-            sched = sched + [self._admit(r, tokens) for r, tokens in plan.admit]
+            after = reservations_after(plan.admit, self.bs) if self.hashes is not None else None
+            sched = sched + [self._admit(r, tokens, after[i] if after else 0)
+                             for i, (r, tokens) in enumerate(plan.admit)]
         if sched or decodes:
             self._execute(sched, decodes)
         elif self.waiting and not self.active:
@@ -198,8 +221,9 @@ class Replica:
         self.out["status"][r] = REJECTED
         self.out["reasons"][r] = reason
 
-    def _admit(self, r: int, tokens: int) -> tuple[int, int]:
-        """Request r (the head of the queue) takes a seat and the blocks of its first chunk."""
+    def _admit(self, r: int, tokens: int, reserved_after: int = 0) -> tuple[int, int]:
+        """Request r (the head of the queue) takes a seat and the blocks of its first chunk
+        (with prefix caching: its cached prefix is in cache already and not recomputed)."""
         self.waiting.popleft()
         s = self.free_slots.pop()
         self.rid[s] = r
@@ -209,7 +233,15 @@ class Replica:
         self.generated[s] = generated
         self.last_tok[s] = self.last_tok_of.pop(r, 0.0)
         self.outlen[s] = int(self.wl_out[r])
-        self.kv.allocate(s, -(-tokens // self.bs))
+        if self.hashes is None:
+            self.kv.allocate(s, -(-tokens // self.bs))
+        else:
+            h = self.slot_hashes[s] = self.hashes[r]
+            hb, tokens = admit_cached(self.kv, s, h, self.prompt[s], tokens, reserved_after)  # type: ignore[arg-type]
+            self.n_reg[s] = hb
+            self.computed[s] = hb * self.bs
+            self.context_sum += hb * self.bs
+            self.out["cached_tokens"][r] = hb * self.bs
         self.active.append(s)
         self.n_prefilling += 1
         return s, tokens
@@ -250,11 +282,14 @@ class Replica:
         regular = 0  # tokens whose gap is exactly this step (they emitted in the previous step)
         done = []
         added = len(dec) if dec else 0
+        register = self._register if self.hashes is not None else None
         for s, q in sched:
             before = comp[s]
             after = before + q
             comp[s] = after
             added += q
+            if register is not None and before < prompt[s]:
+                register(s, after)
             if after < prompt[s]:
                 continue  # a prompt chunk that does not finish the prompt: no token
             if before < prompt[s]:
@@ -291,6 +326,14 @@ class Replica:
         self._record(batch)
         for s in done:
             self._finish(s)
+
+    def _register(self, s: int, computed: int) -> None:
+        """Prefix caching: the slot's prompt blocks now full and computed become cached."""
+        h = self.slot_hashes[s]
+        k = min(computed // self.bs, len(h))
+        if k > self.n_reg[s]:
+            self.kv.register(s, h[self.n_reg[s]:k])  # type: ignore[attr-defined]
+            self.n_reg[s] = k
 
     def _step_stats(self, sched: list[tuple[int, int]], dec: list[int] | None) -> tuple[
             float, float, float, float, float, float, float, float]:
@@ -331,6 +374,8 @@ class Replica:
 
     def _finish(self, s: int) -> None:
         r = self.rid[s]
+        if self.hashes is not None:
+            self._register(s, self.computed[s])  # blocks of generated tokens a later turn re-sends
         self.out["finish_s"][r] = self.clock
         self.out["status"][r] = COMPLETED
         self._release(s)

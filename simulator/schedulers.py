@@ -75,6 +75,11 @@ class EngineConfig:
     max_segment_steps: int = 4096
     max_duration_s: float | None = None  # simulated-time cap: what is unfinished then is cut off
     debug: bool = False  # check conservation invariants while running
+    # automatic prefix caching (`prefixcache.py`): off here so results stay as they were;
+    # engine profiles turn it on (vLLM V1, SGLang). `warm_cache`: the cache starts holding the
+    # prompts of an earlier run of the same workload (bounded by capacity)
+    enable_prefix_caching: bool = False
+    warm_cache: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_segment_steps"):
