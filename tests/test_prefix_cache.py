@@ -162,7 +162,7 @@ def test_warm_cache_and_pressure_conserve(cost):
     warm = simulate(cost, pw.to_workload(), cfg(warm_cache=True))
     assert (warm.cached_tokens == (250 - 1) // 16 * 16).all()  # whole prompts, from the first
     cold = simulate(cost, pw.to_workload(), cfg())
-    assert cold.cached_tokens[:3].tolist() == [0, 0, 0] or cold.cached_tokens.sum() < warm.cached_tokens.sum()
+    assert cold.cached_tokens.sum() < warm.cached_tokens.sum()
     busy = shared_prefix(5, 40, 300, 200, output_len=200, rate=200.0, process="poisson")
     res = simulate(cost, busy.to_workload(), cfg(kv_capacity_tokens=4000, max_num_batched_tokens=512))
     assert (res.status == COMPLETED).all() and res.preemptions.sum() > 0
