@@ -219,7 +219,8 @@ def expand_nargs(args: list[str]) -> list[str]:
 
 
 def pop_scenario_opts(kw: dict[str, Any]) -> dict[str, Any]:
-    names = {d[0].lstrip("-").replace("-", "_") if not d[0].startswith("-c") else "config" for d, _ in SCENARIO_OPTIONS}
+    names = {d[0].split("/")[0].lstrip("-").replace("-", "_") if not d[0].startswith("-c") else "config"
+             for d, _ in SCENARIO_OPTIONS}
     names = {n if n != "c" else "config" for n in names}
     return {k: kw.pop(k) for k in list(kw) if k in names}
 
