@@ -28,6 +28,10 @@ class KVCache:
 
     __slots__ = ("block_size", "total_blocks", "free_blocks", "held", "shared_of", "ref_count")
 
+    #: True when every slot holds exactly ceil(tokens / block_size) blocks even with shared
+    #: blocks (prefix caching: shared blocks are the slot's full leading blocks)
+    ceil_blocks = False
+
     def __init__(self, total_blocks: int, block_size: int, num_slots: int) -> None:
         self.block_size = block_size
         self.total_blocks = total_blocks

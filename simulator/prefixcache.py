@@ -32,6 +32,7 @@ request is re-admitted).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
 from .kvcache import KVCache
@@ -40,12 +41,18 @@ from .kvcache import KVCache
 class PrefixKVCache(KVCache):
     """`KVCache` whose shared blocks are cached prefix blocks named by their hash."""
 
-    __slots__ = ("queue", "queued", "cached", "_anon")
+    __slots__ = ("queue", "queued", "cached", "_anon", "n_shared")
+
+    #: a slot's blocks are its cached full prefix blocks then private ones, so it always holds
+    #: ceil(computed / block_size) blocks (the replica's private-block fast path stays valid)
+    ceil_blocks = True
 
     def __init__(self, total_blocks: int, block_size: int, num_slots: int) -> None:
         super().__init__(total_blocks, block_size, num_slots)
         # hash -> 1 (a free cached block), or (k,) -> length of anonymous free run k
-        self.queue: dict[int | tuple[int], int] = {}
+        # an OrderedDict, not a dict: taking the head after many deletions stays O(1)
+        self.queue: OrderedDict[int | tuple[int], int] = OrderedDict()
+        self.n_shared = [0] * num_slots  # per slot: len(shared_of[slot])
         self._anon = 0  # anonymous runs made so far
         self.cached: set[int] = set()  # hashes with a block: referenced or free in the queue
         self.queued = 0
@@ -63,23 +70,27 @@ class PrefixKVCache(KVCache):
         excess = self.queued - self.free_blocks
         queue = self.queue
         while excess > 0:
-            key = next(iter(queue))
-            n = queue[key]
+            key, n = queue.popitem(last=False)
             if type(key) is int:  # a cached block: evicted
-                del queue[key]
                 self.cached.discard(key)
                 excess -= 1
                 self.queued -= 1
             elif n > excess:
                 queue[key] = n - excess
+                queue.move_to_end(key, last=False)
                 self.queued -= excess
                 excess = 0
             else:
-                del queue[key]
                 excess -= n
                 self.queued -= n
 
     # ------------------------------------------------------------------ lookups
+    def blocks_of(self, slot: int) -> int:
+        return self.held[slot] + self.n_shared[slot]
+
+    def blocks_per_slot(self) -> list[int]:
+        return [h + n for h, n in zip(self.held, self.n_shared, strict=True)]
+
     def hit_blocks(self, hashes: Sequence[int], prompt_len: int) -> int:
         """Leading blocks of a prompt found in the cache (at most (prompt_len - 1) // bs)."""
         self._sync()
@@ -110,6 +121,7 @@ class PrefixKVCache(KVCache):
                 self.free_blocks -= 1
             refs[h] = n + 1
             mine.append(h)
+        self.n_shared[slot] += len(hashes)
 
     def register(self, slot: int, hashes: Iterable[int]) -> None:
         """The slot's next private blocks are now full and computed: name them by these
@@ -123,6 +135,7 @@ class PrefixKVCache(KVCache):
             cached.add(h)
             refs[h] = 1
         self.held[slot] -= len(new)
+        self.n_shared[slot] += len(new)
 
     def free(self, slot: int) -> int:
         """Release the slot: its private blocks, then its cached blocks from the last one,
@@ -131,6 +144,7 @@ class PrefixKVCache(KVCache):
         freed = self.held[slot]
         self.held[slot] = 0
         self._append_anon(freed)
+        self.n_shared[slot] = 0
         refs, queue = self.ref_count, self.queue
         for h in reversed(self.shared_of.pop(slot, ())):
             n = refs[h] - 1
@@ -186,7 +200,9 @@ def admit_cached(kv: PrefixKVCache, slot: int, hashes: Sequence[int], prompt_len
     q = tokens
     while hb > 0:
         q = min(tokens, prompt_len - hb * bs)
-        if kv.evictable_among(hashes[:hb]) + -(-q // bs) <= avail:
+        new = -(-q // bs)
+        # at most hb of the hit blocks are free ones: count them only when that could matter
+        if hb + new <= avail or kv.evictable_among(hashes[:hb]) + new <= avail:
             break
         hb -= 1
     if hb == 0:

@@ -590,7 +590,7 @@ class Replica:
         its longer context needs; returns the slots that are done."""
         kv = self.kv
         self.context_sum += n_steps * len(self.active)
-        if kv.shared_of:
+        if kv.shared_of and not kv.ceil_blocks:
             return self._apply_decode_steps_shared(n_steps, t_end)
         computed, generated, outlen, last = self.computed, self.generated, self.outlen, self.last_tok
         held, bs = kv.held, self.bs
