@@ -35,11 +35,24 @@ def tokenizer_family(model: Any) -> str:
     """The ShareGPT table family of a model spec's `tokenizer` (llama3 when unknown)."""
     from .sharegpt import TOKENIZER_FAMILIES
 
-    tok = str(getattr(model, "tokenizer", None) or "llama3").lower()
+    tok = str(getattr(model, "tokenizer", "") or "llama3").lower()
     for fam, enc in TOKENIZER_FAMILIES.items():
         if tok in (fam, enc) or tok.startswith(fam):
             return fam
     return "llama3"
+
+
+#: (HF model_type prefix, vocab_size) -> tokenizer family, for the HF importer
+_HF_TOKENIZERS = {("llama", 128256): "llama3", ("qwen", 151936): "qwen", ("qwen", 152064): "qwen",
+                  ("gpt_oss", 201088): "o200k"}
+
+
+def tokenizer_for(model_type: str, vocab_size: object) -> str:
+    """A model's tokenizer family from its HF config (model_type and vocab_size), or ""."""
+    for (mt, vocab), fam in _HF_TOKENIZERS.items():
+        if model_type.startswith(mt) and vocab_size == vocab:
+            return fam
+    return ""
 
 
 def sharegpt_workload(n: int | None, rate: float | None, burstiness: float, seed: int, model: Any,

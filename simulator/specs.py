@@ -426,6 +426,9 @@ class ModelSpec:
     mla: MLASpec | None = None
     sliding_window: SlidingWindowSpec | None = None
     chars_per_token: float | None = _pos(None)
+    # tokenizer family (llama3, qwen, cl100k, o200k: the ShareGPT table's; "" = unknown):
+    # token counts of text workloads (ShareGPT) come from it
+    tokenizer: str = ""
     default_weight_dtype: str = field(default="bf16", metadata={"choices": DTYPES})
     sources: tuple[str, ...] = ()
     notes: str = ""
