@@ -24,8 +24,16 @@ import numpy as np
 from . import workload as wl
 from .specs import SpecError
 
+
+class DefaultCount(int):
+    """The default `Scenario.num_requests`, told apart from the same number given on purpose
+    (an int subclass: it prints, compares and serialises as the plain number)."""
+
+    __slots__ = ()
+
+
 #: requests when -n is not given and the workload has no natural size
-DEFAULT_NUM_REQUESTS = 1000
+DEFAULT_NUM_REQUESTS = DefaultCount(1000)
 
 #: workloads this module builds (besides random and traces)
 NAMED = ("sharegpt", "shared-prefix")
@@ -59,7 +67,7 @@ def sharegpt_workload(n: int | None, rate: float | None, burstiness: float, seed
                       dataset_path: str | None = None) -> wl.Workload:
     from .sharegpt import sample_sharegpt
 
-    n = DEFAULT_NUM_REQUESTS if n is None else n
+    n = int(DEFAULT_NUM_REQUESTS) if n is None else n
     s = sample_sharegpt(n, seed=seed, tokenizer=tokenizer_family(model), dataset_path=dataset_path)
     t = wl.arrivals(n, math.inf if rate is None else rate, burstiness, rng=np.random.default_rng(seed))
     return wl.Workload(t, s.prompt_tokens, s.output_tokens, name="sharegpt",
@@ -84,7 +92,7 @@ def replay(trace: wl.Workload, n: int | None, is_file: bool) -> tuple[wl.Workloa
     if n is None:
         if is_file:
             return trace, f"whole trace, once ({m} requests)"
-        n = DEFAULT_NUM_REQUESTS
+        n = int(DEFAULT_NUM_REQUESTS)
     if n == m:
         return trace, f"whole trace, once ({m} requests)"
     if n < m:

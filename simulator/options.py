@@ -131,8 +131,6 @@ def scenario_from_options(opts: dict[str, Any], **overrides: Any) -> Any:
             continue
         base[k] = v
     base.update(overrides)
-    if base.get("num_requests") is not None:
-        base.setdefault("num_requests_given", True)
     _apply_preset(base)
     _apply_dataset_name(base)
     if "efficiency" in base and isinstance(base["efficiency"], (tuple, list)):

@@ -26,7 +26,9 @@ from .energy import run_energy
 from .engine import ROUTERS, SCHEDULERS, EngineConfig, SimResult, simulate
 from .metrics import summarize
 from .named_workloads import (
+    DEFAULT_NUM_REQUESTS,
     NAMED,
+    DefaultCount,
     chars_summary,
     check_shared_prefix_fields,
     is_trace_file,
@@ -63,7 +65,7 @@ class Scenario:
     rate: float | None = None
     burstiness: float = 1.0
     concurrency: int | None = None
-    num_requests: int = 1000
+    num_requests: int = DEFAULT_NUM_REQUESTS  # not given: a trace file replays whole
     input_len: int = 1024
     output_len: int = 128
     range_ratio: float = 0.0
@@ -88,9 +90,6 @@ class Scenario:
     system_prompt_len: int = 1000
     question_len: int = 100
     multi_turn: bool = False
-    # num_requests was asked for (-n, or the YAML): otherwise a trace file replays whole and a
-    # shared-prefix workload runs one round (groups x prompts per group)
-    num_requests_given: bool = False
 
     def __post_init__(self) -> None:
         def need(cond: bool, name: str, allowed: str) -> None:
@@ -113,8 +112,8 @@ class Scenario:
              "must be a number > 0 requests/s, or inf")
         need(is_num(self.burstiness) and 0 < self.burstiness < math.inf, "burstiness", "must be a number > 0")
         need(is_num(self.range_ratio) and 0 <= self.range_ratio < 1, "range_ratio", "must be in [0, 1)")
-        need(self.router in ROUTERS, "router", f"is not one of {', '.join(ROUTERS)}")
-        need(self.scheduler in SCHEDULERS, "scheduler", f"is not one of {', '.join(SCHEDULERS)}")
+        need(isinstance(self.router, str) and self.router in ROUTERS, "router", f"is not one of {', '.join(ROUTERS)}")
+        need(isinstance(self.scheduler, str) and self.scheduler in SCHEDULERS, "scheduler", f"is not one of {', '.join(SCHEDULERS)}")
         for name in ("weight_dtype", "kv_dtype"):
             need(getattr(self, name) is None or getattr(self, name) in DTYPES, name, f"is not one of {', '.join(DTYPES)}")
         need(self.activation_dtype in DTYPES, "activation_dtype", f"is not one of {', '.join(DTYPES)}")
@@ -130,8 +129,7 @@ class Scenario:
                  name, "must be an integer >= 1 (or omitted)")
         need(self.max_duration_s is None or (is_num(self.max_duration_s) and self.max_duration_s > 0),
              "max_duration_s", "must be a number of seconds > 0 (or omitted)")
-        for name in ("ideal", "skip_bad_rows", "debug", "enable_prefix_caching", "warm_cache", "multi_turn",
-                     "num_requests_given"):
+        for name in ("ideal", "skip_bad_rows", "debug", "enable_prefix_caching", "warm_cache", "multi_turn"):
             need(isinstance(getattr(self, name), bool), name, "must be true or false")
         need(isinstance(self.efficiency, dict), "efficiency", "must be a mapping of efficiency fields")
         need(isinstance(self.goodput, (dict, str, list, tuple)), "goodput",
@@ -141,6 +139,8 @@ class Scenario:
                 f"rate: {self.rate!r} cannot be combined with concurrency {self.concurrency}: a closed "
                 "loop of N clients ignores arrival times (vLLM's --max-concurrency cap on an open-loop "
                 "stream at a finite rate is not modelled yet); drop the rate or use rate inf")
+        need(self.dataset_path is None or isinstance(self.dataset_path, str), "dataset_path",
+             "must be a file path (or omitted)")
         if str(self.workload).lower() == "shared-prefix":
             check_shared_prefix_fields(self)
         if (str(self.workload).lower() not in ("random", "synthetic", *NAMED) and self.rate is None
@@ -196,6 +196,12 @@ class Scenario:
                             max_model_len=self.max_model_len, kv_capacity_tokens=self.kv_capacity_tokens,
                             max_duration_s=self.max_duration_s, debug=self.debug,
                             enable_prefix_caching=self.enable_prefix_caching, warm_cache=self.warm_cache)
+
+    @property
+    def num_requests_given(self) -> bool:
+        """num_requests was set (any int but the default marker): otherwise a trace file
+        replays whole and a shared-prefix workload runs one round (groups x prompts)."""
+        return type(self.num_requests) is not DefaultCount
 
     @property
     def slos_s(self) -> dict[str, float]:

@@ -45,7 +45,7 @@ def test_builtin_trace_keeps_its_sample_default():
 def test_sharegpt_runs_offline_with_chars():
     s = run_json("-w", "sharegpt", "-n", "1000", "--seed", "0")
     assert s["num_requests"] == 1000 and s["completed"] == 1000
-    w = Scenario(workload="sharegpt", num_requests=1000, num_requests_given=True).make_workload()
+    w = Scenario(workload="sharegpt", num_requests=1000).make_workload()
     assert s["total_input_tokens"] == int(w.input_len.sum())
     assert s["total_output_chars"] == int(np.asarray(w.extra["output_chars"]).sum())
     assert s["output_chars_per_s"] == pytest.approx(s["total_output_chars"] / s["duration"])

@@ -28,7 +28,7 @@ def test_hf_importer_fills_tokenizer(cfg, tok):
 
 def _run(model):
     sc = Scenario(model=model, hardware="h100-sxm", workload="sharegpt", num_requests=1000,
-                  num_requests_given=True, rate=4.0, seed=0)
+                  rate=4.0, seed=0)
     return sc.run()[1]
 
 
