@@ -90,3 +90,21 @@ def test_sharegpt_table_command_regenerates_the_shipped_table(tmp_path):
         for k in new.files:
             if k != "source":
                 assert np.array_equal(new[k], old[k]), k
+
+
+def test_mooncake_trace_replays_with_hash_ids(tmp_path):
+    """A Mooncake JSONL (hash_ids of 512-token blocks) replays whole; with prefix caching the
+    rows that repeat an earlier row's leading ids hit them: rows 2 and 3 repeat ids 1, 2 of
+    row 1 (1,024 tokens each), row 4 shares nothing."""
+    rows = [
+        {"timestamp": 0, "input_length": 1200, "output_length": 5, "hash_ids": [1, 2, 3]},
+        {"timestamp": 20000, "input_length": 1100, "output_length": 5, "hash_ids": [1, 2, 4]},
+        {"timestamp": 40000, "input_length": 1300, "output_length": 5, "hash_ids": [1, 2, 5]},
+        {"timestamp": 60000, "input_length": 600, "output_length": 5, "hash_ids": [6, 7]},
+    ]
+    p = tmp_path / "mc.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    on = run_json("-w", str(p), "--enable-prefix-caching")
+    assert on["num_requests"] == 4 and on["trace_replay"] == "whole trace, once (4 requests)"
+    assert on["prefix_cache_hit_rate"] == pytest.approx(2 * 1024 / (1200 + 1100 + 1300 + 600))
+    assert run_json("-w", str(p))["prefix_cache_hit_rate"] == 0.0
