@@ -167,3 +167,37 @@ def test_warm_cache_and_pressure_conserve(cost):
     res = simulate(cost, busy.to_workload(), cfg(kv_capacity_tokens=4000, max_num_batched_tokens=512))
     assert (res.status == COMPLETED).all() and res.preemptions.sum() > 0
     assert res.cached_tokens.sum() > 0
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(groups=st.integers(1, 4), ppg=st.integers(1, 6), sys_len=st.integers(0, 300),
+       q_len=st.integers(1, 200), out=st.integers(1, 80), blocks=st.integers(24, 120),
+       budget=st.sampled_from([64, 256, 8192]), sched=st.sampled_from(["vllm", "prefill-priority"]),
+       multi=st.booleans(), seed=st.integers(0, 5))
+def test_conservation_under_pressure(cost, groups, ppg, sys_len, q_len, out, blocks, budget, sched,
+                                     multi, seed):
+    """Random shared-prefix workloads on a small cache: the debug invariants (blocks, free
+    queue, reference counts) hold at every step, every request ends, no hit reaches the last
+    token to prefill, and turning caching on loses no request."""
+    n = groups * ppg * (2 if multi else 1)
+    pw = shared_prefix(groups, ppg, sys_len, q_len, out, n, rate=50.0, process="poisson",
+                       multi_turn=multi, seed=seed)
+    w = pw.to_workload()
+    c = cfg(kv_capacity_tokens=16 * blocks, max_num_batched_tokens=budget, scheduler=sched,
+            max_num_seqs=8)
+    res = simulate(cost, w, c)
+    assert ((res.status == COMPLETED) | (res.status == 2)).all()
+    done = res.status == COMPLETED
+    # a hit never covers the last token to prefill: the prompt, or after a preemption the
+    # prompt + tokens generated so far (the request may hit its own blocks then, as in vLLM)
+    fresh = res.preemptions == 0
+    assert (res.cached_tokens[fresh] <= w.input_len[fresh] - 1).all()
+    assert (res.cached_tokens <= w.input_len + w.output_len - 2).all()
+    assert (res.cached_tokens % 16 == 0).all()
+    off = simulate(cost, w, cfg(kv_capacity_tokens=16 * blocks, max_num_batched_tokens=budget,
+                               scheduler=sched, max_num_seqs=8, enable_prefix_caching=False))
+    assert done.sum() == (off.status == COMPLETED).sum()
