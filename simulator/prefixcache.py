@@ -185,6 +185,42 @@ class PrefixKVCache(KVCache):
             raise AssertionError("kv: cached hashes are neither referenced nor free")
 
 
+class PrefixState:
+    """A replica's prefix caching: the cache, each request's block hashes, and per seat the
+    request's hashes and how many of them its blocks already carry (hit or registered)."""
+
+    __slots__ = ("kv", "hashes", "slot_hashes", "n_reg", "bs")
+
+    def __init__(self, kv: KVCache, hashes: list[list[int]], warm: bool = False) -> None:
+        slots = len(kv.held)
+        self.kv = PrefixKVCache(kv.total_blocks, kv.block_size, slots)
+        self.bs = kv.block_size
+        self.hashes = hashes
+        self.slot_hashes: list[list[int]] = [[] for _ in range(slots)]
+        self.n_reg = [0] * slots
+        if warm:  # an earlier run of the same workload: every prompt, in request order
+            for h in hashes:
+                self.kv.warm(h)
+
+    def hit_tokens(self, r: int, prompt_len: int) -> int:
+        return self.kv.hit_blocks(self.hashes[r], prompt_len) * self.bs
+
+    def admit(self, s: int, r: int, prompt_len: int, tokens: int, reserved_after: int) -> tuple[int, int]:
+        """Request r takes seat s: (cached tokens, new tokens of its first chunk)."""
+        h = self.slot_hashes[s] = self.hashes[r]
+        hb, q = admit_cached(self.kv, s, h, prompt_len, tokens, reserved_after)
+        self.n_reg[s] = hb
+        return hb * self.bs, q
+
+    def register(self, s: int, computed: int) -> None:
+        """Seat s has `computed` tokens in KV: its full blocks with a known hash become cached."""
+        h = self.slot_hashes[s]
+        k = min(computed // self.bs, len(h))
+        if k > self.n_reg[s]:
+            self.kv.register(s, h[self.n_reg[s]:k])
+            self.n_reg[s] = k
+
+
 def admit_cached(kv: PrefixKVCache, slot: int, hashes: Sequence[int], prompt_len: int, tokens: int,
                  reserved_after: int) -> tuple[int, int]:
     """A request takes a seat with its cached prefix: returns (hit blocks, new tokens q).

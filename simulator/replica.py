@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from .kvcache import KVCache
-from .prefixcache import PrefixKVCache, admit_cached, reservations_after
+from .prefixcache import PrefixState, reservations_after
 from .roofline import CostModel
 from .schedulers import EngineConfig, StepPlan, make_policy
 from .steplog import StepLog
@@ -98,26 +98,16 @@ class Replica:
         # running decode out, e.g. a prefill-only step): only then is each gap of a decode
         # segment's first step that step's duration
         self.in_step = True
-        # prefix caching (`attach_prefix_cache`): per request its prompt's block hashes
-        self.hashes: list[list[int]] | None = None
+        self.prefix: PrefixState | None = None  # prefix caching on (`attach_prefix_cache`)
 
     def attach_prefix_cache(self, hashes: list[list[int]], warm: bool = False) -> None:
-        """Turn on prefix caching (`prefixcache.py`) with each request's block hashes; `warm`
-        pre-loads every prompt's blocks in request order (bounded by capacity, LRU)."""
-        kv = self.kv
-        self.kv = PrefixKVCache(kv.total_blocks, kv.block_size, len(kv.held))
-        self.hashes = hashes
-        self.slot_hashes: list[list[int]] = [[] for _ in kv.held]
-        self.n_reg = [0] * len(kv.held)  # per slot: leading hashes already cached or registered
-        if warm:
-            for h in hashes:
-                self.kv.warm(h)
+        """Turn on prefix caching (`prefixcache.py`) with each request's block hashes."""
+        self.prefix = PrefixState(self.kv, hashes, warm)
+        self.kv = self.prefix.kv
 
     def prefix_hit_tokens(self, r: int) -> int:
         """Prompt tokens of request r found in the prefix cache now (0 without caching)."""
-        if self.hashes is None:
-            return 0
-        return self.kv.hit_blocks(self.hashes[r], self.prompt_of(r)) * self.bs  # type: ignore[attr-defined]
+        return 0 if self.prefix is None else self.prefix.hit_tokens(r, self.prompt_of(r))
 
     # ---------------------------------------------------------------- state queries
     @property
@@ -201,7 +191,7 @@ class Replica:
             decodes = list(self.active)  # before admissions join `active`
         sched = plan.running
         if plan.admit:
-            after = reservations_after(plan.admit, self.bs) if self.hashes is not None else None
+            after = reservations_after(plan.admit, self.bs) if self.prefix is not None else None
             sched = sched + [self._admit(r, tokens, after[i] if after else 0)
                              for i, (r, tokens) in enumerate(plan.admit)]
         if sched or decodes:
@@ -233,15 +223,13 @@ class Replica:
         self.generated[s] = generated
         self.last_tok[s] = self.last_tok_of.pop(r, 0.0)
         self.outlen[s] = int(self.wl_out[r])
-        if self.hashes is None:
+        if self.prefix is None:
             self.kv.allocate(s, -(-tokens // self.bs))
         else:
-            h = self.slot_hashes[s] = self.hashes[r]
-            hb, tokens = admit_cached(self.kv, s, h, self.prompt[s], tokens, reserved_after)  # type: ignore[arg-type]
-            self.n_reg[s] = hb
-            self.computed[s] = hb * self.bs
-            self.context_sum += hb * self.bs
-            self.out["cached_tokens"][r] = hb * self.bs
+            hit, tokens = self.prefix.admit(s, r, self.prompt[s], tokens, reserved_after)
+            self.computed[s] = hit
+            self.context_sum += hit
+            self.out["cached_tokens"][r] = hit
         self.active.append(s)
         self.n_prefilling += 1
         return s, tokens
@@ -282,7 +270,7 @@ class Replica:
         regular = 0  # tokens whose gap is exactly this step (they emitted in the previous step)
         done = []
         added = len(dec) if dec else 0
-        register = self._register if self.hashes is not None else None
+        register = self.prefix.register if self.prefix is not None else None
         for s, q in sched:
             before = comp[s]
             after = before + q
@@ -327,14 +315,6 @@ class Replica:
         for s in done:
             self._finish(s)
 
-    def _register(self, s: int, computed: int) -> None:
-        """Prefix caching: the slot's prompt blocks now full and computed become cached."""
-        h = self.slot_hashes[s]
-        k = min(computed // self.bs, len(h))
-        if k > self.n_reg[s]:
-            self.kv.register(s, h[self.n_reg[s]:k])  # type: ignore[attr-defined]
-            self.n_reg[s] = k
-
     def _step_stats(self, sched: list[tuple[int, int]], dec: list[int] | None) -> tuple[
             float, float, float, float, float, float, float, float]:
         """The step's sufficient statistics (T, S, Ad, Ap, R, Aw, Rw, Pc), module docstring."""
@@ -374,8 +354,8 @@ class Replica:
 
     def _finish(self, s: int) -> None:
         r = self.rid[s]
-        if self.hashes is not None:
-            self._register(s, self.computed[s])  # blocks of generated tokens a later turn re-sends
+        if self.prefix is not None:
+            self.prefix.register(s, self.computed[s])  # blocks of generated tokens a later turn re-sends
         self.out["finish_s"][r] = self.clock
         self.out["status"][r] = COMPLETED
         self._release(s)
