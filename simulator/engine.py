@@ -350,8 +350,14 @@ def _attach_prefix_caches(reps: list[Replica], workload: Workload, cfg: EngineCo
     """Prefix caching on: every replica gets a cache over the requests' block hashes."""
     if cfg.enable_prefix_caching:
         hashes = request_block_hashes(workload, cfg.block_size)
+        cost = reps[0].cost
+        # a block's KV on one GPU, reloaded over that GPU's own host link
+        block_bytes = cfg.block_size * cost.model.kv_bytes_per_token(cost.dtypes.kv) / (
+            cost.model.kv_shards(cost.par.tp) * cost.par.pp)
+        cpu_blocks = int(cfg.cpu_offload_bytes // (block_bytes * cost.par.num_gpus))
+        reload_s = block_bytes / cost.hardware.host_link_bandwidth_bytes_per_s
         for p in reps:
-            p.attach_prefix_cache(hashes, warm=cfg.warm_cache)
+            p.attach_prefix_cache(hashes, cfg.warm_cache, cpu_blocks, reload_s)
 
 
 def _hit_rate(out: dict[str, Any], workload: Workload, done: np.ndarray) -> float:

@@ -81,6 +81,7 @@ SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--question-len",), {"type": int, "help": "shared-prefix: question tokens. [default: 100]"}),
     (("--multi-turn",), {"is_flag": True, "default": None, "help": "shared-prefix: rounds re-send the session's history (-n > groups x prompts)."}),
     (("--enable-prefix-caching/--no-enable-prefix-caching",), {"default": None, "help": "Automatic prefix caching (vLLM V1 block hashing, LRU). [default: off]"}),
+    (("--kv-offloading-size",), {"type": float, "help": "GiB of host memory per replica holding prefix blocks evicted from the GPU (vLLM's name); reloads priced by the host link. [default: 0]"}),
     (("--warm-cache",), {"is_flag": True, "default": None, "help": "Prefix cache starts holding this workload's prompts (a re-run against a live server)."}),
     (("--rate", "-r", "--request-rate"), {"help": "Requests/s (number or inf). A trace is time-scaled to it; default: the trace's own timing (random: inf)."}),
     (("--burstiness",), {"type": float, "help": "Gamma arrival shape (vLLM): 1 = Poisson, < 1 burstier. [default: 1]"}),

@@ -41,7 +41,7 @@ from .kvcache import KVCache
 class PrefixKVCache(KVCache):
     """`KVCache` whose shared blocks are cached prefix blocks named by their hash."""
 
-    __slots__ = ("queue", "queued", "cached", "_anon", "n_shared")
+    __slots__ = ("queue", "queued", "cached", "_anon", "n_shared", "cpu", "cpu_blocks")
 
     #: a slot's blocks are its cached full prefix blocks then private ones, so it always holds
     #: ceil(computed / block_size) blocks (the replica's private-block fast path stays valid)
@@ -53,6 +53,9 @@ class PrefixKVCache(KVCache):
         # an OrderedDict, not a dict: taking the head after many deletions stays O(1)
         self.queue: OrderedDict[int | tuple[int], int] = OrderedDict()
         self.n_shared = [0] * num_slots  # per slot: len(shared_of[slot])
+        # CPU offload tier: hashes of evicted blocks kept in host memory (LRU, cpu_blocks max)
+        self.cpu: OrderedDict[int, None] = OrderedDict()
+        self.cpu_blocks = 0
         self._anon = 0  # anonymous runs made so far
         self.cached: set[int] = set()  # hashes with a block: referenced or free in the queue
         self.queued = 0
@@ -71,8 +74,10 @@ class PrefixKVCache(KVCache):
         queue = self.queue
         while excess > 0:
             key, n = queue.popitem(last=False)
-            if type(key) is int:  # a cached block: evicted
+            if type(key) is int:  # a cached block: evicted (to the CPU tier if there is one)
                 self.cached.discard(key)
+                if self.cpu_blocks:
+                    self._offload(key)
                 excess -= 1
                 self.queued -= 1
             elif n > excess:
@@ -83,6 +88,13 @@ class PrefixKVCache(KVCache):
             else:
                 excess -= n
                 self.queued -= n
+
+    def _offload(self, h: int) -> None:
+        cpu = self.cpu
+        cpu[h] = None
+        cpu.move_to_end(h)
+        if len(cpu) > self.cpu_blocks:
+            cpu.popitem(last=False)
 
     # ------------------------------------------------------------------ lookups
     def blocks_of(self, slot: int) -> int:
@@ -95,33 +107,43 @@ class PrefixKVCache(KVCache):
         """Leading blocks of a prompt found in the cache (at most (prompt_len - 1) // bs)."""
         self._sync()
         limit = min(len(hashes), (prompt_len - 1) // self.block_size)
-        cached = self.cached
+        cached, cpu = self.cached, self.cpu
         k = 0
-        while k < limit and hashes[k] in cached:
+        while k < limit and (hashes[k] in cached or hashes[k] in cpu):
             k += 1
         return k
 
     def evictable_among(self, hashes: Sequence[int]) -> int:
-        """How many of these cached blocks are free (taking them uses free blocks)."""
-        return sum(1 for h in hashes if h in self.queue)
+        """How many of these hit blocks use a free block: free cached ones and ones to reload
+        from the CPU tier."""
+        queue, cached = self.queue, self.cached
+        return sum(1 for h in hashes if h in queue or h not in cached)
 
     # ------------------------------------------------------------------ updates
-    def take_cached(self, slot: int, hashes: Sequence[int]) -> None:
-        """The slot references these cached blocks (its prefix), in order."""
+    def take_cached(self, slot: int, hashes: Sequence[int]) -> int:
+        """The slot references these hit blocks (its prefix), in order; a block found only in
+        the CPU tier takes a new block and is cached again. Returns the blocks reloaded."""
         if not hashes:
-            return
+            return 0
         self._sync()
-        refs = self.ref_count
+        refs, cached, cpu = self.ref_count, self.cached, self.cpu
         mine = self.shared_of.setdefault(slot, [])
+        loaded = 0
         for h in hashes:
             n = refs.get(h, 0)
             if n == 0:
-                del self.queue[h]
-                self.queued -= 1
+                if h in cached:
+                    del self.queue[h]
+                    self.queued -= 1
+                else:  # reload from host memory (taken from the head at the next sync)
+                    cached.add(h)
+                    cpu.move_to_end(h)
+                    loaded += 1
                 self.free_blocks -= 1
             refs[h] = n + 1
             mine.append(h)
         self.n_shared[slot] += len(hashes)
+        return loaded
 
     def register(self, slot: int, hashes: Iterable[int]) -> None:
         """The slot's next private blocks are now full and computed: name them by these
@@ -189,11 +211,17 @@ class PrefixState:
     """A replica's prefix caching: the cache, each request's block hashes, and per seat the
     request's hashes and how many of them its blocks already carry (hit or registered)."""
 
-    __slots__ = ("kv", "hashes", "slot_hashes", "n_reg", "bs")
+    __slots__ = ("kv", "hashes", "slot_hashes", "n_reg", "bs", "reload_s_per_block", "pending_s",
+                 "reloaded_blocks")
 
-    def __init__(self, kv: KVCache, hashes: list[list[int]], warm: bool = False) -> None:
+    def __init__(self, kv: KVCache, hashes: list[list[int]], warm: bool = False, cpu_blocks: int = 0,
+                 reload_s_per_block: float = 0.0) -> None:
         slots = len(kv.held)
         self.kv = PrefixKVCache(kv.total_blocks, kv.block_size, slots)
+        self.kv.cpu_blocks = cpu_blocks
+        self.reload_s_per_block = reload_s_per_block
+        self.pending_s = 0.0  # reload time the next step waits for
+        self.reloaded_blocks = 0
         self.bs = kv.block_size
         self.hashes = hashes
         self.slot_hashes: list[list[int]] = [[] for _ in range(slots)]
@@ -208,8 +236,11 @@ class PrefixState:
     def admit(self, s: int, r: int, prompt_len: int, tokens: int, reserved_after: int) -> tuple[int, int]:
         """Request r takes seat s: (cached tokens, new tokens of its first chunk)."""
         h = self.slot_hashes[s] = self.hashes[r]
-        hb, q = admit_cached(self.kv, s, h, prompt_len, tokens, reserved_after)
+        hb, q, loaded = admit_cached(self.kv, s, h, prompt_len, tokens, reserved_after)
         self.n_reg[s] = hb
+        if loaded:
+            self.reloaded_blocks += loaded
+            self.pending_s += loaded * self.reload_s_per_block
         return hb * self.bs, q
 
     def register(self, s: int, computed: int) -> None:
@@ -222,8 +253,8 @@ class PrefixState:
 
 
 def admit_cached(kv: PrefixKVCache, slot: int, hashes: Sequence[int], prompt_len: int, tokens: int,
-                 reserved_after: int) -> tuple[int, int]:
-    """A request takes a seat with its cached prefix: returns (hit blocks, new tokens q).
+                 reserved_after: int) -> tuple[int, int, int]:
+    """A request takes a seat with its cached prefix: (hit blocks, new tokens q, reloaded).
 
     The policy planned `tokens` new tokens and left `reserved_after` free blocks for the
     admissions after this one. The hit's free cached blocks (taken out of the free queue)
@@ -243,9 +274,9 @@ def admit_cached(kv: PrefixKVCache, slot: int, hashes: Sequence[int], prompt_len
         hb -= 1
     if hb == 0:
         q = tokens
-    kv.take_cached(slot, hashes[:hb])
+    loaded = kv.take_cached(slot, hashes[:hb])
     kv.allocate(slot, -(-q // bs))
-    return hb, q
+    return hb, q, loaded
 
 
 def reservations_after(admit: Sequence[tuple[int, int]], block_size: int) -> list[int]:

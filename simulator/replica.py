@@ -100,9 +100,10 @@ class Replica:
         self.in_step = True
         self.prefix: PrefixState | None = None  # prefix caching on (`attach_prefix_cache`)
 
-    def attach_prefix_cache(self, hashes: list[list[int]], warm: bool = False) -> None:
+    def attach_prefix_cache(self, hashes: list[list[int]], warm: bool = False, cpu_blocks: int = 0,
+                            reload_s_per_block: float = 0.0) -> None:
         """Turn on prefix caching (`prefixcache.py`) with each request's block hashes."""
-        self.prefix = PrefixState(self.kv, hashes, warm)
+        self.prefix = PrefixState(self.kv, hashes, warm, cpu_blocks, reload_s_per_block)
         self.kv = self.prefix.kv
 
     def prefix_hit_tokens(self, r: int) -> int:
@@ -258,6 +259,9 @@ class Replica:
         run it; `dec` are decoding slots scheduled as a group (one token each)."""
         T, S, Ad, Ap, R, Aw, Rw, Pc = self._step_stats(sched, dec)
         dt = self.step_time(T, S, Ad, Ap, R, Aw, Rw, Pc)
+        if self.prefix is not None and self.prefix.pending_s:
+            dt += self.prefix.pending_s  # offloaded blocks reloaded before the step runs
+            self.prefix.pending_s = 0.0
         prev = self.clock
         t_end = prev + dt
         lg = self.log

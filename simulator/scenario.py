@@ -84,6 +84,7 @@ class Scenario:
     # prefix caching and the workloads that exercise it (named_workloads.py)
     enable_prefix_caching: bool = False
     warm_cache: bool = False
+    kv_offloading_size: float = 0.0  # GiB of host memory for evicted prefix blocks (per replica)
     dataset_path: str | None = None
     num_groups: int = 8
     prompts_per_group: int = 16
@@ -139,6 +140,8 @@ class Scenario:
                 f"rate: {self.rate!r} cannot be combined with concurrency {self.concurrency}: a closed "
                 "loop of N clients ignores arrival times (vLLM's --max-concurrency cap on an open-loop "
                 "stream at a finite rate is not modelled yet); drop the rate or use rate inf")
+        need(is_num(self.kv_offloading_size) and 0 <= self.kv_offloading_size < math.inf,
+             "kv_offloading_size", "must be a number of GiB >= 0")
         need(self.dataset_path is None or isinstance(self.dataset_path, str), "dataset_path",
              "must be a file path (or omitted)")
         if str(self.workload).lower() == "shared-prefix":
@@ -195,7 +198,8 @@ class Scenario:
                             gpu_memory_utilization=self.gpu_memory_utilization,
                             max_model_len=self.max_model_len, kv_capacity_tokens=self.kv_capacity_tokens,
                             max_duration_s=self.max_duration_s, debug=self.debug,
-                            enable_prefix_caching=self.enable_prefix_caching, warm_cache=self.warm_cache)
+                            enable_prefix_caching=self.enable_prefix_caching, warm_cache=self.warm_cache,
+                            cpu_offload_bytes=float(self.kv_offloading_size) * 2**30)
 
     @property
     def num_requests_given(self) -> bool:

@@ -80,6 +80,7 @@ class EngineConfig:
     # prompts of an earlier run of the same workload (bounded by capacity)
     enable_prefix_caching: bool = False
     warm_cache: bool = False
+    cpu_offload_bytes: float = 0.0  # host-memory tier for evicted prefix blocks (per replica)
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_segment_steps"):
@@ -96,6 +97,9 @@ class EngineConfig:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
                 raise SpecError(f"{name}: {v!r} must be an integer >= 1 (or omitted)")
+        c = self.cpu_offload_bytes
+        if isinstance(c, bool) or not isinstance(c, (int, float, np.number)) or not 0 <= c < float("inf"):
+            raise SpecError(f"cpu_offload_bytes: {c!r} must be a finite number of bytes >= 0")
         if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.block_size:
             raise SpecError(f"kv_capacity_tokens: {self.kv_capacity_tokens!r} must be >= block_size")
 

@@ -257,6 +257,9 @@ class HardwareSpec:
     hbm_bandwidth_bytes_per_s: float = _pos(min=1e6, max=1e16, unit="bytes/s")
     link_bandwidth_bytes_per_s: float = _pos(min=1e6, max=1e16, unit="bytes/s")
     link_latency_s: float = _nonneg(5e-6, max=1.0, unit="s")
+    # GPU <-> host memory, one direction, per GPU: prices reloading offloaded KV blocks. Default
+    # PCIe Gen5 x16's nominal 64 GB/s (H100/H200 SXM; set it for PCIe Gen4 parts or NVLink-C2C)
+    host_link_bandwidth_bytes_per_s: float = _pos(64e9, min=1e6, max=1e16, unit="bytes/s")
     form_factor: str = ""
     tdp_w: float | None = _pos(None, max=1e5, unit="W")
     price_per_gpu_hour_usd: float | None = _pos(None, max=1e6, unit="USD")

@@ -177,9 +177,9 @@ from hypothesis import strategies as st  # noqa: E402
 @given(groups=st.integers(1, 4), ppg=st.integers(1, 6), sys_len=st.integers(0, 300),
        q_len=st.integers(1, 200), out=st.integers(1, 80), blocks=st.integers(24, 120),
        budget=st.sampled_from([64, 256, 8192]), sched=st.sampled_from(["vllm", "prefill-priority"]),
-       multi=st.booleans(), seed=st.integers(0, 5))
+       multi=st.booleans(), seed=st.integers(0, 5), offload=st.sampled_from([0.0, 2e7, 1e9]))
 def test_conservation_under_pressure(cost, groups, ppg, sys_len, q_len, out, blocks, budget, sched,
-                                     multi, seed):
+                                     multi, seed, offload):
     """Random shared-prefix workloads on a small cache: the debug invariants (blocks, free
     queue, reference counts) hold at every step, every request ends, no hit reaches the last
     token to prefill, and turning caching on loses no request."""
@@ -188,7 +188,7 @@ def test_conservation_under_pressure(cost, groups, ppg, sys_len, q_len, out, blo
                        multi_turn=multi, seed=seed)
     w = pw.to_workload()
     c = cfg(kv_capacity_tokens=16 * blocks, max_num_batched_tokens=budget, scheduler=sched,
-            max_num_seqs=8)
+            max_num_seqs=8, cpu_offload_bytes=offload)
     res = simulate(cost, w, c)
     assert ((res.status == COMPLETED) | (res.status == 2)).all()
     done = res.status == COMPLETED
@@ -201,3 +201,24 @@ def test_conservation_under_pressure(cost, groups, ppg, sys_len, q_len, out, blo
     off = simulate(cost, w, cfg(kv_capacity_tokens=16 * blocks, max_num_batched_tokens=budget,
                                scheduler=sched, max_num_seqs=8, enable_prefix_caching=False))
     assert done.sum() == (off.status == COMPLETED).sum()
+
+
+def test_cpu_offload_tier_by_hand(cost):
+    """The LRU example with a host-memory tier: a2, evicted by B, goes to the CPU tier, so C
+    hits a0 a1 on the GPU and reloads a2 (48 tokens cached). C's first token waits one step
+    of 16 new tokens on 48 cached plus the reload of one block over the host link:
+    16 tokens x 524,288 bytes (llama-2-7b bf16 KV) / 64 GB/s."""
+    A = (Segment(1, 48),)
+    B = (Segment(2, 64),)
+    C = (Segment(1, 48), Segment(3, 16))
+    w = prompts_workload([A, B, C], [1, 1, 1])
+    res = simulate(cost, w, cfg(kv_capacity_tokens=96, cpu_offload_bytes=1e9))
+    assert res.cached_tokens.tolist() == [0, 0, 48]
+    reload_s = 16 * 524_288 / 64e9
+    step_s = cost.step_time(16, 1, 0.0, 16 * (48 + 8), 64, None, None, 48)
+    assert res.first_token_s[2] - res.arrival_s[2] == pytest.approx(step_s + reload_s)
+    # a tier too small for one block keeps nothing
+    small = simulate(cost, w, cfg(kv_capacity_tokens=96, cpu_offload_bytes=1e6))
+    assert small.cached_tokens.tolist() == [0, 0, 32]
+    with pytest.raises(Exception, match="cpu_offload_bytes"):
+        cfg(cpu_offload_bytes=-1.0)

@@ -63,6 +63,8 @@ def test_shared_prefix_with_and_without_caching():
     assert on["prefix_cache_hit_rate"] == pytest.approx(28 * 2000 / (32 * 2200))
     assert off["prefix_cache_hit_rate"] == 0.0
     assert on["mean_ttft_ms"] < off["mean_ttft_ms"]
+    offload = run_json(*args, "--enable-prefix-caching", "--kv-offloading-size", "8")
+    assert offload["prefix_cache_hit_rate"] == on["prefix_cache_hit_rate"]  # nothing evicted here
     warm = run_json(*args, "--enable-prefix-caching", "--warm-cache")
     assert warm["prefix_cache_hit_rate"] == pytest.approx(32 * (2199 // 16) * 16 / (32 * 2200))
 
