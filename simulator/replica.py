@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from .kvcache import KVCache
+from .prefixcache import PrefixState, reservations_after
 from .roofline import CostModel
 from .schedulers import EngineConfig, StepPlan, make_policy
 from .steplog import StepLog
@@ -99,6 +100,17 @@ class Replica:
         # segment's first step that step's duration
         self.in_step = True
         self.segment_steps = 0  # decode steps run in closed-form segments (policies that count steps)
+        self.prefix: PrefixState | None = None  # prefix caching on (`attach_prefix_cache`)
+
+    def attach_prefix_cache(self, hashes: list[list[int]], warm: bool = False, cpu_blocks: int = 0,
+                            reload_s_per_block: float = 0.0) -> None:
+        """Turn on prefix caching (`prefixcache.py`) with each request's block hashes."""
+        self.prefix = PrefixState(self.kv, hashes, warm, cpu_blocks, reload_s_per_block)
+        self.kv = self.prefix.kv
+
+    def prefix_hit_tokens(self, r: int) -> int:
+        """Prompt tokens of request r found in the prefix cache now (0 without caching)."""
+        return 0 if self.prefix is None else self.prefix.hit_tokens(r, self.prompt_of(r))
 
     # ---------------------------------------------------------------- state queries
     @property
@@ -121,10 +133,6 @@ class Replica:
 
     def total_len(self, r: int) -> int:
         return int(self.wl_in[r]) + int(self.wl_out[r])
-
-    def prefix_hit_tokens(self, r: int) -> int:
-        """Prompt tokens of queued request r already in the prefix cache (none modelled yet)."""
-        return 0
 
     # ---------------------------------------------------------------- arrivals
     def enqueue(self, r: int, t: float) -> None:
@@ -189,7 +197,9 @@ class Replica:
             decodes = list(self.active)  # before admissions join `active`
         sched = plan.running
         if plan.admit:
-            sched = sched + [self._admit(r, tokens) for r, tokens in plan.admit]
+            after = reservations_after(plan.admit, self.bs) if self.prefix is not None else None
+            sched = sched + [self._admit(r, tokens, after[i] if after else 0)
+                             for i, (r, tokens) in enumerate(plan.admit)]
         if sched or decodes:
             self._execute(sched, decodes)
         elif self.waiting and not self.active:
@@ -207,8 +217,9 @@ class Replica:
         self.out["status"][r] = REJECTED
         self.out["reasons"][r] = reason
 
-    def _admit(self, r: int, tokens: int) -> tuple[int, int]:
-        """Request r (the head of the queue) takes a seat and the blocks of its first chunk."""
+    def _admit(self, r: int, tokens: int, reserved_after: int = 0) -> tuple[int, int]:
+        """Request r (the head of the queue) takes a seat and the blocks of its first chunk
+        (with prefix caching: its cached prefix is in cache already and not recomputed)."""
         self.waiting.popleft()
         s = self.free_slots.pop()
         self.rid[s] = r
@@ -221,7 +232,13 @@ class Replica:
         self.generated[s] = generated
         self.last_tok[s] = self.last_tok_of.pop(r, 0.0)
         self.outlen[s] = int(self.wl_out[r])
-        self.kv.allocate(s, -(-tokens // self.bs))
+        if self.prefix is None:
+            self.kv.allocate(s, -(-tokens // self.bs))
+        else:
+            hit, tokens = self.prefix.admit(s, r, self.prompt[s], tokens, reserved_after)
+            self.computed[s] = hit
+            self.context_sum += hit
+            self.out["cached_tokens"][r] = hit
         self.active.append(s)
         self.n_prefilling += 1
         return s, tokens
@@ -254,6 +271,9 @@ class Replica:
         run it; `dec` are decoding slots scheduled as a group (one token each)."""
         stats = self._step_stats(sched, dec)
         dt = self.step_time(*stats)
+        if self.prefix is not None and self.prefix.pending_s:
+            dt += self.prefix.pending_s  # offloaded blocks reloaded before the step runs
+            self.prefix.pending_s = 0.0
         prev = self.clock
         t_end = prev + dt
         lg = self.log
@@ -266,11 +286,14 @@ class Replica:
         regular = 0  # tokens whose gap is exactly this step (they emitted in the previous step)
         done = []
         added = n_dec = len(dec) if dec else 0
+        register = self.prefix.register if self.prefix is not None else None
         for s, q in sched:
             before = comp[s]
             after = before + q
             comp[s] = after
             added += q
+            if register is not None and before < prompt[s]:
+                register(s, after)
             if after < prompt[s]:
                 continue  # a prompt chunk that does not finish the prompt: no token
             if before < prompt[s]:
@@ -353,6 +376,8 @@ class Replica:
 
     def _finish(self, s: int) -> None:
         r = self.rid[s]
+        if self.prefix is not None:
+            self.prefix.register(s, self.computed[s])  # blocks of generated tokens a later turn re-sends
         self.out["finish_s"][r] = self.clock
         self.out["status"][r] = COMPLETED
         self._release(s)
@@ -596,7 +621,7 @@ class Replica:
         its longer context needs; returns the slots that are done."""
         kv = self.kv
         self.context_sum += n_steps * len(self.active)
-        if kv.shared_of:
+        if kv.shared_of and not kv.ceil_blocks:
             return self._apply_decode_steps_shared(n_steps, t_end)
         computed, generated, outlen, last = self.computed, self.generated, self.outlen, self.last_tok
         held, bs = kv.held, self.bs

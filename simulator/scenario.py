@@ -25,6 +25,17 @@ from .catalog import load_model, read_yaml
 from .energy import run_energy
 from .engine import ROUTERS, SCHEDULERS, EngineConfig, SimResult, simulate
 from .metrics import summarize
+from .named_workloads import (
+    DEFAULT_NUM_REQUESTS,
+    NAMED,
+    DefaultCount,
+    chars_summary,
+    check_shared_prefix_fields,
+    is_trace_file,
+    replay,
+    shared_prefix_workload,
+    sharegpt_workload,
+)
 from .resolve import make_cost_model
 from .roofline import CostModel
 from .slo import goodput_ms, parse_goodput
@@ -66,7 +77,7 @@ class Scenario:
     rate: float | None = None
     burstiness: float = 1.0
     concurrency: int | None = None
-    num_requests: int = 1000
+    num_requests: int = DEFAULT_NUM_REQUESTS  # not given: a trace file replays whole
     input_len: int = 1024
     output_len: int = 128
     range_ratio: float = 0.0
@@ -84,6 +95,16 @@ class Scenario:
     debug: bool = False
     disagg: str | None = None  # "P:D": disaggregated prefill/decode pools (deployment.py)
     deployment: dict = field(default_factory=dict)  # per-pool settings of a disaggregated run
+    # prefix caching and the workloads that exercise it (named_workloads.py)
+    enable_prefix_caching: bool = False
+    warm_cache: bool = False
+    kv_offloading_size: float = 0.0  # GiB of host memory for evicted prefix blocks (per replica)
+    dataset_path: str | None = None
+    num_groups: int = 8
+    prompts_per_group: int = 16
+    system_prompt_len: int = 1000
+    question_len: int = 100
+    multi_turn: bool = False
 
     def __post_init__(self) -> None:
         def need(cond: bool, name: str, allowed: str) -> None:
@@ -126,7 +147,7 @@ class Scenario:
                  name, "must be an integer >= 1 (or omitted)")
         need(self.max_duration_s is None or (is_num(self.max_duration_s) and self.max_duration_s > 0),
              "max_duration_s", "must be a number of seconds > 0 (or omitted)")
-        for name in ("ideal", "skip_bad_rows", "debug"):
+        for name in ("ideal", "skip_bad_rows", "debug", "enable_prefix_caching", "warm_cache", "multi_turn"):
             need(isinstance(getattr(self, name), bool), name, "must be true or false")
         need(isinstance(self.efficiency, dict), "efficiency", "must be a mapping of efficiency fields")
         need(isinstance(self.goodput, (dict, str, list, tuple)), "goodput",
@@ -136,7 +157,13 @@ class Scenario:
                 f"rate: {self.rate!r} cannot be combined with concurrency {self.concurrency}: a closed "
                 "loop of N clients ignores arrival times (vLLM's --max-concurrency cap on an open-loop "
                 "stream at a finite rate is not modelled yet); drop the rate or use rate inf")
-        if (str(self.workload).lower() not in ("random", "synthetic") and self.rate is None
+        need(is_num(self.kv_offloading_size) and 0 <= self.kv_offloading_size < math.inf,
+             "kv_offloading_size", "must be a number of GiB >= 0")
+        need(self.dataset_path is None or isinstance(self.dataset_path, str), "dataset_path",
+             "must be a file path (or omitted)")
+        if str(self.workload).lower() == "shared-prefix":
+            check_shared_prefix_fields(self)
+        if (str(self.workload).lower() not in ("random", "synthetic", *NAMED) and self.rate is None
                 and self.burstiness != 1.0):
             raise SpecError(
                 f"burstiness: {self.burstiness!r} applies only with a rate: trace {self.workload!r} "
@@ -194,16 +221,28 @@ class Scenario:
                             block_size=self.block_size, scheduler=self.scheduler,
                             gpu_memory_utilization=self.gpu_memory_utilization,
                             max_model_len=self.max_model_len, kv_capacity_tokens=self.kv_capacity_tokens,
-                            max_duration_s=self.max_duration_s, debug=self.debug)
+                            max_duration_s=self.max_duration_s, debug=self.debug,
+                            enable_prefix_caching=self.enable_prefix_caching, warm_cache=self.warm_cache,
+                            cpu_offload_bytes=float(self.kv_offloading_size) * 2**30)
+
+    @property
+    def num_requests_given(self) -> bool:
+        """num_requests was set (any int but the default marker): otherwise a trace file
+        replays whole and a shared-prefix workload runs one round (groups x prompts)."""
+        return type(self.num_requests) is not DefaultCount
 
     @property
     def slos_s(self) -> dict[str, float]:
         return parse_goodput(self.goodput)
 
     def make_workload(self) -> wl.Workload:
-        """The request stream this scenario serves (deterministic in `seed`); refused when its
-        arrival times lie beyond `MAX_CLOCK_S`, where float seconds stop resolving a step."""
-        w = self._make_workload()
+        """The request stream this scenario serves (deterministic in `seed`)."""
+        return self.make_workload_noted()[0]
+
+    def make_workload_noted(self) -> tuple[wl.Workload, str]:
+        """The workload and how a trace was replayed ("" for generated workloads); refused when
+        its arrival times lie beyond `MAX_CLOCK_S`, where float seconds stop resolving a step."""
+        w, note = self._make_workload()
         a = w.arrival_s
         if len(a) and max(abs(float(a[0])), abs(float(a[-1]))) > MAX_CLOCK_S:
             field_ = "rate" if self.rate is not None else "workload"
@@ -212,17 +251,23 @@ class Scenario:
             raise SpecError(f"{field_}: {value!r}: arrivals reach {max(abs(a[0]), abs(a[-1])):.3g} s, beyond the "
                             f"simulated clock's range of {MAX_CLOCK_S:g} s (float seconds stop resolving "
                             f"short steps beyond it){low}")
-        return w
+        return w, note
 
-    def _make_workload(self) -> wl.Workload:
+    def _make_workload(self) -> tuple[wl.Workload, str]:
         name = str(self.workload)
+        n = self.num_requests if self.num_requests_given else None
         if name.lower() in ("random", "synthetic"):
             rate = math.inf if self.rate is None else self.rate
-            return wl.synthetic(self.num_requests, rate, self.input_len, self.output_len,
-                                range_ratio=self.range_ratio, burstiness=self.burstiness,
-                                concurrency=self.concurrency, seed=self.seed)
+            return wl.synthetic(self.num_requests, rate, self.input_len, self.output_len, range_ratio=self.range_ratio, burstiness=self.burstiness,
+                                concurrency=self.concurrency, seed=self.seed), ""
+        if name.lower() == "shared-prefix":
+            return shared_prefix_workload(self), ""
+        if name.lower() == "sharegpt":
+            w = sharegpt_workload(n, self.rate, self.burstiness, self.seed, self.cost_model().model,
+                                  self.dataset_path)
+            return (w if self.concurrency is None else dataclasses.replace(w, concurrency=self.concurrency)), ""
         trace = wl.load_workload(name, skip_bad_rows=self.skip_bad_rows)
-        w = wl.take(trace, self.num_requests)
+        w, note = replay(trace, n, is_trace_file(name))
         if self.rate is not None:
             if self.burstiness != 1.0:
                 w = wl.with_arrivals(w, self.rate, self.burstiness, self.seed)
@@ -230,7 +275,7 @@ class Scenario:
                 w = wl.scale_to_rate(w, self.rate)
         if self.concurrency is not None:
             w = dataclasses.replace(w, concurrency=self.concurrency)
-        return w
+        return w, note
 
     def run(self, progress: Callable[[int, int], None] | None = None,
             workload: wl.Workload | None = None) -> tuple[SimResult, dict[str, Any]]:
@@ -241,7 +286,7 @@ class Scenario:
             return run_disagg(self, workload if workload is not None else self.make_workload(), progress)
         cost = self.cost_model()
         try:
-            w = workload if workload is not None else self.make_workload()
+            w, note = (workload, "") if workload is not None else self.make_workload_noted()
             res = simulate(cost, w, self.engine_config(), self.replicas, self.router, progress)
         except MemoryError:
             raise SpecError(f"num_requests: {self.num_requests} requests do not fit in this machine's "
@@ -254,6 +299,9 @@ class Scenario:
         summary["tp"] = self.tp
         summary["replicas"] = self.replicas
         summary["kv_capacity_tokens_per_replica"] = res.meta["kv_capacity_tokens_per_replica"]
+        if note:
+            summary["trace_replay"] = note
+        summary.update(chars_summary(w, res.status == 1, summary["duration"]))
         if w.bad_rows:
             summary["bad_rows_skipped"] = w.bad_rows
         if cost.notes:

@@ -262,6 +262,9 @@ class HardwareSpec:
     scaleout_bandwidth_bytes_per_s: float | None = _pos(None, min=1e6, max=1e16, unit="bytes/s")
     scaleout_latency_s: float | None = _nonneg(None, max=1.0, unit="s")
     gpus_per_node: int = _pos(8, min=1, max=4096, unit="GPUs")
+    # GPU <-> host memory, one direction, per GPU: prices reloading offloaded KV blocks. Default
+    # PCIe Gen5 x16's nominal 64 GB/s (H100/H200 SXM; set it for PCIe Gen4 parts or NVLink-C2C)
+    host_link_bandwidth_bytes_per_s: float = _pos(64e9, min=1e6, max=1e16, unit="bytes/s")
     form_factor: str = ""
     tdp_w: float | None = _pos(None, max=1e5, unit="W")
     price_per_gpu_hour_usd: float | None = _pos(None, max=1e6, unit="USD")
@@ -446,6 +449,9 @@ class ModelSpec:
     mla: MLASpec | None = None
     sliding_window: SlidingWindowSpec | None = None
     chars_per_token: float | None = _pos(None)
+    # tokenizer family (llama3, qwen, cl100k, o200k: the ShareGPT table's; "" = unknown):
+    # token counts of text workloads (ShareGPT) come from it
+    tokenizer: str = ""
     default_weight_dtype: str = field(default="bf16", metadata={"choices": DTYPES})
     sources: tuple[str, ...] = ()
     notes: str = ""
