@@ -1,4 +1,6 @@
-"""Scheduler policies of TensorRT-LLM and SGLang (vLLM's are in `schedulers.py`, with the registry).
+"""The scheduler policies: vLLM's (V1 chunked prefill, V0 prefill priority, multi-step,
+static batching), TensorRT-LLM's and SGLang's. Each is a `policy_base.SchedulerPolicy`; the
+registry and the vLLM policies' behaviour are described in `schedulers.py`.
 
 * `trtllm` — TensorRT-LLM in-flight batching (ENGINES.md §2; `capacityScheduler.cpp`,
   `microBatchScheduler.cpp`). `max_batch_size` is `max_num_seqs`, `max_num_tokens` is
@@ -36,21 +38,167 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from .schedulers import (
-    DECODE_SEGMENT,
-    ChunkedPrefill,
-    EngineConfig,
-    ReplicaView,
-    SchedulerPolicy,
-    StepPlan,
-)
+from .policy_base import DECODE_SEGMENT, ReplicaView, SchedulerPolicy, StepPlan
+
+if TYPE_CHECKING:
+    from .schedulers import EngineConfig
 
 #: SGLang `CLIP_MAX_NEW_TOKENS`: output reserved per request is clipped at this many tokens
 CLIP_MAX_NEW_TOKENS = 4096
 #: SGLang `SGLANG_RETRACT_DECODE_STEPS`
 RETRACT_DECODE_STEPS = 20
+
+
+# ------------------------------------------------------------------ vLLM
+
+
+class ChunkedPrefill(SchedulerPolicy):
+    """vLLM V1: running first (decodes and prompt chunks share the budget), then admissions
+    unless the step preempted."""
+
+    name = "vllm"
+    PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {
+        "admission_gate": ("whole_prompt", ("whole_prompt", "first_chunk")),
+        "watermark": (0.0, (0.0, 1.0)),
+    }
+
+    def __init__(self, cfg: EngineConfig) -> None:
+        super().__init__(cfg)
+        self.gate_whole = self.params["admission_gate"] == "whole_prompt"
+
+    def next_step(self, view: ReplicaView, allow_segment: bool = True) -> StepPlan:
+        budget = self.cfg.max_num_batched_tokens
+        batch = len(view.active)
+        if batch and not view.n_prefilling:
+            # every running sequence decodes
+            if allow_segment and (not view.waiting or batch >= self.cfg.max_num_seqs or budget <= batch):
+                return DECODE_SEGMENT
+            needy = self._decode_new_blocks(view)
+            if allow_segment and self._segment_ok(view, len(needy)):
+                return DECODE_SEGMENT
+            if budget >= batch and len(needy) <= view.kv.free_blocks:
+                # if their new blocks are free, all of them run (order does not matter then)
+                # and waiting requests are admitted after them
+                plan = StepPlan(decode_all=True)
+                plan.decode_new_blocks = needy
+                self._plan_admission(view, plan, budget - batch, view.kv.free_blocks - len(needy))
+                return plan
+        plan = StepPlan()
+        budget, free = self._plan_running(view, plan, budget)
+        if not plan.preempt:
+            self._plan_admission(view, plan, budget, free)
+        return plan
+
+
+class PrefillPriority(SchedulerPolicy):
+    """vLLM V0 without chunked prefill: a prefill-only step whenever the head fits, else the
+    running sequences; prompts never split."""
+
+    name = "prefill-priority"
+    whole_prompts = True
+    checks_arrivals = True
+    gate_whole = True  # blocks of the whole prompt, plus the watermark (V092 `BlockSpaceManager.can_allocate`)
+    PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {"watermark": (0.0, (0.0, 1.0))}
+
+    def admission_error(self, input_len: int) -> str | None:
+        if input_len > self.cfg.max_num_batched_tokens:
+            return (f"prompt of {input_len} tokens exceeds max_num_batched_tokens "
+                    f"{self.cfg.max_num_batched_tokens} with chunked prefill off")
+        return None
+
+    def next_step(self, view: ReplicaView, allow_segment: bool = True) -> StepPlan:
+        # the prefill-only step admits the head against the blocks free now (its decodes do
+        # not run in that step), so the decodes' next blocks do not count here
+        if allow_segment and view.active and not view.n_prefilling and self._segment_ok(view, 0):
+            return DECODE_SEGMENT
+        budget = self.cfg.max_num_batched_tokens
+        plan = StepPlan()
+        if view.waiting and self._head_fits(view, budget):
+            self._plan_admission(view, plan, budget, view.kv.free_blocks)
+        else:
+            self._plan_running(view, plan, budget)
+        return plan
+
+    def _head_fits(self, view: ReplicaView, budget: int) -> bool:
+        prompt = view.prompt_of(view.waiting[0])
+        # prompt > budget: a preempted request's resumed prompt, admitted alone (`_plan_admission`)
+        return (len(view.active) < self.cfg.max_num_seqs and (prompt <= budget or not view.active)
+                and view.kv.blocks_for(prompt) + self._watermark_blocks(view) <= view.kv.free_blocks)
+
+
+class StaticBatching(SchedulerPolicy):
+    """Pre-Orca static batching: FCFS batch with KV for prompt + output reserved per member,
+    served to the end of its longest member."""
+
+    name = "static"
+
+    def next_step(self, view: ReplicaView, allow_segment: bool = True) -> StepPlan:
+        plan = StepPlan(run_to_completion=True)
+        blocks = 0
+        kv = view.kv
+        for r in view.waiting:
+            if len(plan.admit) >= self.cfg.max_num_seqs:
+                break
+            nb = kv.blocks_for(view.total_len(r))
+            if blocks + nb > kv.free_blocks:
+                break
+            blocks += nb
+            plan.admit.append((r, view.prompt_of(r)))
+        if not plan.admit:
+            plan.reject_head = "does not fit in KV memory even alone"
+        return plan
+
+
+class VllmV0(PrefillPriority):
+    """vLLM V0 (v0.9.2) default scheduler: prefill-priority, watermark 1 % of all blocks."""
+
+    name = "vllm-v0"
+    PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {"watermark": (0.01, (0.0, 1.0))}
+
+
+class VllmMultiStep(VllmV0):
+    """vLLM 0.6 multi-step scheduling (`--num-scheduler-steps N`, V0 engine, ENGINES.md §1 and
+    engine notes §2): a prefill step whenever the queue head fits (single step, as V0);
+    otherwise a round of n = min(N, most outputs left in the batch) decode steps of the whole
+    running batch, with the KV blocks of each sequence's next min(N, outputs left) tokens
+    (the lookahead slots) checked at the round's start, preempting the newest while short.
+    Nothing is admitted inside a round (arrivals wait for its end: TTFT += up to N steps);
+    a sequence that finishes early keeps its seat and is priced to the round's end; the
+    round's tokens reach the client in one burst at its end (ITL: one gap of a round, then
+    N - 1 zeros). The per-round CPU saving is an overhead of the engine profile, not here."""
+
+    name = "vllm-multistep"
+    PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {**VllmV0.PARAMS, "num_scheduler_steps": (8, (1, 1024))}
+
+    def next_step(self, view: ReplicaView, allow_segment: bool = True) -> StepPlan:
+        plan = StepPlan()
+        budget = self.cfg.max_num_batched_tokens
+        if view.waiting and self._head_fits(view, budget):
+            self._plan_admission(view, plan, budget, view.kv.free_blocks)
+            return plan
+        if not view.active:
+            return plan
+        kv, computed, generated, outlen = view.kv, view.computed, view.generated, view.outlen
+        n = min(self.params["num_scheduler_steps"], max(outlen[s] - generated[s] for s in view.active))
+        grow = {s: kv.blocks_to_grow(s, computed[s] + min(n, outlen[s] - generated[s])) for s in view.active}
+        need, free = sum(grow.values()), kv.free_blocks
+        batch = list(view.active)
+        while need > free and len(batch) > 1:
+            victim = batch.pop()  # the newest (V0 `Scheduler._preempt`)
+            plan.preempt.append(victim)
+            free += kv.reclaimable(victim)
+            need -= grow[victim]
+        while need > free and n > 1:  # one sequence left and short of lookahead: a shorter round
+            n -= 1
+            s = batch[0]
+            need = kv.blocks_to_grow(s, computed[s] + min(n, outlen[s] - generated[s]))
+        plan.decode_round = n
+        return plan
+
+
+# ------------------------------------------------------------------ TensorRT-LLM
 
 
 class TrtllmCapacity(SchedulerPolicy):
