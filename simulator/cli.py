@@ -106,7 +106,7 @@ def show_cmd(ref: str, as_json: bool) -> None:
     spec = _load_any(ref)
     if isinstance(spec, HardwareSpec):
         kind = "hardware"
-        derived = {f"ridge_point_{d}_flop_per_byte": round(spec.ridge_point(d), 2)
+        derived: dict[str, Any] = {f"ridge_point_{d}_flop_per_byte": round(spec.ridge_point(d), 2)
                    for d in ("bf16", "fp8")}
         derived["fp8_gemms_run_at"] = spec.gemm_dtype("fp8")
     else:
@@ -537,7 +537,7 @@ def whatif_kv_cmd(values: str, seq_len: int | None, static_only: bool, slo_targe
     opts = opt.pop_scenario_opts(kw)
     slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
     sc = opt.scenario_from_options(opts)
-    vals = opt.csv_list(values, "--values")
+    vals = opt.csv_list(values, "--values") or []  # never None: the option has a default
     with sw.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
         r = wi.kv_dtype_whatif(sc, vals, seq_len=seq_len, load=not static_only, executor=ex,
                                progress=report.Progress("what-if", quiet or as_json), slo_target=slo_target, tol=tol)
@@ -607,7 +607,8 @@ def whatif_hw_cmd(hw_list: str, price_items: tuple[str, ...], static_only: bool,
     slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
     sc = opt.scenario_from_options(opts)
     with sw.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
-        r = wi.hardware_whatif(sc, opt.csv_list(hw_list, "--hardware"), prices=opt.prices(price_items),
+        r = wi.hardware_whatif(sc, opt.csv_list(hw_list, "--hardware") or [],  # required option: never None
+                               prices=opt.prices(price_items),
                                load=not static_only, executor=ex, progress=report.Progress("what-if", quiet or as_json),
                                slo_target=slo_target, tol=tol)
     if out_dir:

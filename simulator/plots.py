@@ -4,7 +4,7 @@ pyplot state), so importing this module has no side effects and costs nothing.""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from .predict import op_points
 from .roofline import CostModel, decode_step, prefill_step
@@ -234,7 +234,7 @@ def _sweep_curves(result: dict[str, Any]) -> list[tuple[dict[str, Any], list[dic
     return out
 
 
-def _finite(v: Any) -> bool:
+def _finite(v: Any) -> TypeGuard[float]:
     import math
 
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
@@ -299,8 +299,8 @@ def sweep_latency_fig(result: dict[str, Any]) -> Any:
         ys: list[float] = []
         for info, pts, color in curves:
             for pct, ls in (("p99", "-"), ("p50", "--")):
-                xy = [(p["rate"], p.get(f"{pct}_{key}_ms"), bool(p.get("saturated")))
-                      for p in pts if _finite(p.get(f"{pct}_{key}_ms"))]
+                xy = [(p["rate"], v, bool(p.get("saturated")))
+                      for p in pts if _finite(v := p.get(f"{pct}_{key}_ms"))]
                 if not xy:
                     continue
                 ax.plot([a for a, _, _ in xy], [b for _, b, _ in xy], ls=ls, color=color, lw=1.5,
@@ -363,7 +363,7 @@ def sweep_throughput_fig(result: dict[str, Any]) -> Any:
     offline: list[Any] = []
     for info, pts, color in curves:
         xs = [p["rate"] for p in pts]
-        ach = [p.get("achieved_rate") if _finite(p.get("achieved_rate")) else float("nan") for p in pts]
+        ach = [a if _finite(a := p.get("achieved_rate")) else float("nan") for p in pts]
         ax.plot(xs, ach, "-o", color=color, ms=4, lw=1.5)
         gp = [p.get("request_goodput") for p in pts]
         if any(_finite(g) for g in gp):
