@@ -145,6 +145,27 @@ SCALAR_EFFICIENCY_FIELDS = ("compute_efficiency", "memory_efficiency", "attentio
                             "kernel_overhead_s", "step_overhead_s", "link_efficiency")
 
 
+def parse_efficiency_overrides(items: list[str] | tuple[str, ...]) -> dict[str, float]:
+    """Turn ["compute_efficiency=0.7", ...] into {field: value}; unknown fields and
+    non-numbers raise SpecError naming the item."""
+    fields = set(SCALAR_EFFICIENCY_FIELDS)
+    out: dict[str, float] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise SpecError(f"efficiency: {item!r} is not KEY=VALUE")
+        if key not in fields:
+            raise SpecError(f"efficiency: unknown field {key!r}{_did_you_mean(key, fields)}; "
+                            f"allowed: {', '.join(sorted(fields))}")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise SpecError(f"efficiency.{key}: {value!r} is not a number") from None
+    return out
+
+
+
 @dataclass(frozen=True)
 class HardwareSpec:
     """One accelerator chip. Peak rates are DENSE (no 2:4 sparsity), in FLOP/s per dtype."""
