@@ -204,7 +204,7 @@ class VllmMultiStep(VllmV0):
 class TrtllmCapacity(SchedulerPolicy):
     """TensorRT-LLM capacity + micro-batch scheduling (module docstring)."""
 
-    name = "trtllm"
+    name: ClassVar[str] = "trtllm"
     PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {
         "capacity_policy": ("guaranteed_no_evict", ("guaranteed_no_evict", "max_utilization")),
         "chunked_context": (True, (True, False)),
@@ -292,7 +292,7 @@ class SGLang(SchedulerPolicy):
     """SGLang: prefill batch or decode batch, new-token-ratio admission, retraction (module
     docstring)."""
 
-    name = "sglang"
+    name: ClassVar[str] = "sglang"
     PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {
         "ignore_eos": (False, (False, True)),
         "init_new_token_ratio": (0.7, (0.0, 1.0)),
