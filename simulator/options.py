@@ -302,7 +302,7 @@ def prices(items: tuple[str, ...]) -> dict[str, float]:
 
 
 def executor_options(fn: Any) -> Any:
-    for decls, kw in reversed([
+    options: list[tuple[tuple[str, ...], dict[str, Any]]] = [
         (("--slo-target",), {"type": float, "default": None,
                              "help": "SLO capacity: the good fraction (--goodput) that must be met. [default: the --slo preset's, else 0.99]"}),
         (("--tol",), {"type": float, "default": 0.02, "show_default": True,
@@ -310,7 +310,8 @@ def executor_options(fn: Any) -> Any:
         (("--workers",), {"type": int, "default": None, "help": "Process-pool size. [default: serial, or one per CPU once a pool pays off]"}),
         (("--serial",), {"is_flag": True, "help": "Run every simulation in this process."}),
         (("--dask", "dask_address"), {"metavar": "ADDRESS", "help": "Run simulations on a Dask scheduler."}),
-    ]):
+    ]
+    for decls, kw in reversed(options):
         fn = click.option(*decls, **kw)(fn)
     return fn
 
