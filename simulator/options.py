@@ -70,6 +70,7 @@ SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--kv-dtype", "--kv-cache-dtype"), {"help": "KV-cache format (vLLM: --kv-cache-dtype), independent of --activation-dtype. [default: bf16]"}),
     (("--ideal",), {"is_flag": True, "default": None, "help": "Pure roofline: efficiencies 1, overheads 0."}),
     (("--efficiency",), {"multiple": True, "help": "Override an efficiency field, KEY=VALUE (repeatable)."}),
+    (("--engine",), {"help": "Engine profile: vllm | vllm-v0 | trtllm | trtllm-pytorch | sglang | generic, or a profile YAML; its limits, scheduler and overheads apply where flags leave them unset. [default: none: llmsim's historical limits]"}),
     (("--replicas",), {"type": int, "help": "Replicas behind the router. [default: 1]"}),
     (("--router",), {"help": "round-robin | least-outstanding | least-kv. [default: round-robin]"}),
     (("--workload", "-w"), {"help": "azure-conv | azure-code | random | a trace file. [default: azure-conv]"}),

@@ -10,6 +10,13 @@ Workload semantics (as `vllm bench serve`): `workload` names a built-in trace
 is given, which time-scales it to that mean rate; `random` uses Poisson/gamma arrivals at
 `rate` (inf: all at t = 0). `concurrency` makes it a closed loop of N clients (each sends
 its next request when the previous one returns; arrival times are then ignored).
+
+Engine profiles (`engine`, `--engine NAME|FILE`, `engine_setup`): the profile prices the run
+(overheads and kernel factors on the hardware, the all-reduce width), picks the scheduler
+policy and, when its KV rule is not vLLM's, the KV capacity (`gpu_memory_utilization` is then
+the engine's own fraction). Its default limits fill the settings a scenario mapping / the CLI
+leaves unset (`from_dict`; explicit values win). `engine` None keeps llmsim's historical
+limits (256 seats, 8192 tokens, 0.9 of HBM) and the hardware YAML's overheads.
 """
 
 from __future__ import annotations
@@ -21,9 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import workload as wl
-from .catalog import load_model, read_yaml
+from .catalog import load_hardware, load_model, read_yaml
 from .energy import run_energy
 from .engine import ROUTERS, SCHEDULERS, EngineConfig, SimResult, simulate
+from .engine_setup import profile_hardware, profile_kv_tokens, profile_settings, sglang_seats
+from .engines import load_engine
 from .metrics import summarize
 from .roofline import CostModel, make_cost_model
 from .slo import goodput_ms, parse_goodput
@@ -70,6 +79,7 @@ class Scenario:
     skip_bad_rows: bool = False
     max_duration_s: float | None = None
     debug: bool = False
+    engine: str | None = None  # engine profile id or file (None: llmsim's historical defaults)
 
     def __post_init__(self) -> None:
         def need(cond: bool, name: str, allowed: str) -> None:
@@ -124,6 +134,9 @@ class Scenario:
             raise SpecError(
                 f"burstiness: {self.burstiness!r} applies only with a rate: trace {self.workload!r} "
                 "replays its own arrival times unless --rate time-scales it")
+        if self.engine is not None:
+            need(isinstance(self.engine, str) and bool(self.engine), "engine", "must be a profile id or file path")
+            load_engine(self.engine)  # one-line error for an unknown id
         # any spelling (mapping, "ttft:500 e2el:2000", a list of items) -> {metric: ms}; validates
         object.__setattr__(self, "goodput", goodput_ms(self.goodput))
 
@@ -145,6 +158,8 @@ class Scenario:
         if isinstance(kw.get("rate"), str):
             kw["rate"] = parse_rate(kw["rate"])
         try:
+            if kw.get("engine") is not None:
+                _fill_engine_defaults(cls, kw)
             return cls(**kw)
         except SpecError as e:
             raise SpecError(f"{source}: {e}") from None
@@ -161,15 +176,28 @@ class Scenario:
 
     # ------------------------------------------------------------------ parts
     def cost_model(self) -> CostModel:
-        return make_cost_model(self.model, self.hardware, self.tp, self.pp, self.weight_dtype,
+        hw: Any = self.hardware
+        link_dtype = None
+        if self.engine is not None:
+            profile = load_engine(self.engine)
+            hw = profile_hardware(load_hardware(hw), profile)
+            link_dtype = profile.link_dtype
+        return make_cost_model(self.model, hw, self.tp, self.pp, self.weight_dtype,
                                self.activation_dtype, self.kv_dtype or DEFAULT_KV_DTYPE, self.ideal,
-                               self.efficiency or None)
+                               self.efficiency or None, link_dtype=link_dtype)
 
-    def engine_config(self) -> EngineConfig:
+    def engine_config(self, cost: CostModel | None = None) -> EngineConfig:
+        """The scheduler limits; under an engine profile whose KV rule is not vLLM's, the KV
+        capacity from that rule (`engine_setup.profile_kv_tokens`, priced on `cost`)."""
+        kv_tokens = self.kv_capacity_tokens
+        if kv_tokens is None and self.engine is not None:
+            kv_tokens = profile_kv_tokens(load_engine(self.engine), cost or self.cost_model(),
+                                          self.gpu_memory_utilization, self.max_num_batched_tokens,
+                                          self.max_num_seqs)
         return EngineConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
                             block_size=self.block_size, scheduler=self.scheduler,
                             gpu_memory_utilization=self.gpu_memory_utilization,
-                            max_model_len=self.max_model_len, kv_capacity_tokens=self.kv_capacity_tokens,
+                            max_model_len=self.max_model_len, kv_capacity_tokens=kv_tokens,
                             max_duration_s=self.max_duration_s, debug=self.debug)
 
     @property
@@ -201,7 +229,7 @@ class Scenario:
         cost = self.cost_model()
         try:
             w = workload if workload is not None else self.make_workload()
-            res = simulate(cost, w, self.engine_config(), self.replicas, self.router, progress)
+            res = simulate(cost, w, self.engine_config(cost), self.replicas, self.router, progress)
         except MemoryError:
             raise SpecError(f"num_requests: {self.num_requests} requests do not fit in this machine's "
                             "memory (about 80 bytes each); simulate fewer") from None
@@ -211,6 +239,8 @@ class Scenario:
         summary["model"] = cost.model.id
         summary["hardware"] = cost.hardware.id
         summary["tp"] = self.tp
+        if self.engine is not None:
+            summary["engine"] = load_engine(self.engine).id
         summary["replicas"] = self.replicas
         summary["kv_capacity_tokens_per_replica"] = res.meta["kv_capacity_tokens_per_replica"]
         if w.bad_rows:
@@ -218,6 +248,22 @@ class Scenario:
         if cost.notes:
             summary["notes"] = list(cost.notes)
         return res, summary
+
+
+def _fill_engine_defaults(cls: type, kw: dict[str, Any]) -> None:
+    """The engine profile's default limits for the settings `kw` leaves unset (on its
+    hardware: vLLM's tiers depend on GPU memory; SGLang's seats on its KV size)."""
+    profile = load_engine(kw["engine"])
+    hw = load_hardware(kw.get("hardware", cls.hardware))
+    tp, pp = int(kw.get("tp", 1)), int(kw.get("pp", 1))
+    for key, value in profile_settings(profile, hw, tp=tp, pp=pp, max_model_len=kw.get("max_model_len")).items():
+        kw.setdefault(key, value)
+    if "max_num_seqs" in kw or profile.limits.max_num_seqs != "sglang_kv_derived":
+        return
+    sc = cls(**kw)
+    kv = sc.engine_config().kv_capacity_tokens or sc.cost_model().memory(
+        sc.gpu_memory_utilization, sc.max_num_batched_tokens, sc.max_num_seqs).kv_capacity_tokens
+    kw["max_num_seqs"] = sglang_seats(kv, int(sc.max_model_len or sc.cost_model().model.max_context))
 
 
 def parse_rate(text: Any) -> float:

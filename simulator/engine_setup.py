@@ -1,0 +1,196 @@
+"""An engine profile applied to one run: scheduler, limits, KV budget and cost model.
+
+`engines` loads profiles and `engine_limits` holds the engines' own limit rules; this module
+turns a profile into what a simulation needs, for `Scenario` (`--engine` on simulate, sweep,
+plan, whatif) and for `validate` (a row's `engine` column):
+
+* `profile_settings(profile, hw, ...)`: the Scenario fields the profile sets when the user
+  does not (max_num_seqs, max_num_batched_tokens, block_size, scheduler,
+  gpu_memory_utilization). Explicit user values always win (the caller only fills gaps).
+* `scheduler_for(profile)`: the event engine's policy for the profile's `scheduler.policy`:
+  the engine's own policy where `schedulers.SCHEDULERS` has it, else the nearest existing one
+  (vLLM V1 chunked prefill; V0 without chunking -> prefill-priority).
+* `profile_kv_tokens(...)`: KV capacity per replica under the profile's memory rule when it is
+  not vLLM's `C u - W - A` (that one is `memory.memory_plan` with u = gpu_memory_utilization):
+
+      TRT-LLM  KV = (C - W - A - reserve) f          f = gpu_memory_utilization (free_gpu_memory_fraction)
+      SGLang   KV = C u_s - W                        u_s = gpu_memory_utilization (mem_fraction_static)
+
+  tokens = KV / (KV bytes per token / (t' pp)), as `memory_plan`.
+* `profile_hardware(hw, profile)`: `engines.apply_profile` (step overhead, all-reduce latency,
+  PCIe link efficiency, fp8 efficiency per chip class); `profile.link_dtype` goes to the
+  CostModel.
+* `bench_settings(...)`: what the engine's benchmark tool runs for a measurement row
+  (trtllm-bench: limits from the row's ISL/OSL when the row does not state them).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .engine_limits import (
+    GIB,
+    bench_gpu_memory_gib,
+    default_limits,
+    sglang_gpu_defaults,
+    sglang_max_running_requests,
+    sglang_mem_fraction_static,
+    trtllm_bench_limits_for,
+)
+from .engines import EngineProfile, apply_profile, load_engine
+from .memory import activation_reserve_bytes, weights_bytes_per_gpu
+from .specs import HardwareSpec, SpecError
+
+#: policy -> event-engine scheduler names, the engine's own first (schedulers.SCHEDULERS)
+POLICY_SCHEDULERS: dict[str, tuple[str, ...]] = {
+    "vllm_v1": ("vllm-v1", "vllm"),
+    "vllm_v0": ("vllm-v0", "prefill-priority"),
+    "trtllm": ("trtllm", "vllm"),
+    "sglang": ("sglang", "vllm"),
+}
+
+#: Scenario fields a profile fills when the user leaves them unset
+PROFILE_FIELDS = ("max_num_seqs", "max_num_batched_tokens", "block_size", "scheduler", "gpu_memory_utilization")
+
+
+def scheduler_for(profile: EngineProfile) -> str:
+    """The event engine's scheduler name for the profile's policy (see the module docstring)."""
+    from .schedulers import SCHEDULERS
+
+    names = POLICY_SCHEDULERS[profile.policy]
+    if profile.policy == "vllm_v0" and profile.limits.chunked_prefill:
+        names = ("vllm-v0", "vllm")  # V0 with chunked prefill schedules like V1's budget split
+    for name in names:
+        if name in SCHEDULERS:
+            return name
+    return "vllm"
+
+
+def _sglang_fraction(profile: EngineProfile, hw: HardwareSpec, tp: int, pp: int) -> float:
+    chunk, graph = sglang_gpu_defaults(hw.hbm_capacity_bytes / GIB, profile.limits.tables["gpu_tiers"], tp)
+    return sglang_mem_fraction_static(hw.hbm_capacity_bytes / 2**20, chunk, graph, 0, tp, pp)
+
+
+def profile_settings(profile: EngineProfile, hw: HardwareSpec, *, tp: int = 1, pp: int = 1,
+                     max_model_len: int | None = None) -> dict[str, Any]:
+    """Scenario settings from the profile's defaults on `hw` (seats left to the KV size for
+    SGLang are resolved by `profile_kv_tokens`' caller: here 256 stands in until then)."""
+    lim = default_limits(profile, hw, max_model_len=max_model_len, tp=tp)
+    frac = profile.limits.kv_memory_fraction
+    if isinstance(frac, str):
+        frac = _sglang_fraction(profile, hw, tp, pp)
+    return {
+        "max_num_seqs": lim.max_num_seqs or 256,
+        "max_num_batched_tokens": lim.max_num_batched_tokens or 8192,
+        "block_size": lim.block_size_tokens,
+        "scheduler": scheduler_for(profile),
+        "gpu_memory_utilization": float(frac),
+    }
+
+
+def profile_hardware(hw: HardwareSpec, profile: EngineProfile) -> HardwareSpec:
+    """`hw` with the profile's overheads and kernel factors (`engines.apply_profile`)."""
+    return apply_profile(hw, profile)
+
+
+def profile_kv_tokens(profile: EngineProfile, cost: Any, fraction: float, max_num_batched_tokens: int,
+                      max_num_seqs: int, *, hbm_capacity_bytes: float | None = None) -> int | None:
+    """KV tokens per replica under the profile's memory rule (module docstring); None for
+    vLLM's rule (`memory_plan` prices it). Raises SpecError when nothing is left for KV."""
+    rule = profile.limits.kv_memory_rule
+    if rule == "total_fraction":
+        return None
+    cap = cost.hardware.hbm_capacity_bytes if hbm_capacity_bytes is None else hbm_capacity_bytes
+    w = weights_bytes_per_gpu(cost.model, cost.par, cost.dtypes)
+    if rule == "free_after_load_fraction":
+        a = activation_reserve_bytes(cost.model, cost.par, cost.dtypes, max_num_batched_tokens, max_num_seqs)
+        budget = (cap - w - a - profile.runtime_reserve_bytes) * fraction
+    else:
+        budget = cap * fraction - w
+    per_token = cost.model.kv_bytes_per_token(cost.dtypes.kv) / (cost.model.kv_shards(cost.par.tp) * cost.par.pp)
+    tokens = int(max(budget, 0.0) // per_token)
+    if tokens < 16:
+        raise SpecError(f"engine: {profile.id} leaves no KV memory for {cost.model.id} on {cost.hardware.id} "
+                        f"with tp={cost.par.tp} pp={cost.par.pp} ({budget / 1e9:.1f} GB)")
+    return tokens
+
+
+def sglang_seats(kv_tokens: int, context_len: int) -> int:
+    """SGLang's max_running_requests from its KV size (`engine_limits.sglang_max_running_requests`)."""
+    return max(1, sglang_max_running_requests(kv_tokens, context_len))
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """How a measurement row was run by the engine's benchmark tool (None: not stated)."""
+
+    max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    hbm_capacity_bytes: float | None  # the capacity the tool and the runtime read (NVML)
+    concurrency_bound: int | None  # seats the run can fill: min(max_batch_size, KV requests)
+
+
+def bench_settings(profile: EngineProfile, cost: Any, row: dict[str, Any]) -> BenchSettings:
+    """trtllm-bench rows: max_batch_size / max_num_tokens from the row's ISL/OSL (the build
+    heuristic, `engine_limits.trtllm_bench_limits_for`) where the row leaves them empty, on
+    NVML's memory size. Other engines: the row's own limits (None when empty)."""
+    mbs, mnt = row.get("max_batch_size"), row.get("max_num_tokens")
+    if profile.benchmark_tool.rule == "none" or row.get("input_len") is None or row.get("output_len") is None:
+        return BenchSettings(mbs, mnt, None, None)
+    gib = bench_gpu_memory_gib(profile, cost.hardware)
+    lim = trtllm_bench_limits_for(cost.model, gib, row["input_len"], row["output_len"], tp=cost.par.tp,
+                                  pp=cost.par.pp, weight_dtype=cost.dtypes.weight, kv_dtype=cost.dtypes.kv,
+                                  profile=profile)
+    mbs = mbs or lim.max_batch_size
+    mnt = mnt or lim.max_num_tokens
+    frac = float(profile.benchmark_tool.settings.get("kv_memory_fraction", 0.9))
+    kv = profile_kv_tokens(profile, cost, frac, mnt, mbs, hbm_capacity_bytes=gib * GIB)
+    per_req = row["input_len"] + row["output_len"]
+    bound = mbs if kv is None else max(1, min(mbs, kv // per_req))
+    return BenchSettings(mbs, mnt, gib * GIB, bound)
+
+
+#: offline trtllm-bench rows: simulate this many "waves" of the concurrency the run can fill
+#: (all requests at t = 0 with fixed lengths run in near-identical waves, so a few waves give
+#: the steady-state rate; the source's 1,000-30,000 requests are not stated per row)
+BENCH_WAVES = 4
+
+
+def bench_num_requests(num_requests: int | None, bound: int | None, default: int) -> int:
+    """Requests to simulate for an offline benchmark row: min(stated, BENCH_WAVES x bound)."""
+    n = num_requests or default
+    if bound is None:
+        return n
+    return int(min(n if num_requests else math.inf, BENCH_WAVES * bound))
+
+
+def row_settings(profile: EngineProfile, cost: Any, row: dict[str, Any], num_requests: int,
+                 offline: bool) -> dict[str, Any]:
+    """Scenario settings that price a serving measurement row under `profile`: the row's limits,
+    else its benchmark tool's (trtllm-bench: from ISL/OSL), else the profile's defaults; the
+    KV capacity by the profile's rule (on NVML's memory size for trtllm-bench rows); offline
+    benchmark rows simulate `bench_num_requests` requests. Lengths are exact (ignore-eos)."""
+    bench = bench_settings(profile, cost, row)
+    base = profile_settings(profile, cost.hardware, tp=cost.par.tp, pp=cost.par.pp)
+    seqs = bench.max_num_seqs or base["max_num_seqs"]
+    tokens = bench.max_num_batched_tokens or base["max_num_batched_tokens"]
+    frac = base["gpu_memory_utilization"]
+    if bench.hbm_capacity_bytes is not None:
+        frac = float(profile.benchmark_tool.settings.get("kv_memory_fraction", frac))
+    kv = profile_kv_tokens(profile, cost, frac, tokens, seqs, hbm_capacity_bytes=bench.hbm_capacity_bytes)
+    n = bench_num_requests(row.get("num_requests"), bench.concurrency_bound, num_requests) if offline else num_requests
+    return {"engine": profile.id, "max_num_seqs": seqs, "max_num_batched_tokens": tokens,
+            "block_size": base["block_size"], "scheduler": base["scheduler"], "gpu_memory_utilization": frac,
+            "kv_capacity_tokens": kv, "num_requests": n}
+
+
+def resolve(ref: str | EngineProfile | None) -> EngineProfile:
+    """`engines.load_engine`, for callers that only import this module."""
+    return load_engine(ref)
+
+
+__all__ = ["BENCH_WAVES", "BenchSettings", "POLICY_SCHEDULERS", "PROFILE_FIELDS", "bench_num_requests",
+           "bench_settings", "profile_hardware", "row_settings", "profile_kv_tokens", "profile_settings", "resolve",
+           "scheduler_for", "sglang_seats"]
