@@ -17,6 +17,7 @@ plan, whatif) and for `validate` (a row's `engine` column):
       SGLang   KV = C u_s - W                        u_s = gpu_memory_utilization (mem_fraction_static)
 
   tokens = KV / (KV bytes per token / (t' pp)), as `memory_plan`.
+* `profile_model(model, profile)`: the model as the engine runs it (attention window).
 * `profile_hardware(hw, profile)`: `engines.apply_profile` (step overhead, all-reduce latency,
   PCIe link efficiency, fp8 efficiency per chip class); `profile.link_dtype` goes to the
   CostModel.
@@ -26,6 +27,7 @@ plan, whatif) and for `validate` (a row's `engine` column):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +43,7 @@ from .engine_limits import (
 )
 from .engines import EngineProfile, apply_profile, load_engine
 from .memory import activation_reserve_bytes, weights_bytes_per_gpu
-from .specs import HardwareSpec, SpecError
+from .specs import HardwareSpec, ModelSpec, SpecError
 
 #: policy -> event-engine scheduler names, the engine's own first (schedulers.SCHEDULERS)
 POLICY_SCHEDULERS: dict[str, tuple[str, ...]] = {
@@ -93,6 +95,14 @@ def profile_settings(profile: EngineProfile, hw: HardwareSpec, *, tp: int = 1, p
 def profile_hardware(hw: HardwareSpec, profile: EngineProfile) -> HardwareSpec:
     """`hw` with the profile's overheads and kernel factors (`engines.apply_profile`)."""
     return apply_profile(hw, profile)
+
+
+def profile_model(model: ModelSpec, profile: EngineProfile) -> ModelSpec:
+    """`model` as the engine runs it: `kernels.attention_window: full` drops a sliding window
+    (TRT-LLM 0.14 engines attend over the whole context unless told the window at run time)."""
+    if profile.kernels.attention_window == "full" and model.sliding_window is not None:
+        return dataclasses.replace(model, sliding_window=None)
+    return model
 
 
 def profile_kv_tokens(profile: EngineProfile, cost: Any, fraction: float, max_num_batched_tokens: int,
@@ -192,5 +202,5 @@ def resolve(ref: str | EngineProfile | None) -> EngineProfile:
 
 
 __all__ = ["BENCH_WAVES", "BenchSettings", "POLICY_SCHEDULERS", "PROFILE_FIELDS", "bench_num_requests",
-           "bench_settings", "profile_hardware", "row_settings", "profile_kv_tokens", "profile_settings", "resolve",
+           "bench_settings", "profile_hardware", "profile_model", "row_settings", "profile_kv_tokens", "profile_settings", "resolve",
            "scheduler_for", "sglang_seats"]

@@ -31,7 +31,13 @@ from . import workload as wl
 from .catalog import load_hardware, load_model, read_yaml
 from .energy import run_energy
 from .engine import ROUTERS, SCHEDULERS, EngineConfig, SimResult, simulate
-from .engine_setup import profile_hardware, profile_kv_tokens, profile_settings, sglang_seats
+from .engine_setup import (
+    profile_hardware,
+    profile_kv_tokens,
+    profile_model,
+    profile_settings,
+    sglang_seats,
+)
 from .engines import load_engine
 from .metrics import summarize
 from .roofline import CostModel, make_cost_model
@@ -177,12 +183,14 @@ class Scenario:
     # ------------------------------------------------------------------ parts
     def cost_model(self) -> CostModel:
         hw: Any = self.hardware
+        model: Any = self.model
         link_dtype = None
         if self.engine is not None:
             profile = load_engine(self.engine)
             hw = profile_hardware(load_hardware(hw), profile)
+            model = profile_model(load_model(model), profile)
             link_dtype = profile.link_dtype
-        return make_cost_model(self.model, hw, self.tp, self.pp, self.weight_dtype,
+        return make_cost_model(model, hw, self.tp, self.pp, self.weight_dtype,
                                self.activation_dtype, self.kv_dtype or DEFAULT_KV_DTYPE, self.ideal,
                                self.efficiency or None, link_dtype=link_dtype)
 

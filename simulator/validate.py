@@ -49,8 +49,8 @@ from .checks import (
     load_json,
     show,
 )
-from .engine_setup import row_settings
-from .engines import apply_profile, engine_for_row, load_engine
+from .engine_setup import profile_model, row_settings
+from .engines import EngineProfile, apply_profile, engine_for_row, load_engine
 from .specs import DTYPES, HardwareSpec, SpecError, is_number
 
 SCENARIOS = ("static_batch", "offline_max_throughput", "online_poisson", "closed_loop")
@@ -391,7 +391,7 @@ class Validator:
     def __init__(self, hardware_specs: Mapping[str, HardwareSpec | str] | None = None,
                  workloads: Mapping[str, str] | None = None,
                  efficiency: Mapping[str, float] | None = None,
-                 num_requests: int | None = None, engine: str | None = None) -> None:
+                 num_requests: int | None = None, engine: str | EngineProfile | None = None) -> None:
         for name, arg in (("hardware_specs", hardware_specs), ("workloads", workloads), ("efficiency", efficiency)):
             if arg is not None and not isinstance(arg, Mapping):
                 raise SpecError(f"{name}: {type(arg).__name__} is not a mapping")
@@ -400,7 +400,7 @@ class Validator:
         self.workloads = {k.lower(): v for k, v in (workloads or {}).items()}
         self.efficiency = dict(efficiency or {})
         self.num_requests = num_requests
-        self.engine = None if engine is None else load_engine(engine).id  # None: each row's own
+        self.engine = None if engine is None else load_engine(engine)  # None: each row's own
         self._hw: dict[str, HardwareSpec] = {}
         self._cost: dict[tuple, Any] = {}
         self._pred: dict[tuple, Any] = {}
@@ -424,16 +424,19 @@ class Validator:
             self._hw[hw_id] = hw
         return self._hw[hw_id]
 
-    def engine_of(self, row: Mapping[str, Any]) -> str:
+    def profile_of(self, row: Mapping[str, Any]) -> EngineProfile:
         """The engine profile that prices `row` (`engines.engine_for_row` of its engine column)."""
-        return self.engine or engine_for_row(str(row.get("engine") or ""))
+        return self.engine or load_engine(engine_for_row(str(row.get("engine") or "")))
+
+    def engine_of(self, row: Mapping[str, Any]) -> str:
+        return self.profile_of(row).id
 
     def cost_model(self, row: Mapping[str, Any]) -> Any:
         from .catalog import load_model, model_catalog
         from .roofline import CostModel
         from .specs import DTypes, Parallelism
 
-        profile = load_engine(self.engine_of(row))
+        profile = self.profile_of(row)
         key = (row["model"], row["hardware"], row["tp"], row["pp"], row["weight_dtype"],
                row["activation_dtype"], row["kv_dtype"], profile.id)
         if key not in self._cost:
@@ -441,7 +444,7 @@ class Validator:
                 raise SkipRow(f"unknown model {show(row['model'])} (not in the catalog)")
             hw = apply_profile(self.hardware(row["hardware"]), profile)
             try:
-                cost = CostModel(load_model(row["model"]), hw, Parallelism(row["tp"], row["pp"]),
+                cost = CostModel(profile_model(load_model(row["model"]), profile), hw, Parallelism(row["tp"], row["pp"]),
                                  DTypes(row["weight_dtype"], row["activation_dtype"], row["kv_dtype"]),
                                  link_dtype=profile.link_dtype)
             except SpecError as e:
@@ -531,7 +534,7 @@ class Validator:
         if key not in self._pred:
             try:
                 # the row's limits, else its benchmark tool's, else the engine profile's
-                limits = row_settings(load_engine(self.engine_of(row)), cost, dict(row), n,
+                limits = row_settings(self.profile_of(row), cost, dict(row), n,
                                       offline=sc_name == "offline_max_throughput" and not self.num_requests)
                 sc = Scenario(model=row["model"], hardware=row["hardware"], tp=row["tp"], pp=row["pp"],
                               weight_dtype=row["weight_dtype"], activation_dtype=row["activation_dtype"],
