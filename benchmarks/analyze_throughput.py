@@ -3,7 +3,7 @@
 Not part of the package and not a test: a de-risking study for the engine-profile work. It
 prices every row of `dev_throughput.csv` (trtllm-bench throughput, TensorRT engine, C++
 runtime) without the event engine, using only the public cost model
-(`simulator.roofline.make_cost_model`, `weights_bytes_per_gpu`, `activation_reserve_bytes`),
+(`simulator.resolve.make_cost_model`, `weights_bytes_per_gpu`, `activation_reserve_bytes`),
 and fits a handful of physically meaningful parameters by least squares on log error.
 
 How trtllm-bench v0.14 sets the engine up (sources in engine_specs/trtllm.yaml):
@@ -66,13 +66,9 @@ import numpy as np
 
 from simulator.calibrate import nelder_mead
 from simulator.catalog import load_hardware, load_model
-from simulator.roofline import (
-    DTypes,
-    Parallelism,
-    activation_reserve_bytes,
-    make_cost_model,
-    weights_bytes_per_gpu,
-)
+from simulator.memory import activation_reserve_bytes, weights_bytes_per_gpu
+from simulator.resolve import make_cost_model
+from simulator.specs import DTypes, Parallelism
 from simulator.validate import read_measurements
 
 DATA = Path("/work/shared/reference/measurements/dev_throughput.csv")

@@ -15,7 +15,7 @@ import time
 from simulator import workload as W
 from simulator.engine import EngineConfig, simulate
 from simulator.metrics import summarize
-from simulator.roofline import make_cost_model
+from simulator.resolve import make_cost_model
 
 
 def run(label: str, cost, wl, cfg) -> None:

@@ -73,7 +73,7 @@ def _measure(case: str, n: int, w, t0: float, c0: float, base_rss: float, rss_lo
     """Simulate workload `w` on llama-3.1-8b / h100-sxm and collect time, memory and results."""
     from simulator.engine import EngineConfig, simulate
     from simulator.metrics import summarize
-    from simulator.roofline import make_cost_model
+    from simulator.resolve import make_cost_model
 
     cost = make_cost_model("llama-3.1-8b", "h100-sxm")
     t2, c2 = time.perf_counter(), time.process_time()

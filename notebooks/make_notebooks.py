@@ -42,7 +42,7 @@ An LLM server does two kinds of work. **Prefill** runs the whole prompt through 
 step: thousands of tokens share every weight read, so it is compute-bound. **Decode** emits one
 token per sequence per step: the step reads all the weights for only `batch` tokens, so it is
 memory-bound until the batch is large. This notebook reads both off the roofline cost model
-(`PERFORMANCE_MODEL.md`) for Llama-3.1-8B on an A100-SXM-80GB and an H100-SXM, and checks
+(`docs/performance_model.md`) for Llama-3.1-8B on an A100-SXM-80GB and an H100-SXM, and checks
 three facts by hand: the parameter count, the batch-1 decode time and the batch at which
 decode turns compute-bound."""),
     ("code", SETUP),

@@ -36,15 +36,15 @@ __version__ = "0.1.0"
 #: public name -> (module, attribute) imported on first use
 _LAZY: dict[str, tuple[str, str]] = {
     # roofline
-    "make_cost_model": ("roofline", "make_cost_model"),
+    "make_cost_model": ("resolve", "make_cost_model"),
     "CostModel": ("roofline", "CostModel"),
-    "Parallelism": ("roofline", "Parallelism"),
-    "DTypes": ("roofline", "DTypes"),
+    "Parallelism": ("specs", "Parallelism"),
+    "DTypes": ("specs", "DTypes"),
     "StepBatch": ("roofline", "StepBatch"),
-    "predict_static": ("roofline", "predict_static"),
+    "predict_static": ("predict", "predict_static"),
     "prefill_step": ("roofline", "prefill_step"),
     "decode_step": ("roofline", "decode_step"),
-    "memory_plan": ("roofline", "memory_plan"),
+    "memory_plan": ("memory", "memory_plan"),
     # workloads
     "make_workload": ("api", "make_workload"),
     "synthetic": ("workload", "synthetic"),

@@ -2,7 +2,7 @@
 
 Only a handful of physically meaningful numbers are fitted, never a per-row table:
 
-* from a measurement file (SCHEMA.md rows of one hardware id; `static_batch` rows by default,
+* from a measurement file (docs/measurement_schema.md rows of one hardware id; `static_batch` rows by default,
   simulated serving rows with `include_simulated`): `compute_efficiency` (fraction of dense
   peak a large GEMM reaches; attention is tied to it unless told otherwise),
   `memory_efficiency` (fraction of HBM bandwidth), `step_overhead_s` (fixed cost per step);
@@ -401,7 +401,7 @@ def calibrate(rows: Sequence[Mapping[str, Any]], hardware: str | HardwareSpec, *
         """Keep the GEMM ramp's compute floor f T0 / (P eta_c) at most half a GEMM's
         weight-read time: T0 <= RAMP_CAP * P_bf16 eta_c / (hbm_bw eta_m). Otherwise a fitted
         ramp makes batch-1 decode compute-bound, which it is not (it is bandwidth-bound,
-        and faster HBM must make it faster: PERFORMANCE_MODEL.md)."""
+        and faster HBM must make it faster: docs/performance_model.md)."""
         bound = RAMP_CAP * hw0.flops("bf16") * p["compute_efficiency"] / (
             hw0.hbm_bandwidth_bytes_per_s * p["memory_efficiency"])
         p["gemm_ramp_tokens"] = min(ramp_fit, bound)

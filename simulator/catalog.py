@@ -366,7 +366,7 @@ def import_hf_config(path: Path | str, model_id: str | None = None) -> ModelSpec
 
 
 def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
-    """Map HF config fields onto a ModelSpec (see PERFORMANCE_MODEL.md's notation table)."""
+    """Map HF config fields onto a ModelSpec (see docs/performance_model.md's Symbols table)."""
     archs = cfg.get("architectures") or []
     arch = str(archs[0]) if isinstance(archs, list) and archs else str(cfg.get("model_type", "?"))
     if cfg.get("is_encoder_decoder"):

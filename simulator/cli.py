@@ -144,7 +144,7 @@ def predict(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | Non
     B prompts of --input-len tokens are prefilled in one step, then --output-len - 1 decode
     steps run at growing context. Exits 2 when the weights do not fit.
     """
-    from .roofline import predict_static
+    from .predict import predict_static
 
     cost = opt.build_cost(model, hardware, tp, pp, weight_dtype, activation_dtype, kv_dtype, ideal, efficiency)
     r = predict_static(cost, batch_size, input_len, output_len, gpu_memory_utilization)

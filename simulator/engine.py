@@ -2,7 +2,7 @@
 
 `simulate(cost, workload, config)` is a pure function: a step-cost model and a request stream
 in, a `SimResult` out (per-request records as numpy arrays / a tidy DataFrame, pooled
-inter-token latencies, a timeline). Behaviour follows `SERVING_MODEL.md` (vLLM's scheduler).
+inter-token latencies, a timeline). Behaviour follows `docs/serving_model.md` (vLLM's scheduler).
 
 Layers, one concept each:
 
@@ -52,14 +52,7 @@ _Log = StepLog  # the name tests and older code use
 _capped_sums = capped_sums
 
 __all__ = ["COMPLETED", "PENDING", "REJECTED", "ROUTERS", "SCHEDULERS", "EngineConfig", "EventQueue",
-           "Pool", "SimResult", "kv_blocks", "request_tpot_s", "simulate"]
-
-
-def request_tpot_s(ttft_s: np.ndarray, e2el_s: np.ndarray, output_len: np.ndarray) -> np.ndarray:
-    """Time per output token of each request, (e2el - ttft) / (output_len - 1); NaN for
-    one-token outputs. The engine's only TPOT formula (metrics.py has its own)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(output_len > 1, (e2el_s - ttft_s) / (output_len - 1), np.nan)
+           "Pool", "SimResult", "kv_blocks", "simulate"]
 
 
 @dataclass
@@ -84,7 +77,9 @@ class SimResult:
         """Tidy per-request table (one row per request), times in seconds."""
         ttft = self.first_token_s - self.arrival_s
         e2el = self.finish_s - self.arrival_s
-        tpot = request_tpot_s(ttft, e2el, self.output_len)
+        from .metrics import tpot  # metrics imports this module: import on use
+
+        tpot_s = tpot(ttft, e2el, self.output_len)
         status = np.array(["pending", "completed", "rejected"])[self.status]
         reason = [self.reasons.get(i, "") for i in range(len(self.status))] if self.reasons else [""] * len(self.status)
         return pd.DataFrame({
@@ -95,7 +90,7 @@ class SimResult:
             "input_len": self.input_len,
             "output_len": self.output_len,
             "ttft_s": ttft,
-            "tpot_s": tpot,
+            "tpot_s": tpot_s,
             "e2el_s": e2el,
             "preemptions": self.preemptions,
             "replica": self.replica,

@@ -1,6 +1,6 @@
 """The engines' own limit rules: how each picks batch limits and its KV budget by default.
 
-Pure functions of plain numbers (sources in `shared/design/ENGINES.md` and the profiles'
+Pure functions of plain numbers (sources in `docs/engines.md` and the profiles'
 `sources`); `default_limits` and `kv_budget_bytes` apply them to a profile and a chip.
 
 trtllm-bench build heuristic (TensorRT-LLM 0.14 `bench/build/tuning.py calc_engine_setting`,

@@ -4,7 +4,7 @@ A profile (`engine_specs/<id>.yaml`, shipped as `simulator.engine_specs`) holds 
 policy and its parameters, the engine's own default limits, how its benchmark tool picks
 limits, per-step / per-request overheads and kernel deviations from the hardware YAML. Every
 number carries a `sources` entry (its dotted path or a parent's). Design and citations:
-`shared/design/ENGINES.md`; schema in `engine_specs/README.md`.
+`docs/engines.md`; schema in `engine_specs/README.md`.
 
 This module is the data layer: loading and validating profiles (`load_engine`,
 `engine_catalog`), mapping a measurement row's free-text `engine` column to a profile id

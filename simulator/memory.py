@@ -1,7 +1,7 @@
 """What fits on one GPU of a replica: weights, the activation reserve and the KV budget.
 
 Per GPU of a replica with tensor-parallel degree t and pipeline degree pp (vLLM's memory
-profiling, `PERFORMANCE_MODEL.md` "Memory"):
+profiling, `docs/performance_model.md` "Memory"):
 
     weights/GPU  = (N_params / t + replicated K/V projections) * b_w / pp
     reserve      = T_max (4 H + 2 I / t) b_a + min(S_max, T_max) V / t * 4 + 0.5 GB

@@ -15,44 +15,14 @@ does. Goodput (DistServe): a request is good when it completed and meets every S
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 
 from .engine import COMPLETED, REJECTED, SimResult
-from .specs import SpecError
+from .slo import SLO_KEYS, parse_goodput  # noqa: F401  (one goodput parser: slo.py)
 
 PERCENTILES = (50, 90, 95, 99)
-SLO_KEYS = ("ttft", "tpot", "e2el")
-
-
-def parse_goodput(items: Any) -> dict[str, float]:
-    """Parse vLLM's `--goodput ttft:500 tpot:50 e2el:2000` (ms) into {metric: seconds}."""
-    if items is None:
-        return {}
-    if isinstance(items, str):
-        items = items.replace(",", " ").split()
-    if isinstance(items, dict):
-        items = [f"{k}:{v}" for k, v in items.items()]
-    if not isinstance(items, (list, tuple)):
-        raise SpecError(f"goodput: {items!r} is not KEY:MS items (KEY one of {', '.join(SLO_KEYS)}), e.g. ttft:500")
-    out: dict[str, float] = {}
-    for it in items:
-        m = re.fullmatch(r"\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*[:=]\s*([0-9.eE+-]+)\s*", str(it))
-        if not m:
-            raise SpecError(f"goodput: {it!r} is not KEY:MS (KEY one of {', '.join(SLO_KEYS)}), e.g. ttft:500")
-        key, val = m.group(1).lower(), m.group(2)
-        if key not in SLO_KEYS:
-            raise SpecError(f"goodput: unknown metric {key!r}; allowed: {', '.join(SLO_KEYS)}")
-        try:
-            v = float(val)
-        except ValueError:
-            raise SpecError(f"goodput: {key} value {val!r} is not a number of milliseconds") from None
-        if not np.isfinite(v) or v <= 0:
-            raise SpecError(f"goodput: {key} value {val!r} must be a positive number of milliseconds")
-        out[key] = v / 1e3
-    return out
 
 
 def tpot(ttft_s: np.ndarray, e2el_s: np.ndarray, output_len: np.ndarray) -> np.ndarray:

@@ -41,7 +41,8 @@ def build_cost(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | 
                 activation_dtype: str, kv_dtype: str | None, ideal: bool,
                 efficiency: tuple[str, ...]) -> Any:
     from .catalog import load_hardware
-    from .roofline import make_cost_model, parse_efficiency_overrides
+    from .resolve import make_cost_model
+    from .roofline import parse_efficiency_overrides
 
     overrides = parse_efficiency_overrides(efficiency)
     hw = load_hardware(hardware)
@@ -84,7 +85,7 @@ SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--range-ratio", "--random-range-ratio"), {"type": float, "help": "random workload: lengths uniform in L(1±r). [default: 0]"}),
     (("--max-num-seqs",), {"type": int, "help": "Scheduler seat cap. [default: 256]"}),
     (("--max-num-batched-tokens",), {"type": int, "help": "Token budget per step. [default: 8192]"}),
-    (("--scheduler",), {"help": "vllm (chunked prefill) | prefill-priority | static. [default: vllm]"}),
+    (("--scheduler",), {"help": "vllm (V1, chunked prefill) | vllm-v0 | vllm-multistep | prefill-priority | trtllm | sglang | static. [default: vllm]"}),
     (("--gpu-memory-utilization",), {"type": float, "help": "Fraction of HBM the engine may use. [default: 0.9]"}),
     (("--max-model-len",), {"type": int, "help": "Longest prompt+output accepted (default: the model's context)."}),
     (("--goodput",), {"multiple": True, "help": "SLOs in ms, vLLM syntax: --goodput ttft:500 tpot:50 e2el:2000 (or the flag repeated). Overrides --slo."}),

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .roofline import CostModel, decode_step, op_points, prefill_step
+from .predict import op_points
+from .roofline import CostModel, decode_step, prefill_step
 
 
 def roofline_chart(cost: CostModel, batch_size: int, input_len: int, path: str | Path) -> Path:

@@ -97,6 +97,7 @@ class Replica:
         # running decode out, e.g. a prefill-only step): only then is each gap of a decode
         # segment's first step that step's duration
         self.in_step = True
+        self.segment_steps = 0  # decode steps run in closed-form segments (policies that count steps)
 
     # ---------------------------------------------------------------- state queries
     @property
@@ -119,6 +120,10 @@ class Replica:
 
     def total_len(self, r: int) -> int:
         return int(self.wl_in[r]) + int(self.wl_out[r])
+
+    def prefix_hit_tokens(self, r: int) -> int:
+        """Prompt tokens of queued request r already in the prefix cache (none modelled yet)."""
+        return 0
 
     # ---------------------------------------------------------------- arrivals
     def enqueue(self, r: int, t: float) -> None:
@@ -169,7 +174,10 @@ class Replica:
             self._reject_head(plan.reject_head)
             return
         for s in plan.preempt:
-            self._preempt(s)
+            self._preempt(s, plan.preempt_to_tail)
+        if plan.decode_round:
+            self._decode_round(plan.decode_round)
+            return
         kv = self.kv
         if plan.running:
             kv.grow_to_cover(plan.running, self.computed)
@@ -214,14 +222,18 @@ class Replica:
         self.n_prefilling += 1
         return s, tokens
 
-    def _preempt(self, s: int) -> None:
-        """Recompute preemption: free the slot's blocks; it resumes from the queue head."""
+    def _preempt(self, s: int, to_tail: bool = False) -> None:
+        """Recompute preemption: free the slot's blocks; it resumes from the queue head (the
+        tail with `to_tail`: SGLang's retraction)."""
         r = self.rid[s]
         self.gen_so_far[r] = self.generated[s]
         self.last_tok_of[r] = self.last_tok[s]
         self.out["preemptions"][r] += 1
         self._release(s)
-        self.waiting.appendleft(r)
+        if to_tail:
+            self.waiting.append(r)
+        else:
+            self.waiting.appendleft(r)
 
     def _release(self, s: int) -> None:
         self.kv.free(s)
@@ -426,6 +438,7 @@ class Replica:
         done = self._apply_decode_steps(n_steps, t_end)
         lg = self.log
         lg.steps += n_steps
+        self.segment_steps += n_steps
         lg.batch_token_sum += batch * n_steps
         lg.busy_s += t_end - self.clock
         self.clock = t_end
@@ -583,6 +596,42 @@ class Replica:
             generated[s] += n_steps
             last[s] = t_end
         return [s for s in self.active if generated[s] >= outlen[s]]
+
+    # ---------------------------------------------------------------- multi-step rounds
+    def _decode_round(self, n_steps: int) -> None:
+        """A multi-step round (`StepPlan.decode_round`): the running batch of B runs n_steps
+        decode steps priced as a segment of B (sequences done early stay in the batch); each
+        slot gains k = min(n_steps, outputs left) tokens, all delivered at the round's end
+        (ITL: one gap since the slot's last delivery, then k - 1 zeros)."""
+        batch = len(self.active)
+        context_sum = self.context_sum
+        d0 = self._first_decode_step_s(batch, context_sum)
+        line = self._decode_line(batch, context_sum, d0, n_steps)
+        if line is not None:
+            t_end = self.clock + n_steps * line[0] + line[1] * n_steps * (n_steps - 1) / 2
+        else:
+            t_end = self.clock + float(np.sum(self._decode_step_times(batch, context_sum, n_steps)))
+        computed, generated, outlen, last, kv, lg = self.computed, self.generated, self.outlen, self.last_tok, self.kv, self.log
+        done = []
+        for s in self.active:
+            k = min(n_steps, outlen[s] - generated[s])
+            computed[s] += k
+            self.context_sum += k
+            kv.allocate(s, kv.blocks_to_grow(s, computed[s]))
+            generated[s] += k
+            lg.gap(t_end - last[s], 1)
+            lg.gap(0.0, k - 1)
+            last[s] = t_end
+            if generated[s] >= outlen[s]:
+                done.append(s)
+        lg.steps += n_steps
+        lg.batch_token_sum += batch * n_steps
+        lg.busy_s += t_end - self.clock
+        self.clock = t_end
+        self.in_step = True
+        self._record(batch)
+        for s in done:
+            self._finish(s)
 
     # ---------------------------------------------------------------- static batching
     def _static_batch(self, batch: list[int]) -> None:

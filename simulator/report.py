@@ -95,7 +95,7 @@ def fmt_num(x: float, unit: str = "") -> str:
 def print_prediction(r: dict[str, Any]) -> None:
     import math
 
-    from .roofline import top_ops
+    from .predict import top_ops
 
     def ms(v: float) -> str:
         return f"{v:10.2f} ms" if math.isfinite(v) else "         - "

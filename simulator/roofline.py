@@ -1,6 +1,6 @@
 """The price of one engine step: a roofline cost model per operator.
 
-Physics from `PERFORMANCE_MODEL.md` (roofline: Williams, Waterman & Patterson, CACM 2009;
+Physics from `docs/performance_model.md` (roofline: Williams, Waterman & Patterson, CACM 2009;
 per-op FLOP/byte accounting as in LLM-Viewer, Yuan et al., arXiv:2402.16363):
 
     time(op)   = max( F / (peak[dtype] * eta_c(T)),  B / (hbm_bw * eta_m) )
@@ -660,26 +660,6 @@ def parse_efficiency_overrides(items: list[str] | tuple[str, ...]) -> dict[str, 
         except ValueError:
             raise SpecError(f"efficiency.{key}: {value!r} is not a number") from None
     return out
-
-
-#: moved to `predict` (static-batch prediction and reading a breakdown); see `__getattr__`
-_MOVED_TO_PREDICT = ("decode_step_arrays", "op_points", "predict_static", "top_ops")
-
-
-def __getattr__(name: str) -> Any:
-    """Transitional: `from simulator.roofline import make_cost_model` (now `simulator.resolve`:
-    name resolution is no longer roofline's job) and `predict_static`, `decode_step_arrays`,
-    `top_ops`, `op_points` (now `simulator.predict`) keep working while callers move. Resolved on
-    first use only, so importing roofline loads neither the catalog nor `predict`."""
-    if name == "make_cost_model":
-        from . import resolve
-
-        return resolve.make_cost_model
-    if name in _MOVED_TO_PREDICT:
-        from . import predict
-
-        return getattr(predict, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

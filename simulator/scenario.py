@@ -40,7 +40,8 @@ from .engine_setup import (
 )
 from .engines import load_engine
 from .metrics import summarize
-from .roofline import CostModel, make_cost_model
+from .resolve import make_cost_model
+from .roofline import CostModel
 from .slo import goodput_ms, parse_goodput
 from .specs import DTYPES, HardwareSpec, ModelSpec, SpecError, _did_you_mean
 

@@ -17,43 +17,49 @@ reads the view: KV blocks (`view.kv`), the running slots in admission order (`vi
 with `computed`, `prompt`, `generated`, `outlen` per slot), the queue (`view.waiting`,
 `view.prompt_of(r)`); it may keep its own state (one instance per replica).
 
-The three policies of today (behaviour as `SERVING_MODEL.md` and ENGINES.md §1 describe):
+Policies (`SCHEDULERS`; parameters in `EngineConfig.policy_params`, checked against each
+policy's `PARAMS`, one-line errors):
 
-* `vllm` — vLLM V1 chunked prefill (V33 `vllm/v1/core/sched/scheduler.py` —
+* `vllm` (alias `vllm-v1`) — vLLM V1 chunked prefill (V33 `vllm/v1/core/sched/scheduler.py` —
   `Scheduler.schedule`): running sequences first in admission order, a decode taking 1 token
   of the `max_num_batched_tokens` budget and a partial prompt min(remaining, budget); when a
   running sequence needs a KV block and none is free, the newest running sequence is
   preempted (`Scheduler._preempt_request`), and no new request is admitted in a step that
-  preempted; then the queue FCFS while budget, seats (`max_num_seqs`) and blocks for the
-  first chunk remain, stopping at the first that does not fit.
+  preempted; then the queue FCFS while budget, seats (`max_num_seqs`) and blocks remain,
+  stopping at the first that does not fit. `admission_gate`: "whole_prompt" (default, V33
+  `scheduler_reserve_full_isl`: blocks for the whole remaining prompt net of prefix-cache
+  hits, `view.prefix_hit_tokens(r)`, plus `watermark` x all blocks, must be free) or
+  "first_chunk" (<= V0.11: blocks for the tokens scheduled now; thrashes on long prompts at
+  saturation, issue 13). `watermark` default 0.
 * `prefill-priority` — vLLM V0 without chunked prefill (V092 `vllm/core/scheduler.py` —
   `Scheduler._schedule_default`): if the head of the queue fits (whole prompt within the
-  budget, a seat, its blocks), the step prefills whole prompts only; otherwise it runs the
-  running sequences (whole remaining prompts, never split). A prompt longer than the budget
-  is rejected at arrival.
+  budget, a seat, its blocks + `watermark` x all blocks), the step prefills whole prompts
+  only; otherwise it runs the running sequences (whole remaining prompts, never split). A
+  prompt longer than the budget is rejected at arrival. `watermark` default 0.
+* `vllm-v0` — the same with V0's default watermark 0.01 (`BlockSpaceManager.can_allocate`).
+* `vllm-multistep` — vLLM 0.6 `--num-scheduler-steps N` on V0 (`num_scheduler_steps`, 8):
+  decode rounds of N steps as one `decode_round` plan (see `VllmMultiStep`).
+* `trtllm`, `sglang` — TensorRT-LLM capacity scheduling and SGLang (`policies.py`).
 * `static` — pre-Orca static batching (Yu et al., OSDI 2022, contrast case): a batch is formed
   from the queue (KV for prompt + output reserved per member), prefilled in one step and
   decoded until its longest member ends; nobody joins meanwhile.
 
-How later policies fit this interface without changing the replica or the engine:
-vLLM V1's full-prompt gate and watermark, V0's 1 % watermark and TensorRT-LLM's
-GUARANTEED_NO_EVICT (reserve blocks for prompt + max output of every running request,
-ENGINES.md §2) are admission checks inside `next_step` (reserved blocks = sum over
-`view.active` of blocks_for(prompt + outlen) − `view.kv.blocks_of(slot)`); MAX_UTILIZATION
-pauses requests through `preempt`; SGLang (§3) alternates prefill-only and decode-only plans,
-admits by its decaying new-token ratio (policy state) and retracts the decodes with the fewest
-outputs through `preempt` (any slots, not only the newest); vLLM multi-step scheduling (N
-decode steps per scheduling round, no admission inside a round) is a policy that returns
-`DECODE_SEGMENT` inside a round and counts the steps in its own state (the segment length is
-then bounded by the round, a field the plan would carry).
+How a policy fits this interface: admission checks live inside `next_step` (reserved blocks
+= sum over `view.active` of blocks_for(prompt + outlen) − `view.kv.blocks_of(slot)` for
+TensorRT-LLM's GUARANTEED_NO_EVICT); pausing or retraction goes through `preempt` (any slots;
+`preempt_to_tail` sends them to the queue's tail, SGLang); policy state that counts decode
+steps reads `view.segment_steps` (steps the replica ran in closed-form segments). A policy
+may return `DECODE_SEGMENT` only when nothing it would decide differs until the next
+completion or block shortage (e.g. SGLang's decaying ratio: only when no prefill can form at
+any ratio).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -75,6 +81,8 @@ class EngineConfig:
     max_segment_steps: int = 4096
     max_duration_s: float | None = None  # simulated-time cap: what is unfinished then is cut off
     debug: bool = False  # check conservation invariants while running
+    #: the policy's own parameters (`SchedulerPolicy.PARAMS` of `scheduler`), e.g. {"watermark": 0.01}
+    policy_params: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_segment_steps"):
@@ -93,6 +101,7 @@ class EngineConfig:
                 raise SpecError(f"{name}: {v!r} must be an integer >= 1 (or omitted)")
         if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.block_size:
             raise SpecError(f"kv_capacity_tokens: {self.kv_capacity_tokens!r} must be >= block_size")
+        SCHEDULERS[self.scheduler].resolve_params(self.policy_params)
 
 
 class StepPlan:
@@ -103,7 +112,7 @@ class StepPlan:
     """
 
     __slots__ = ("running", "admit", "preempt", "decode_all", "decode_new_blocks", "run_to_completion",
-                 "reject_head", "decode_segment")
+                 "reject_head", "decode_segment", "preempt_to_tail", "decode_round")
 
     def __init__(self, decode_all: bool = False, run_to_completion: bool = False,
                  decode_segment: bool = False) -> None:
@@ -117,6 +126,10 @@ class StepPlan:
         # the next steps are decode-only with nothing to admit: the replica may run a run of
         # them in closed form (the decode fast path) and ask again at its end
         self.decode_segment = decode_segment
+        self.preempt_to_tail = False  # preempted requests rejoin the queue at its tail (SGLang)
+        # > 0: after `preempt`, the running batch runs this many decode steps as one multi-step
+        # round (nothing joins; tokens are delivered in one burst at the round's end)
+        self.decode_round = 0
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
@@ -139,9 +152,11 @@ class ReplicaView(Protocol):
     outlen: list[int]
     waiting: deque[int]  # request ids, FCFS (preempted ones at the head)
     n_prefilling: int  # running slots that have not finished their prompt
+    segment_steps: int  # decode steps run in closed-form segments so far
 
     def prompt_of(self, r: int) -> int: ...
     def total_len(self, r: int) -> int: ...
+    def prefix_hit_tokens(self, r: int) -> int: ...
 
 
 class SchedulerPolicy:
@@ -149,12 +164,47 @@ class SchedulerPolicy:
 
     name: ClassVar[str]
     #: True: a prompt never splits across steps (chunked prefill off)
-    whole_prompts: ClassVar[bool] = False
+    whole_prompts: bool = False
     #: True: `admission_error` may reject a request at arrival (skipped otherwise: hot path)
     checks_arrivals: ClassVar[bool] = False
+    #: True: admission needs blocks for the whole remaining prompt (net of prefix-cache hits)
+    #: plus the watermark, not only for the tokens scheduled now (set from the parameters)
+    gate_whole: bool = False
+
+    #: parameter name -> (default, allowed): a tuple of choices, or a (low, high) float range
+    PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {}
 
     def __init__(self, cfg: EngineConfig) -> None:
         self.cfg = cfg
+        self.params = self.resolve_params(cfg.policy_params)
+
+    @classmethod
+    def resolve_params(cls, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The policy's parameters: defaults overridden by `given`, each checked."""
+        if not isinstance(given, Mapping):
+            raise SpecError(f"policy_params: {given!r} must be a mapping of parameter -> value")
+        out = {k: d for k, (d, _) in cls.PARAMS.items()}
+        for k, v in given.items():
+            if k not in cls.PARAMS:
+                allowed = ", ".join(cls.PARAMS) or "none"
+                raise SpecError(f"policy_params.{k}: not a parameter of scheduler {cls.name!r} (allowed: {allowed})")
+            allowed_v = cls.PARAMS[k][1]
+            if isinstance(allowed_v, tuple) and len(allowed_v) == 2 and all(
+                    type(x) is int for x in allowed_v):
+                lo, hi = allowed_v
+                if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not (lo <= v <= hi):
+                    raise SpecError(f"policy_params.{k}: {v!r} must be an integer in [{lo}, {hi}]")
+                v = int(v)
+            elif isinstance(allowed_v, tuple) and len(allowed_v) == 2 and all(
+                    isinstance(x, float) for x in allowed_v):
+                lo, hi = allowed_v
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi):
+                    raise SpecError(f"policy_params.{k}: {v!r} must be a number in [{lo}, {hi}]")
+                v = float(v)
+            elif v not in allowed_v or type(v) is not type(allowed_v[0]):
+                raise SpecError(f"policy_params.{k}: {v!r} is not one of {', '.join(map(repr, allowed_v))}")
+            out[k] = v
+        return out
 
     def admission_error(self, input_len: int) -> str | None:
         """A reason to reject a prompt of `input_len` tokens at arrival, or None."""
@@ -178,11 +228,20 @@ class SchedulerPolicy:
         if batch >= cfg.max_num_seqs or cfg.max_num_batched_tokens <= batch:
             return True
         kv = view.kv
-        prompt = view.prompt_of(view.waiting[0])
-        first = prompt if self.whole_prompts else min(prompt, cfg.max_num_batched_tokens - batch)
+        head = view.waiting[0]
+        prompt = view.prompt_of(head)
+        if self.gate_whole:
+            need = kv.blocks_for(prompt - view.prefix_hit_tokens(head)) + self._watermark_blocks(view)
+        else:
+            first = prompt if self.whole_prompts else min(prompt, cfg.max_num_batched_tokens - batch)
+            need = -(-first // kv.block_size)
         if decode_blocks is None:
             decode_blocks = len(self._decode_new_blocks(view))
-        return -(-first // kv.block_size) + decode_blocks > kv.free_blocks
+        return need + decode_blocks > kv.free_blocks
+
+    def _watermark_blocks(self, view: ReplicaView) -> int:
+        """Blocks that must stay free after an admission: int(watermark x all blocks)."""
+        return int(self.params.get("watermark", 0.0) * view.kv.total_blocks)
 
     @staticmethod
     def _decode_new_blocks(view: ReplicaView) -> list[int]:
@@ -233,9 +292,13 @@ class SchedulerPolicy:
 
     def _plan_admission(self, view: ReplicaView, plan: StepPlan, budget: int, free: int) -> None:
         """Queue head first (FCFS) while budget, seats and KV blocks for the first chunk (the
-        whole prompt if it may not split) remain; stop at the first that does not fit."""
+        whole prompt if it may not split) remain; stop at the first that does not fit. With
+        `gate_whole` the blocks of the whole remaining prompt net of prefix-cache hits, plus
+        the watermark, must be free (vLLM V33 `KVCacheManager.allocate_slots`, ENGINES.md §1.4)."""
         seats = self.cfg.max_num_seqs - len(view.active)
         whole = self.whole_prompts
+        gate = self.gate_whole
+        wm = self._watermark_blocks(view) if gate else 0
         kv = view.kv
         admit = plan.admit
         for r in view.waiting:
@@ -246,7 +309,7 @@ class SchedulerPolicy:
             if tokens > budget:
                 break
             blocks = kv.blocks_for(tokens)
-            if blocks > free:
+            if blocks > free or (gate and kv.blocks_for(prompt - view.prefix_hit_tokens(r)) + wm > free):
                 break
             admit.append((r, tokens))
             budget -= tokens
@@ -259,6 +322,14 @@ class ChunkedPrefill(SchedulerPolicy):
     unless the step preempted."""
 
     name = "vllm"
+    PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {
+        "admission_gate": ("whole_prompt", ("whole_prompt", "first_chunk")),
+        "watermark": (0.0, (0.0, 1.0)),
+    }
+
+    def __init__(self, cfg: EngineConfig) -> None:
+        super().__init__(cfg)
+        self.gate_whole = self.params["admission_gate"] == "whole_prompt"
 
     def next_step(self, view: ReplicaView, allow_segment: bool = True) -> StepPlan:
         budget = self.cfg.max_num_batched_tokens
@@ -291,6 +362,8 @@ class PrefillPriority(SchedulerPolicy):
     name = "prefill-priority"
     whole_prompts = True
     checks_arrivals = True
+    gate_whole = True  # blocks of the whole prompt, plus the watermark (V092 `BlockSpaceManager.can_allocate`)
+    PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {"watermark": (0.0, (0.0, 1.0))}
 
     def admission_error(self, input_len: int) -> str | None:
         if input_len > self.cfg.max_num_batched_tokens:
@@ -314,7 +387,7 @@ class PrefillPriority(SchedulerPolicy):
     def _head_fits(self, view: ReplicaView, budget: int) -> bool:
         prompt = view.prompt_of(view.waiting[0])
         return (len(view.active) < self.cfg.max_num_seqs and prompt <= budget
-                and view.kv.blocks_for(prompt) <= view.kv.free_blocks)
+                and view.kv.blocks_for(prompt) + self._watermark_blocks(view) <= view.kv.free_blocks)
 
 
 class StaticBatching(SchedulerPolicy):
@@ -340,14 +413,66 @@ class StaticBatching(SchedulerPolicy):
         return plan
 
 
+class VllmV0(PrefillPriority):
+    """vLLM V0 (v0.9.2) default scheduler: prefill-priority, watermark 1 % of all blocks."""
+
+    name = "vllm-v0"
+    PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {"watermark": (0.01, (0.0, 1.0))}
+
+
+class VllmMultiStep(VllmV0):
+    """vLLM 0.6 multi-step scheduling (`--num-scheduler-steps N`, V0 engine, ENGINES.md §1 and
+    engine notes §2): a prefill step whenever the queue head fits (single step, as V0);
+    otherwise a round of n = min(N, most outputs left in the batch) decode steps of the whole
+    running batch, with the KV blocks of each sequence's next min(N, outputs left) tokens
+    (the lookahead slots) checked at the round's start, preempting the newest while short.
+    Nothing is admitted inside a round (arrivals wait for its end: TTFT += up to N steps);
+    a sequence that finishes early keeps its seat and is priced to the round's end; the
+    round's tokens reach the client in one burst at its end (ITL: one gap of a round, then
+    N - 1 zeros). The per-round CPU saving is an overhead of the engine profile, not here."""
+
+    name = "vllm-multistep"
+    PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {**VllmV0.PARAMS, "num_scheduler_steps": (8, (1, 1024))}
+
+    def next_step(self, view: ReplicaView, allow_segment: bool = True) -> StepPlan:
+        plan = StepPlan()
+        budget = self.cfg.max_num_batched_tokens
+        if view.waiting and self._head_fits(view, budget):
+            self._plan_admission(view, plan, budget, view.kv.free_blocks)
+            return plan
+        if not view.active:
+            return plan
+        kv, computed, generated, outlen = view.kv, view.computed, view.generated, view.outlen
+        n = min(self.params["num_scheduler_steps"], max(outlen[s] - generated[s] for s in view.active))
+        grow = {s: kv.blocks_to_grow(s, computed[s] + min(n, outlen[s] - generated[s])) for s in view.active}
+        need, free = sum(grow.values()), kv.free_blocks
+        batch = list(view.active)
+        while need > free and len(batch) > 1:
+            victim = batch.pop()  # the newest (V0 `Scheduler._preempt`)
+            plan.preempt.append(victim)
+            free += kv.reclaimable(victim)
+            need -= grow[victim]
+        while need > free and n > 1:  # one sequence left and short of lookahead: a shorter round
+            n -= 1
+            s = batch[0]
+            need = kv.blocks_to_grow(s, computed[s] + min(n, outlen[s] - generated[s]))
+        plan.decode_round = n
+        return plan
+
+
+from .policies import SGLang, TrtllmCapacity  # noqa: E402  (they build on the classes above)
+
 #: scheduler name -> policy class (one instance per replica)
 SCHEDULERS: dict[str, type[SchedulerPolicy]] = {
-    cls.name: cls for cls in (ChunkedPrefill, PrefillPriority, StaticBatching)}
+    cls.name: cls for cls in (ChunkedPrefill, PrefillPriority, VllmV0, VllmMultiStep, StaticBatching, TrtllmCapacity,
+                              SGLang)}
+SCHEDULERS["vllm-v1"] = ChunkedPrefill  # alias: `vllm` is V1
 
 
 def make_policy(cfg: EngineConfig) -> SchedulerPolicy:
     return SCHEDULERS[cfg.scheduler](cfg)
 
 
-__all__: Sequence[str] = ("SCHEDULERS", "ChunkedPrefill", "EngineConfig", "PrefillPriority", "ReplicaView",
-                          "SchedulerPolicy", "StaticBatching", "StepPlan", "make_policy")
+__all__: Sequence[str] = ("SCHEDULERS", "SGLang", "ChunkedPrefill", "EngineConfig", "PrefillPriority", "ReplicaView",
+                          "SchedulerPolicy", "StaticBatching", "StepPlan", "TrtllmCapacity", "VllmMultiStep", "VllmV0",
+                          "make_policy")

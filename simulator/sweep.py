@@ -2,7 +2,7 @@
 
 A sweep runs one `Scenario` at a series of offered request rates (and, with `--sweep`,
 for every combination of other settings: one *curve* per combination) and reads these
-numbers off each curve (SERVING_MODEL.md, "Load, saturation and the knee"; docs/sweep.md):
+numbers off each curve (docs/serving_model.md, "Load, saturation and the knee"; docs/sweep.md):
 
 * **offline max throughput** X: `request_throughput` of the same workload with every request
   arriving at t = 0 (rate = inf). It seeds the automatic rate grid.

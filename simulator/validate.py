@@ -1,6 +1,6 @@
 """Agree with real servers: compare the model's predictions with measured numbers.
 
-Inputs are rows in the format of `shared/reference/measurements/SCHEMA.md` (one measured
+Inputs are rows in the format of `docs/measurement_schema.md` (one measured
 number per row, with its exact settings) read by `read_measurements`, or a `vllm bench serve`
 result JSON turned into such rows by `read_vllm_result` (the model, hardware and engine
 settings come from the caller: the JSON does not record them).
@@ -55,7 +55,7 @@ from .specs import DTYPES, HardwareSpec, SpecError, is_number
 
 SCENARIOS = ("static_batch", "offline_max_throughput", "online_poisson", "closed_loop")
 
-#: metric -> unit (SCHEMA.md)
+#: metric -> unit (docs/measurement_schema.md)
 METRICS: dict[str, str] = {
     "ttft_ms": "ms",
     "tpot_ms": "ms",
@@ -201,7 +201,7 @@ def _decoded_lines(fh: Any, path: Path, at: list[int]) -> Iterator[str]:
 
 
 def read_measurements(path: str | Path, skip_bad_rows: bool = False) -> tuple[list[dict], list[dict]]:
-    """Read a SCHEMA.md measurement CSV. Returns (rows, skipped).
+    """Read a docs/measurement_schema.md measurement CSV. Returns (rows, skipped).
 
     A malformed row raises SpecError `FILE:LINE: column: problem` (LINE counts the header as
     line 1), unless `skip_bad_rows`, which records it in `skipped` with that reason instead.
@@ -231,7 +231,7 @@ def _read_rows(reader: csv.DictReader, p: Path, skip_bad_rows: bool) -> tuple[li
     header = reader.fieldnames or []
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
     if missing:
-        raise SpecError(f"{p}: missing column(s) {', '.join(missing)}; see SCHEMA.md "
+        raise SpecError(f"{p}: missing column(s) {', '.join(missing)}; see docs/measurement_schema.md "
                         f"(required: {', '.join(REQUIRED_COLUMNS)})")
     line_end = 1
     for raw in reader:

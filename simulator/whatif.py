@@ -32,9 +32,11 @@ import numpy as np
 
 from .catalog import load_hardware
 from .engine import simulate
+from .memory import MemoryPlan, weights_bytes_per_gpu
 from .metrics import summarize
 from .plan import _num, normalise_prices
-from .roofline import CostModel, MemoryPlan, predict_static, weights_bytes_per_gpu
+from .predict import predict_static
+from .roofline import CostModel
 from .scenario import Scenario
 from .specs import DTYPE_BYTES, SpecError
 from .sweep import Executor, run_point, sweep
@@ -266,7 +268,7 @@ def make_speculative_cost(base: Scenario, draft_model: str, gamma: int = 4, acce
     weight dtype; the target's KV dtype and efficiencies)."""
     target = base.cost_model()
     from .catalog import load_model
-    from .roofline import make_cost_model
+    from .resolve import make_cost_model
 
     dm = load_model(draft_model)
     if draft_tp is None:

@@ -3,7 +3,7 @@
 One Python object per sequence, one iteration per engine step, no segments, no slot arrays,
 no scheduler/replica split. It implements the documented policies with open-loop arrivals:
 
-* `vllm`: chunked prefill, running sequences first, FCFS admission of first chunks, paged KV,
+* `vllm`: chunked prefill, running sequences first, FCFS admission (whole prompt must fit), paged KV,
   preempt-the-newest by recompute, no admission in a step that preempted;
 * `prefill-priority`: prompts never split; a prefill-only step (whole prompts, FCFS) whenever
   the head of the queue fits, otherwise the running sequences; prompts over the token budget
@@ -134,7 +134,9 @@ class _Continuous:
         prompt = self.input_len[r] + g
         need = prompt if self.whole else min(prompt, budget)
         nb = self.blocks_for(need)
-        if need > budget or nb > self.free or len(self.running) >= self.max_num_seqs:
+        # vLLM V1 0.33 full-prompt gate: blocks for the whole remaining prompt must be free
+        if (need > budget or self.blocks_for(prompt) > self.free
+                or len(self.running) >= self.max_num_seqs):
             return 0
         self.waiting.pop(0)
         self.gen_before.pop(r, None)

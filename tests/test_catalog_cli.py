@@ -191,7 +191,3 @@ def test_malformed_spec_one_line_exit_2(tmp_path, name, suffix, content, words):
     assert line.startswith("error: ") and "Traceback" not in line
     for w in words:
         assert w in line, f"{w!r} not in {line!r}"
-
-
-def test_at_least_twelve_distinct_malformed_cases():
-    assert len({m[0] for m in MALFORMED}) >= 12

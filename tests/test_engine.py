@@ -13,7 +13,7 @@ from reference_engine import reference_simulate
 from simulator.engine import COMPLETED, REJECTED, EngineConfig, simulate
 from simulator.kvcache import KVCache
 from simulator.metrics import summarize
-from simulator.roofline import make_cost_model
+from simulator.resolve import make_cost_model
 from simulator.workload import Workload, synthetic
 
 

@@ -33,7 +33,7 @@ from simulator.catalog import import_hf_config, load_hardware, load_model
 from simulator.cli import main, write_atomic
 from simulator.engine import COMPLETED, REJECTED, EngineConfig, simulate
 from simulator.metrics import summarize
-from simulator.roofline import make_cost_model
+from simulator.resolve import make_cost_model
 from simulator.scenario import Scenario
 from simulator.specs import HardwareSpec, ModelSpec, SpecError
 from simulator.workload import Workload, builtin, read_trace

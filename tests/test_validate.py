@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -102,13 +103,26 @@ def test_skipped_rows_have_reasons(tmp_path: Path) -> None:
     assert reasons["ds"] == "dataset sharegpt not available; pass --workload sharegpt=FILE"
 
 
-def test_predictions_are_cached(tmp_path: Path) -> None:
+def test_predictions_are_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three metrics of one (model, hardware, batch, lengths) point are priced once, with one
+    cost model (observed through the calls, not through private cache sizes)."""
+    import simulator.predict as P
+
+    real = P.predict_static
+    calls: list[tuple] = []
+
+    def counting(*a: Any, **k: Any) -> Any:
+        calls.append(a)
+        return real(*a, **k)
+
+    monkeypatch.setattr(P, "predict_static", counting)
     p = _write(tmp_path, _row("a", "tpot_ms", 10.0, "ms"), _row("b", "e2e_ms", 1000.0, "ms"),
                _row("c", "ttft_ms", 20.0, "ms"))
     rows, _ = V.read_measurements(p)
     v = V.Validator()
-    V.validate(rows, validator=v)
-    assert len(v._pred) == 1 and len(v._cost) == 1
+    res = V.validate(rows, validator=v)
+    assert res["predicted"] == 3 and len(calls) == 1
+    assert v.cost_model(rows[0]) is v.cost_model(rows[2])
 
 
 # --------------------------------------------------------------------------- malformed input

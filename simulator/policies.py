@@ -1,0 +1,265 @@
+"""Scheduler policies of TensorRT-LLM and SGLang (vLLM's are in `schedulers.py`, with the registry).
+
+* `trtllm` — TensorRT-LLM in-flight batching (ENGINES.md §2; `capacityScheduler.cpp`,
+  `microBatchScheduler.cpp`). `max_batch_size` is `max_num_seqs`, `max_num_tokens` is
+  `max_num_batched_tokens`. Capacity policy `guaranteed_no_evict` (default): every running
+  request keeps a reservation for its whole sequence, so with b = block_size
+
+      reserved = sum_running ceil((prompt + outlen - generated) / b) - blocks held,
+
+  generations always continue (their blocks are reserved), and the queue is admitted in
+  arrival order while ceil((input + output) / b) <= free - reserved; the first misfit stops
+  admission (head-of-line). It never preempts: on equal lengths I/O the running concurrency is
+  min(max_batch_size, floor(blocks / ceil((I + O) / b))). Micro-batch: decodes first (1 token
+  each), then contexts in arrival order fill the leftover token budget; with
+  `chunked_context` a truncated chunk is rounded down to whole blocks, without it a context
+  runs whole or not at all (a prompt above max_num_tokens is rejected at arrival).
+  Capacity policy `max_utilization`: admission checks only the blocks of the whole prompt;
+  when a running request needs a block and none is free, the last started request is paused
+  (recompute, back to the queue head) and nothing is admitted that step. Here it runs vLLM
+  V1's running loop (admission order) rather than decodes-first; block-rounded chunks too.
+* `sglang` — SGLang 0.5 (ENGINES.md §3; `managers/scheduler.py`, `schedule_policy.py`
+  `PrefillAdder`, `NewTokenRatioTracker`): a step is a prefill batch or a decode batch,
+  prefill first. Prefill admission (FCFS, seats `max_running_requests` = max_num_seqs,
+  prefill tokens <= max_num_batched_tokens, one request mid-chunk at a time) needs, in tokens,
+
+      extend + min(max_new - generated, 4096) < free - sum_running rho min(max_new - gen, 4096)
+
+  with rho the new-token ratio (1.0 with `ignore_eos`). rho starts at
+  `init_new_token_ratio` (0.7), decays linearly to 0.14 x init over
+  `new_token_ratio_decay_steps` (600) decode steps, returns to init when the replica is idle
+  and after a retraction becomes min(1, (sum gen + 20 n) / (sum max_new + 1)) over the n
+  survivors. Before a decode step that lacks blocks, decodes are retracted, fewest outputs
+  first (then longest prompt), to the TAIL of the queue (recompute), keeping at least one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from .schedulers import (
+    DECODE_SEGMENT,
+    ChunkedPrefill,
+    EngineConfig,
+    ReplicaView,
+    SchedulerPolicy,
+    StepPlan,
+)
+
+#: SGLang `CLIP_MAX_NEW_TOKENS`: output reserved per request is clipped at this many tokens
+CLIP_MAX_NEW_TOKENS = 4096
+#: SGLang `SGLANG_RETRACT_DECODE_STEPS`
+RETRACT_DECODE_STEPS = 20
+
+
+class TrtllmCapacity(SchedulerPolicy):
+    """TensorRT-LLM capacity + micro-batch scheduling (module docstring)."""
+
+    name = "trtllm"
+    PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {
+        "capacity_policy": ("guaranteed_no_evict", ("guaranteed_no_evict", "max_utilization")),
+        "chunked_context": (True, (True, False)),
+    }
+    checks_arrivals = True
+
+    def __init__(self, cfg: EngineConfig) -> None:
+        super().__init__(cfg)
+        self.whole_prompts = not self.params["chunked_context"]
+        self.no_evict = self.params["capacity_policy"] == "guaranteed_no_evict"
+        self.gate_whole = not self.no_evict  # MAX_UTILIZATION: whole-prompt blocks at context start
+        if not self.no_evict:
+            self._util = ChunkedPrefill(replace(cfg, scheduler="vllm", policy_params={}))  # vLLM V1's running loop: pause the newest
+            self._util.whole_prompts = self.whole_prompts
+            self._util.gate_whole = True
+
+    def admission_error(self, input_len: int) -> str | None:
+        if self.whole_prompts and input_len > self.cfg.max_num_batched_tokens:
+            return (f"prompt of {input_len} tokens exceeds max_num_tokens "
+                    f"{self.cfg.max_num_batched_tokens} with chunked context off")
+        return None
+
+    def next_step(self, view: ReplicaView, allow_segment: bool = True) -> StepPlan:
+        if not self.no_evict:
+            return self._util.next_step(view, allow_segment)
+        active, kv = view.active, view.kv
+        batch = len(active)
+        budget = self.cfg.max_num_batched_tokens
+        avail = kv.free_blocks - self._reserved_blocks(view)
+        if (batch and not view.n_prefilling and allow_segment
+                and (not view.waiting or batch >= self.cfg.max_num_seqs
+                     or not self._can_start(view, view.waiting[0], budget - batch, avail))):
+            # nothing can start before a completion: `avail` is constant while decodes only
+            # consume their reservations, and the leftover budget is too
+            return DECODE_SEGMENT
+        plan = StepPlan()
+        computed, prompt, bs = view.computed, view.prompt, kv.block_size
+        # generations first (their blocks are reserved), then contexts in arrival order
+        for s in active:
+            if computed[s] >= prompt[s]:
+                plan.running.append((s, 1))
+        budget -= len(plan.running)
+        for s in active:
+            remaining = prompt[s] - computed[s]
+            if remaining > 0 and budget > 0:
+                tokens = self._chunk(remaining, budget, bs)
+                if tokens > 0:
+                    plan.running.append((s, tokens))
+                    budget -= tokens
+        seats = self.cfg.max_num_seqs - batch
+        for r in view.waiting:
+            if seats <= 0 or not self._can_start(view, r, budget, avail):
+                break
+            tokens = self._chunk(view.prompt_of(r), budget, bs)
+            plan.admit.append((r, tokens))
+            avail -= kv.blocks_for(view.total_len(r))
+            budget -= tokens
+            seats -= 1
+        return plan
+
+    def _chunk(self, remaining: int, budget: int, bs: int) -> int:
+        """Tokens of a context this step: all if they fit, else (chunking on) the leftover
+        budget rounded down to whole blocks, else 0."""
+        if remaining <= budget:
+            return remaining
+        return 0 if self.whole_prompts else budget - budget % bs
+
+    def _can_start(self, view: ReplicaView, r: int, budget: int, avail: int) -> bool:
+        """Queued request r can start now: its whole reservation fits in the unreserved
+        blocks and some of its prompt in the token budget."""
+        if view.kv.blocks_for(view.total_len(r)) > avail:
+            return False
+        return self._chunk(view.prompt_of(r), budget, view.kv.block_size) > 0
+
+    @staticmethod
+    def _reserved_blocks(view: ReplicaView) -> int:
+        """Blocks the running requests will still take: sum of ceil(final / b) - held."""
+        kv = view.kv
+        covered = kv.blocks_per_slot()
+        prompt, outlen, generated = view.prompt, view.outlen, view.generated
+        return sum(max(kv.blocks_for(prompt[s] + outlen[s] - generated[s]) - covered[s], 0) for s in view.active)
+
+
+class SGLang(SchedulerPolicy):
+    """SGLang: prefill batch or decode batch, new-token-ratio admission, retraction (module
+    docstring)."""
+
+    name = "sglang"
+    PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {
+        "ignore_eos": (False, (False, True)),
+        "init_new_token_ratio": (0.7, (0.0, 1.0)),
+        "min_new_token_ratio_factor": (0.14, (0.0, 1.0)),
+        "new_token_ratio_decay_steps": (600.0, (1.0, 1e9)),
+    }
+
+    def __init__(self, cfg: EngineConfig) -> None:
+        super().__init__(cfg)
+        p = self.params
+        self.init_ratio = p["init_new_token_ratio"]
+        self.min_ratio = self.init_ratio * p["min_new_token_ratio_factor"]
+        self.decay = (self.init_ratio - self.min_ratio) / p["new_token_ratio_decay_steps"]
+        self.ratio = self.init_ratio
+        self.segment_steps_seen = 0  # view.segment_steps at the last call (closed-form decode steps)
+
+    def next_step(self, view: ReplicaView, allow_segment: bool = True) -> StepPlan:
+        seg = view.segment_steps - self.segment_steps_seen
+        if seg:
+            self.segment_steps_seen = view.segment_steps
+            self._decay(seg)
+        if not view.active:
+            self.ratio = self.init_ratio  # idle: `on_idle` resets the ratio
+        plan = self._prefill_batch(view)
+        if plan.running or plan.admit or not view.active:
+            return plan
+        kv = view.kv
+        needy = self._decode_new_blocks(view)
+        if len(needy) > kv.free_blocks:
+            return self._retract(view, needy)
+        if allow_segment and self._no_prefill_until_completion(view):
+            return DECODE_SEGMENT
+        self._decay(1)
+        plan = StepPlan(decode_all=True)
+        plan.decode_new_blocks = needy
+        return plan
+
+    def _decay(self, steps: int) -> None:
+        self.ratio = max(self.ratio - self.decay * steps, self.min_ratio)
+
+    def _output_reserve(self, view: ReplicaView, s: int) -> int:
+        return min(view.outlen[s] - view.generated[s], CLIP_MAX_NEW_TOKENS)
+
+    def _prefill_batch(self, view: ReplicaView) -> StepPlan:
+        """The request mid-chunk continues first, then the queue FCFS (`PrefillAdder`)."""
+        kv = view.kv
+        bs = kv.block_size
+        computed, prompt = view.computed, view.prompt
+        budget = self.cfg.max_num_batched_tokens
+        free = kv.free_blocks
+        plan = StepPlan()
+        covered = kv.blocks_per_slot()
+        for s in view.active:
+            remaining = prompt[s] - computed[s]
+            if remaining > 0:
+                tokens = remaining if remaining <= budget else budget - budget % bs
+                need = kv.blocks_for(computed[s] + tokens) - covered[s]
+                if tokens <= 0 or need > free:
+                    return plan  # the chunked request alone; retry after decodes free memory
+                plan.running.append((s, tokens))
+                budget -= tokens
+                free -= need
+        rho = 1.0 if self.params["ignore_eos"] else self.ratio
+        remaining_total = free * bs - sum(rho * self._output_reserve(view, s) for s in view.active
+                                          if computed[s] >= prompt[s])
+        seats = self.cfg.max_num_seqs - len(view.active)
+        for r in view.waiting:
+            if seats <= 0 or budget <= 0:
+                break
+            extend = view.prompt_of(r) - view.prefix_hit_tokens(r)
+            out = min(view.total_len(r) - view.prompt_of(r), CLIP_MAX_NEW_TOKENS)
+            if extend + out >= remaining_total:
+                break
+            if extend > budget:
+                if view.n_prefilling:
+                    break  # one request mid-chunk at a time
+                tokens = budget - budget % bs
+                if tokens <= 0:
+                    break
+                plan.admit.append((r, tokens))  # the new chunked request closes the batch
+                break
+            plan.admit.append((r, view.prompt_of(r)))
+            remaining_total -= extend + out + bs
+            budget -= extend
+            seats -= 1
+        return plan
+
+    def _no_prefill_until_completion(self, view: ReplicaView) -> bool:
+        """No prefill batch can form before a running request completes: no queue, no seat,
+        or the head's extend + clipped output exceeds the free tokens (which only shrink
+        during decode steps)."""
+        if not view.waiting or len(view.active) >= self.cfg.max_num_seqs:
+            return True
+        r = view.waiting[0]
+        need = view.prompt_of(r) + min(view.total_len(r) - view.prompt_of(r), CLIP_MAX_NEW_TOKENS)
+        return need >= view.kv.free_blocks * view.kv.block_size
+
+    def _retract(self, view: ReplicaView, needy: list[int]) -> StepPlan:
+        """Retract decodes (fewest outputs, then longest prompt) until the rest fit; keep one."""
+        kv = view.kv
+        order = sorted(view.active, key=lambda s: (view.generated[s], -view.prompt[s]))
+        needing = set(needy)
+        free, need = kv.free_blocks, len(needy)
+        plan = StepPlan(decode_all=True)
+        plan.preempt_to_tail = True
+        for s in order[:-1]:
+            if need <= free:
+                break
+            plan.preempt.append(s)
+            free += kv.reclaimable(s)
+            need -= s in needing
+        gone = set(plan.preempt)
+        plan.decode_new_blocks = [s for s in needy if s not in gone]
+        survivors = [s for s in view.active if s not in gone]
+        gen = sum(view.generated[s] for s in survivors)
+        max_new = sum(view.outlen[s] for s in survivors)
+        self.ratio = min(1.0, (gen + RETRACT_DECODE_STEPS * len(survivors)) / (max_new + 1))
+        return plan
