@@ -7,9 +7,10 @@ plan, whatif) and for `validate` (a row's `engine` column):
 * `profile_settings(profile, hw, ...)`: the Scenario fields the profile sets when the user
   does not (max_num_seqs, max_num_batched_tokens, block_size, scheduler,
   gpu_memory_utilization). Explicit user values always win (the caller only fills gaps).
-* `scheduler_for(profile)`: the event engine's policy for the profile's `scheduler.policy`:
-  the engine's own policy where `schedulers.SCHEDULERS` has it, else the nearest existing one
-  (vLLM V1 chunked prefill; V0 without chunking -> prefill-priority).
+* `scheduler_for(profile)`, `policy_params_for(profile, scheduler)`: the event engine's policy
+  for the profile's `scheduler.policy` and its parameters in the policy's names (TRT-LLM
+  GUARANTEED_NO_EVICT -> `trtllm` {capacity_policy: guaranteed_no_evict, chunked_context},
+  vLLM V1 full-prompt KV check -> `vllm` {admission_gate: whole_prompt}, ...).
 * `profile_kv_tokens(...)`: KV capacity per replica under the profile's memory rule when it is
   not vLLM's `C u - W - A` (that one is `memory.memory_plan` with u = gpu_memory_utilization):
 
@@ -48,26 +49,60 @@ from .specs import HardwareSpec, ModelSpec, SpecError
 #: policy -> event-engine scheduler names, the engine's own first (schedulers.SCHEDULERS)
 POLICY_SCHEDULERS: dict[str, tuple[str, ...]] = {
     "vllm_v1": ("vllm-v1", "vllm"),
-    "vllm_v0": ("vllm-v0", "prefill-priority"),
+    "vllm_v0": ("vllm-v0", "prefill-priority"),  # multi-step and chunked: see scheduler_for
     "trtllm": ("trtllm", "vllm"),
     "sglang": ("sglang", "vllm"),
 }
 
 #: Scenario fields a profile fills when the user leaves them unset
-PROFILE_FIELDS = ("max_num_seqs", "max_num_batched_tokens", "block_size", "scheduler", "gpu_memory_utilization")
+PROFILE_FIELDS = ("max_num_seqs", "max_num_batched_tokens", "block_size", "scheduler", "gpu_memory_utilization",
+                  "policy_params")
 
 
 def scheduler_for(profile: EngineProfile) -> str:
-    """The event engine's scheduler name for the profile's policy (see the module docstring)."""
+    """The event engine's scheduler name for the profile's policy (see the module docstring):
+    vLLM V0 with `num_scheduler_steps` > 1 runs `vllm-multistep`."""
     from .schedulers import SCHEDULERS
 
     names = POLICY_SCHEDULERS[profile.policy]
-    if profile.policy == "vllm_v0" and profile.limits.chunked_prefill:
-        names = ("vllm-v0", "vllm")  # V0 with chunked prefill schedules like V1's budget split
+    if profile.policy == "vllm_v0":
+        if int(profile.scheduler.params.get("num_scheduler_steps", 1) or 1) > 1:
+            names = ("vllm-multistep",)
+        elif profile.limits.chunked_prefill:
+            names = ("vllm",)  # V0 with chunked prefill splits the budget as V1 does
     for name in names:
         if name in SCHEDULERS:
             return name
     return "vllm"
+
+
+def policy_params_for(profile: EngineProfile, scheduler: str, chunked: bool | None = None) -> dict[str, Any]:
+    """The profile's scheduler parameters in the event policy's names (`SchedulerPolicy.PARAMS`
+    of `scheduler`; parameters that policy does not take are left out). `chunked`: TRT-LLM's
+    chunked context (default: the profile's `limits.chunked_prefill`)."""
+    from .schedulers import SCHEDULERS
+
+    prm = profile.scheduler.params
+    out: dict[str, Any] = {}
+    if "admission_kv_check" in prm:
+        out["admission_gate"] = "whole_prompt" if prm["admission_kv_check"] == "full_prompt" else "first_chunk"
+    if "watermark_fraction" in prm:
+        out["watermark"] = float(prm["watermark_fraction"])
+    if int(prm.get("num_scheduler_steps", 1) or 1) > 1:
+        out["num_scheduler_steps"] = int(prm["num_scheduler_steps"])
+    cap = str(prm.get("capacity_scheduler_policy", "")).lower()
+    if cap in ("guaranteed_no_evict", "max_utilization"):
+        out["capacity_policy"] = cap
+    if profile.policy == "trtllm":
+        out["chunked_context"] = profile.limits.chunked_prefill if chunked is None else bool(chunked)
+    ratio = prm.get("new_token_ratio")
+    if isinstance(ratio, dict):
+        for ours, theirs in (("init_new_token_ratio", "init"), ("min_new_token_ratio_factor", "min_factor"),
+                             ("new_token_ratio_decay_steps", "decay_steps")):
+            if theirs in ratio:
+                out[ours] = float(ratio[theirs])
+    allowed = SCHEDULERS[scheduler].PARAMS if scheduler in SCHEDULERS else {}
+    return {k: v for k, v in out.items() if k in allowed}
 
 
 def _sglang_fraction(profile: EngineProfile, hw: HardwareSpec, tp: int, pp: int) -> float:
@@ -89,7 +124,7 @@ def profile_settings(profile: EngineProfile, hw: HardwareSpec, *, tp: int = 1, p
         "block_size": lim.block_size_tokens,
         "scheduler": scheduler_for(profile),
         "gpu_memory_utilization": float(frac),
-    }
+    }  # policy_params: `policy_params_for(profile, scheduler)` once the scheduler is settled
 
 
 def profile_hardware(hw: HardwareSpec, profile: EngineProfile) -> HardwareSpec:
@@ -191,9 +226,11 @@ def row_settings(profile: EngineProfile, cost: Any, row: dict[str, Any], num_req
         frac = float(profile.benchmark_tool.settings.get("kv_memory_fraction", frac))
     kv = profile_kv_tokens(profile, cost, frac, tokens, seqs, hbm_capacity_bytes=bench.hbm_capacity_bytes)
     n = bench_num_requests(row.get("num_requests"), bench.concurrency_bound, num_requests) if offline else num_requests
+    chunked = profile.benchmark_tool.settings.get("chunked_prefill") if bench.hbm_capacity_bytes else None
     return {"engine": profile.id, "max_num_seqs": seqs, "max_num_batched_tokens": tokens,
             "block_size": base["block_size"], "scheduler": base["scheduler"], "gpu_memory_utilization": frac,
-            "kv_capacity_tokens": kv, "num_requests": n}
+            "kv_capacity_tokens": kv, "num_requests": n,
+            "policy_params": policy_params_for(profile, base["scheduler"], chunked)}
 
 
 def resolve(ref: str | EngineProfile | None) -> EngineProfile:
@@ -202,5 +239,5 @@ def resolve(ref: str | EngineProfile | None) -> EngineProfile:
 
 
 __all__ = ["BENCH_WAVES", "BenchSettings", "POLICY_SCHEDULERS", "PROFILE_FIELDS", "bench_num_requests",
-           "bench_settings", "profile_hardware", "profile_model", "row_settings", "profile_kv_tokens", "profile_settings", "resolve",
+           "bench_settings", "policy_params_for", "profile_hardware", "profile_model", "row_settings", "profile_kv_tokens", "profile_settings", "resolve",
            "scheduler_for", "sglang_seats"]

@@ -32,6 +32,7 @@ from .catalog import load_hardware, load_model, read_yaml
 from .energy import run_energy
 from .engine import ROUTERS, SCHEDULERS, EngineConfig, SimResult, simulate
 from .engine_setup import (
+    policy_params_for,
     profile_hardware,
     profile_kv_tokens,
     profile_model,
@@ -87,6 +88,7 @@ class Scenario:
     max_duration_s: float | None = None
     debug: bool = False
     engine: str | None = None  # engine profile id or file (None: llmsim's historical defaults)
+    policy_params: dict = field(default_factory=dict)  # the scheduler policy's parameters
 
     def __post_init__(self) -> None:
         def need(cond: bool, name: str, allowed: str) -> None:
@@ -129,6 +131,7 @@ class Scenario:
         for name in ("ideal", "skip_bad_rows", "debug"):
             need(isinstance(getattr(self, name), bool), name, "must be true or false")
         need(isinstance(self.efficiency, dict), "efficiency", "must be a mapping of efficiency fields")
+        need(isinstance(self.policy_params, dict), "policy_params", "must be a mapping of scheduler parameters")
         need(isinstance(self.goodput, (dict, str, list, tuple)), "goodput",
              "must be a mapping like {ttft: 500, tpot: 50} (ms)")
         if self.concurrency is not None and self.rate is not None and math.isfinite(self.rate):
@@ -207,7 +210,8 @@ class Scenario:
                             block_size=self.block_size, scheduler=self.scheduler,
                             gpu_memory_utilization=self.gpu_memory_utilization,
                             max_model_len=self.max_model_len, kv_capacity_tokens=kv_tokens,
-                            max_duration_s=self.max_duration_s, debug=self.debug)
+                            max_duration_s=self.max_duration_s, debug=self.debug,
+                            policy_params=self.policy_params)
 
     @property
     def slos_s(self) -> dict[str, float]:
@@ -267,6 +271,7 @@ def _fill_engine_defaults(cls: type, kw: dict[str, Any]) -> None:
     tp, pp = int(kw.get("tp", 1)), int(kw.get("pp", 1))
     for key, value in profile_settings(profile, hw, tp=tp, pp=pp, max_model_len=kw.get("max_model_len")).items():
         kw.setdefault(key, value)
+    kw.setdefault("policy_params", policy_params_for(profile, kw["scheduler"]))
     if "max_num_seqs" in kw or profile.limits.max_num_seqs != "sglang_kv_derived":
         return
     sc = cls(**kw)
