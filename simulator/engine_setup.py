@@ -48,7 +48,7 @@ from .specs import HardwareSpec, ModelSpec, SpecError
 
 #: policy -> event-engine scheduler names, the engine's own first (schedulers.SCHEDULERS)
 POLICY_SCHEDULERS: dict[str, tuple[str, ...]] = {
-    "vllm_v1": ("vllm-v1", "vllm"),
+    "vllm_v1": ("vllm",),  # `vllm-v1` is an alias of it
     "vllm_v0": ("vllm-v0", "prefill-priority"),  # multi-step and chunked: see scheduler_for
     "trtllm": ("trtllm", "vllm"),
     "sglang": ("sglang", "vllm"),

@@ -267,12 +267,13 @@ def _fill_engine_defaults(cls: type, kw: dict[str, Any]) -> None:
     """The engine profile's default limits for the settings `kw` leaves unset (on its
     hardware: vLLM's tiers depend on GPU memory; SGLang's seats on its KV size)."""
     profile = load_engine(kw["engine"])
+    seats_given = "max_num_seqs" in kw
     hw = load_hardware(kw.get("hardware", cls.hardware))
     tp, pp = int(kw.get("tp", 1)), int(kw.get("pp", 1))
     for key, value in profile_settings(profile, hw, tp=tp, pp=pp, max_model_len=kw.get("max_model_len")).items():
         kw.setdefault(key, value)
     kw.setdefault("policy_params", policy_params_for(profile, kw["scheduler"]))
-    if "max_num_seqs" in kw or profile.limits.max_num_seqs != "sglang_kv_derived":
+    if seats_given or profile.limits.max_num_seqs != "sglang_kv_derived":
         return
     sc = cls(**kw)
     kv = sc.engine_config().kv_capacity_tokens or sc.cost_model().memory(
