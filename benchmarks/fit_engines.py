@@ -146,12 +146,13 @@ def msle(pred: np.ndarray, meas: np.ndarray) -> float:
 
 
 def fit(pred: Predictor, rows: Sequence[Mapping[str, Any]], p0: Mapping[str, float],
-        names: Sequence[str] = PARAMS, log: Callable[[str], None] = print) -> dict[str, float]:
+        names: Sequence[str] = PARAMS, log: Callable[[str], None] = print,
+        steps: Sequence[float] = STEPS) -> dict[str, float]:
     """Coordinate descent on multiplicative steps (module docstring)."""
     meas = np.array([r["value"] for r in rows], dtype=float)
     p = dict(p0)
     best = msle(pred(rows, p), meas)
-    for step in STEPS:
+    for step in steps:
         improved = True
         while improved:
             improved = False
@@ -201,17 +202,73 @@ def stratified(rows: Sequence[Mapping[str, Any]], per_cell: int) -> list[Mapping
 
 
 def leave_one_out(pred: Predictor, rows: Sequence[Mapping[str, Any]], fit_rows: Sequence[Mapping[str, Any]],
-                  p0: Mapping[str, float], key: Callable[[Mapping[str, Any]], str]) -> np.ndarray:
-    """Predictions of each group's rows with parameters fitted on the other groups' rows."""
+                  p0: Mapping[str, float], key: Callable[[Mapping[str, Any]], str],
+                  steps: Sequence[float] = STEPS) -> np.ndarray:
+    """Predictions of each group's rows with parameters refitted on the other groups' rows
+    (starting from `p0`, the all-rows fit, with `steps`)."""
     out = np.full(len(rows), np.nan)
     for g in sorted({key(r) for r in rows}):
         train = [r for r in fit_rows if key(r) != g]
         names = [n for n in PARAMS if any(n in relevant(r) for r in train)]
-        p = fit(pred, train, p0, names, log=lambda s: None)
+        start = dict(p0)
+        if "fp8_rel_ada" not in names:  # no Ada fp8 rows left: borrow Hopper's (no leak)
+            start["fp8_rel_ada"] = start["fp8_rel_hopper"]
+        p = fit(pred, train, start, names, log=lambda s: None, steps=steps)
         idx = [i for i, r in enumerate(rows) if key(r) == g]
         out[idx] = pred([rows[i] for i in idx], p)
         print(f"  held out {g:<16} " + ", ".join(f"{k}={p[k]:.4g}" for k in names), flush=True)
     return out
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOC_CSV = DOCS / "serving_validation.csv"
+BEGIN, END = "<!-- serving-results:begin -->", "<!-- serving-results:end -->"
+GROUPS = (("engine", "engine"), ("scenario", "scenario"), ("input/output shape", "shape"),
+          ("hardware", "hardware"), ("dtype", "dtype"))
+
+
+def doc_tables(points: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown tables (by engine, scenario, shape, hardware, dtype, then all rows) of per-row
+    points {engine, scenario, shape, hardware, dtype, measured, predicted}."""
+    lines = ["| group | name | rows | median APE % | p90 APE % | median signed error % |", "|---|---|---|---|---|---|"]
+
+    def row(group: str, name: str, pts: Sequence[Mapping[str, Any]]) -> str:
+        e = np.array([(float(q["predicted"]) - float(q["measured"])) / float(q["measured"]) * 100 for q in pts])
+        a = np.abs(e)
+        return (f"| {group} | {name} | {len(pts)} | {np.median(a):.1f} | {np.percentile(a, 90):.1f} | "
+                f"{np.median(e):.1f} |")
+
+    for title, col in GROUPS:
+        names = sorted({str(q[col]) for q in points}, key=lambda x: (len(x), x))
+        for n in names:
+            lines.append(row(title, n, [q for q in points if str(q[col]) == n]))
+    lines.append(row("overall", "all", points))
+    return "\n".join(lines)
+
+
+def read_doc_points(path: Path = DOC_CSV) -> list[dict[str, str]]:
+    import csv
+
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def write_docs(rows: Sequence[Mapping[str, Any]], pred: np.ndarray) -> None:
+    """docs/serving_validation.csv (per row) and the tables between the markers of validation.md."""
+    import csv
+
+    pts = [{"id": r["id"], "engine": "trtllm", "scenario": r["scenario"], "shape": shape(r), "hardware": r["hardware"],
+            "dtype": dtype(r), "measured": r["value"], "predicted": f"{pred[i]:.6g}"}
+           for i, r in enumerate(rows) if np.isfinite(pred[i])]
+    with open(DOC_CSV, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(pts[0]))
+        w.writeheader()
+        w.writerows(pts)
+    md = DOCS / "validation.md"
+    text = md.read_text()
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    md.write_text(f"{head}{BEGIN}\n{doc_tables(read_doc_points())}\n{END}{tail}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -221,7 +278,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--no-fit", action="store_true", help="only report the profile's current values")
     ap.add_argument("--loo", action="store_true", help="leave-one-hardware-out and leave-one-shape-out")
     ap.add_argument("--csv", help="write per-row predictions here")
+    ap.add_argument("--write-docs", action="store_true",
+                    help="write docs/serving_validation.csv and validation.md's serving tables (the profile's values)")
+    ap.add_argument("--steps", default=",".join(str(x) for x in STEPS), help="relative step sizes, coarse to fine")
+    ap.add_argument("--loo-steps", default="0.05", help="step sizes of the leave-one-out refits (from the fit)")
     a = ap.parse_args(argv)
+    steps = [float(x) for x in a.steps.split(",")]
+    loo_steps = [float(x) for x in a.loo_steps.split(",")]
     rows, skipped = V.load_rows(a.data)
     rows = [r for r in rows if r["scenario"] == "offline_max_throughput"]
     base = load_engine("trtllm")
@@ -230,13 +293,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     fit_rows = stratified(rows, a.per_cell) if a.per_cell else rows
     t0 = time.time()
     print(f"{len(rows)} rows ({len(skipped)} skipped reading); fitting on {len(fit_rows)}", flush=True)
-    p = p0 if a.no_fit else fit(pred, fit_rows, p0)
+    p = p0 if a.no_fit else fit(pred, fit_rows, p0, steps=steps)
     cols = {"start": pred(rows, p0), "fitted": pred(rows, p)}
     if a.loo:
         print("leave-one-hardware-out:")
-        cols["loo_hw"] = leave_one_out(pred, rows, fit_rows, p0, lambda r: r["hardware"])
+        cols["loo_hw"] = leave_one_out(pred, rows, fit_rows, p, lambda r: r["hardware"], loo_steps)
         print("leave-one-shape-out:")
-        cols["loo_shape"] = leave_one_out(pred, rows, fit_rows, p0, shape)
+        cols["loo_shape"] = leave_one_out(pred, rows, fit_rows, p, shape, loo_steps)
     print("\nfitted parameters:")
     for k in PARAMS:
         print(f"  {k:<22}{p0[k]:>12.5g} -> {p[k]:.5g}")
@@ -244,6 +307,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"\nby {title} (median absolute % error, median signed %)")
         print("\n".join(ape_table(rows, cols, key)))
     print(f"\n{pred.simulated} simulations, {time.time() - t0:.0f} s")
+    if a.write_docs:
+        write_docs(rows, cols["start"])
+        print(f"wrote {DOC_CSV} and the serving tables of docs/validation.md (profile values as loaded)")
     if a.csv:
         import csv
 
