@@ -198,7 +198,7 @@ def test_dev_throughput_subset_accuracy() -> None:
     assert res["predicted"] == len(sub) == 45
     assert res["median_ape"] < 10.0, res["median_ape"]
     by_shape: dict[str, list[float]] = {}
-    for pt, r in zip(res["points"], sub):
+    for pt, r in zip(res["points"], sub, strict=True):
         by_shape.setdefault(f"{r['input_len']}/{r['output_len']}", []).append(abs(pt["error_pct"]))
     worst = max(float(np.median(v)) for v in by_shape.values())
     assert worst < 35.0, by_shape
