@@ -280,6 +280,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--csv", help="write per-row predictions here")
     ap.add_argument("--write-docs", action="store_true",
                     help="write docs/serving_validation.csv and validation.md's serving tables (the profile's values)")
+    ap.add_argument("--params", default=",".join(PARAMS), help="parameters to fit (the others stay at the profile's)")
     ap.add_argument("--steps", default=",".join(str(x) for x in STEPS), help="relative step sizes, coarse to fine")
     ap.add_argument("--loo-steps", default="0.05", help="step sizes of the leave-one-out refits (from the fit)")
     a = ap.parse_args(argv)
@@ -293,7 +294,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     fit_rows = stratified(rows, a.per_cell) if a.per_cell else rows
     t0 = time.time()
     print(f"{len(rows)} rows ({len(skipped)} skipped reading); fitting on {len(fit_rows)}", flush=True)
-    p = p0 if a.no_fit else fit(pred, fit_rows, p0, steps=steps)
+    names = [n.strip() for n in a.params.split(",") if n.strip()]
+    bad = [n for n in names if n not in PARAMS]
+    if bad:
+        raise SystemExit(f"--params: unknown parameter {bad[0]!r}; allowed: {', '.join(PARAMS)}")
+    p = p0 if a.no_fit else fit(pred, fit_rows, p0, names, steps=steps)
     cols = {"start": pred(rows, p0), "fitted": pred(rows, p)}
     if a.loo:
         print("leave-one-hardware-out:")
