@@ -169,7 +169,7 @@ class Scenario:
             kw["rate"] = parse_rate(kw["rate"])
         try:
             if kw.get("engine") is not None:
-                _fill_engine_defaults(cls, kw)
+                _fill_engine_defaults(kw)
             return cls(**kw)
         except SpecError as e:
             raise SpecError(f"{source}: {e}") from None
@@ -263,19 +263,19 @@ class Scenario:
         return res, summary
 
 
-def _fill_engine_defaults(cls: type, kw: dict[str, Any]) -> None:
+def _fill_engine_defaults(kw: dict[str, Any]) -> None:
     """The engine profile's default limits for the settings `kw` leaves unset (on its
     hardware: vLLM's tiers depend on GPU memory; SGLang's seats on its KV size)."""
     profile = load_engine(kw["engine"])
     seats_given = "max_num_seqs" in kw
-    hw = load_hardware(kw.get("hardware", cls.hardware))
+    hw = load_hardware(kw.get("hardware", Scenario.hardware))
     tp, pp = int(kw.get("tp", 1)), int(kw.get("pp", 1))
     for key, value in profile_settings(profile, hw, tp=tp, pp=pp, max_model_len=kw.get("max_model_len")).items():
         kw.setdefault(key, value)
     kw.setdefault("policy_params", policy_params_for(profile, kw["scheduler"]))
     if seats_given or profile.limits.max_num_seqs != "sglang_kv_derived":
         return
-    sc = cls(**kw)
+    sc = Scenario(**kw)
     kv = sc.engine_config().kv_capacity_tokens or sc.cost_model().memory(
         sc.gpu_memory_utilization, sc.max_num_batched_tokens, sc.max_num_seqs).kv_capacity_tokens
     kw["max_num_seqs"] = sglang_seats(kv, int(sc.max_model_len or sc.cost_model().model.max_context))
