@@ -27,6 +27,7 @@ from .checks import (
     read_text_bounded,
     show,
 )
+from .named_workloads import tokenizer_for
 from .specs import (
     HardwareSpec,
     MLASpec,
@@ -155,6 +156,38 @@ def hardware_catalog() -> dict[str, HardwareSpec]:
     return out
 
 
+def _alias_key(name: str) -> str:
+    """`H100_SXM5 80GB` and `h100-sxm5-80gb` are one name: case, `_` and spaces ignored."""
+    return re.sub(r"[\s_]+", "-", name.strip().lower())
+
+
+def hardware_alias_index(catalog: dict[str, HardwareSpec]) -> dict[str, tuple[str, ...]]:
+    """normalised id or alias -> the catalog ids it names (more than one: ambiguous)."""
+    index: dict[str, list[str]] = {}
+    for hw_id, spec in catalog.items():
+        for name in (hw_id, *spec.aliases):
+            ids = index.setdefault(_alias_key(name), [])
+            if hw_id not in ids:
+                ids.append(hw_id)
+    return {k: tuple(v) for k, v in index.items()}
+
+
+@functools.cache
+def _catalog_alias_index() -> dict[str, tuple[str, ...]]:
+    return hardware_alias_index(hardware_catalog())
+
+
+def resolve_hardware_id(ref: str, catalog: dict[str, HardwareSpec] | None = None) -> str | None:
+    """The canonical catalog id `ref` names (an id or alias, case-insensitive), None when it
+    names none; a SpecError listing the candidates when it names more than one."""
+    index = _catalog_alias_index() if catalog is None else hardware_alias_index(catalog)
+    ids = index.get(_alias_key(ref), ())
+    if len(ids) > 1:
+        raise SpecError(f"hardware: {show(ref)} is ambiguous: it names {', '.join(ids)}; "
+                        "give one of those ids")
+    return ids[0] if ids else None
+
+
 #: overlays on overlays: at most this many `base:` links from a file to a catalog id
 MAX_OVERLAY_CHAIN = 16
 
@@ -244,9 +277,9 @@ def _load_hardware(ref: Any, chain: tuple[Path, ...]) -> HardwareSpec:
     cat = hardware_catalog()
     if ref in cat:
         return cat[ref]
-    lower = {k.lower(): v for k, v in cat.items()}
-    if ref.lower() in lower:
-        return lower[ref.lower()]
+    hw_id = resolve_hardware_id(ref)
+    if hw_id is not None:
+        return cat[hw_id]
     path = Path(ref)
     if _is_file(path):
         data = read_yaml(path)
@@ -394,6 +427,7 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
     if vocab is None:
         raise SpecError(f"vocab_size: missing; cannot represent architecture {show(arch)} without it")
     fields["vocab_size"] = vocab
+    fields["tokenizer"] = tokenizer_for(mt, vocab)
     if cfg.get("head_dim") is not None:
         fields["head_dim"] = cfg["head_dim"]
     act = str(_first(cfg, "hidden_act", "activation_function", "hidden_activation", default="silu"))

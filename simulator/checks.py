@@ -199,8 +199,26 @@ def check_tree(data: Any, where: str) -> None:
         stack.extend((c, depth + 1, False) for c in children)
 
 
+
+def check_cost_model(cost: Any) -> None:
+    """Refuse a cost model (a custom one from the Python API) whose step time for a one-token
+    step, a 512-token prefill or a 64-sequence decode is not a finite number of seconds > 0:
+    the engine would otherwise divide by zero or carry NaN times into every metric."""
+    import math
+
+    probes = ((1.0, 1.0, 0.5, 0.0, 1.0), (512.0, 1.0, 256.0, 0.0, 512.0), (64.0, 64.0, 64.0 * 512, 0.0, 64.0 * 512))
+    for T, S, Ad, Ap, R in probes:
+        try:
+            dt = cost.step_time(T, S, Ad, Ap, R)
+        except (ArithmeticError, ValueError, TypeError) as e:
+            raise SpecError(f"cost model: step_time({T:g} tokens, {S:g} seqs) failed ({type(e).__name__}: "
+                            f"{show(str(e))})") from None
+        if not is_number(dt) or not (math.isfinite(dt) and dt > 0):
+            raise SpecError(f"cost model: step_time({T:g} tokens, {S:g} seqs) = {show(dt)}; "
+                            "a step time must be a finite number of seconds > 0")
+
 __all__ = [
-    "MAX_BATCH", "MAX_DEPTH", "MAX_INT_DIGITS", "MAX_NODES", "MAX_REQUESTS", "MAX_RESULT_BYTES",
+    "MAX_BATCH", "MAX_DEPTH", "check_cost_model", "MAX_INT_DIGITS", "MAX_NODES", "MAX_REQUESTS", "MAX_RESULT_BYTES",
     "MAX_SPEC_BYTES", "MAX_TOKENS", "SpecError", "check_choice", "check_int", "check_number",
     "check_path", "check_tree", "is_int", "is_number", "load_json", "read_text_bounded", "show",
 ]

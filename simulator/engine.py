@@ -41,9 +41,12 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
+from .checks import check_cost_model
+from .prefix import request_block_hashes
 from .replica import COMPLETED, PENDING, REJECTED, Replica, capped_sums
 from .roofline import CostModel
 from .schedulers import SCHEDULERS, EngineConfig
+from .sessions import dependencies, release_children, run_dependent
 from .specs import SpecError
 from .steplog import StepLog
 from .workload import Workload
@@ -72,6 +75,9 @@ class SimResult:
     itl_counts: np.ndarray  # how many tokens saw each gap
     timeline: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
+    #: when each request was first scheduled (NaN: never); queue time = scheduled_s - arrival_s
+    scheduled_s: np.ndarray | None = None
+    cached_tokens: np.ndarray | None = None  # prefix caching on: prompt tokens found in cache
 
     def records(self) -> pd.DataFrame:
         """Tidy per-request table (one row per request), times in seconds."""
@@ -96,6 +102,7 @@ class SimResult:
             "replica": self.replica,
             "status": status,
             "reason": reason,
+            **({} if self.cached_tokens is None else {"cached_tokens": self.cached_tokens}),
         })
 
 
@@ -155,7 +162,7 @@ ROUTERS: dict[str, type[Router]] = {cls.name: cls for cls in (RoundRobin, LeastO
 
 # ---------------------------------------------------------------------------- events and pools
 
-ARRIVAL, RELEASE = 0, 1  # event kinds
+ARRIVAL, RELEASE = 0, 1  # event kinds (sessions.CHILD = 2: a later turn of a session released)
 
 
 class EventQueue:
@@ -257,34 +264,49 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         raise SpecError(f"replicas: {replicas!r} must be an integer >= 1")
     if router not in ROUTERS:
         raise SpecError(f"router: {router!r} is not one of {', '.join(ROUTERS)}")
+    check_cost_model(cost)
     n = workload.num_requests
     blocks, mml = kv_blocks(cost, cfg)
     out: dict[str, Any] = {
         "first_token_s": np.full(n, np.nan),
         "finish_s": np.full(n, np.nan),
+        "scheduled_s": np.full(n, np.nan),  # first admission (vLLM's end of queue time)
         "preemptions": np.zeros(n, dtype=np.int64),
         "replica": np.full(n, -1, dtype=np.int64),
         "status": np.zeros(n, dtype=np.int8),
         "reasons": {},
+        "cached_tokens": np.zeros(n, dtype=np.int64),
     }
     log = StepLog()
     closed = workload.concurrency
     arrivals = np.array(workload.arrival_s, dtype=float) if closed is None else np.full(n, np.nan)
-    events = EventQueue(arrivals if closed is None else None)
+    deps = dependencies(workload, closed)
+    if deps is not None:
+        arrivals = arrivals.copy()
+        roots = np.flatnonzero(deps[0] < 0)
+        events = EventQueue(arrivals[roots])
+    else:
+        events = EventQueue(arrivals if closed is None else None)
 
     def on_finish(r: int, t: float) -> None:
         if closed is not None:
             events.push(t, RELEASE)
+        elif deps is not None:
+            release_children(deps, r, t, arrivals, events)
 
     # every router sends request r to one of the first r + 1 replicas (an idle replica with
     # the lowest index wins ties), so replicas beyond n would stay idle: do not build them
     pool = Pool([Replica(i, cost, cfg, blocks, mml, workload, out, log, on_finish)
                  for i in range(min(replicas, n))], ROUTERS[router](cfg))
     reps = pool.replicas
+    _attach_prefix_caches(reps, workload, cfg)
     if closed is not None:
         for _ in range(min(closed, n)):
             events.push(0.0, RELEASE)
-    _run_events(pool, events, arrivals, closed, cfg, out, progress)
+    if deps is not None:
+        run_dependent(pool, events, roots, deps, arrivals, cfg, out, progress)
+    else:
+        _run_events(pool, events, arrivals, closed, cfg, out, progress)
     cap = cfg.max_duration_s
     cut_reason = _cut_reason(cap)
     for p in reps:
@@ -299,7 +321,10 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     if cfg.debug:
         _check_run(reps, out, log, arrivals, workload.output_len)
     itl_v, itl_c = log.itl()
-    timeline = log.timeline()
+    from .utilization import add_utilization, utilization_summary
+
+    timeline = add_utilization(cost, log.timeline())  # MFU/MBU per row, from its work sums
+    util = utilization_summary(timeline)
     meta = {
         "num_replicas": replicas,
         "router": router,
@@ -315,11 +340,38 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         "concurrency": closed,
         "chars_per_token": cost.model.chars_per_token,
         "gpus_per_replica": cost.par.num_gpus,
+        "utilization": util,
+        "prefix_caching": cfg.enable_prefix_caching,
+        "prefix_cache_hit_rate": _hit_rate(out, workload, done),
     }
-    return SimResult(workload.arrival_s.copy() if closed is None else arrivals, workload.input_len,
-                     workload.output_len, out["first_token_s"], out["finish_s"], out["preemptions"],
-                     out["replica"], out["status"], out["reasons"], itl_v, itl_c,
-                     timeline, meta)
+    if util["busy_utilization"] is not None:
+        meta["busy_utilization"] = util["busy_utilization"]  # energy.run_energy's u_busy
+    return SimResult(workload.arrival_s.copy() if closed is None and deps is None else arrivals,
+                     workload.input_len, workload.output_len, out["first_token_s"], out["finish_s"],
+                     out["preemptions"], out["replica"], out["status"], out["reasons"], itl_v, itl_c,
+                     timeline, meta, scheduled_s=out["scheduled_s"],
+                     cached_tokens=out["cached_tokens"] if cfg.enable_prefix_caching else None)
+
+
+def _attach_prefix_caches(reps: list[Replica], workload: Workload, cfg: EngineConfig) -> None:
+    """Prefix caching on: every replica gets a cache over the requests' block hashes."""
+    if cfg.enable_prefix_caching:
+        hashes = request_block_hashes(workload, cfg.block_size)
+        cost = reps[0].cost
+        # a block's KV on one GPU, reloaded over that GPU's own host link
+        block_bytes = cfg.block_size * cost.model.kv_bytes_per_token(cost.dtypes.kv) / (
+            cost.model.kv_shards(cost.par.tp) * cost.par.pp)
+        cpu_blocks = int(cfg.cpu_offload_bytes // (block_bytes * cost.par.num_gpus))
+        reload_s = block_bytes / cost.hardware.host_link_bandwidth_bytes_per_s
+        for p in reps:
+            p.attach_prefix_cache(hashes, cfg.warm_cache, cpu_blocks, reload_s)
+
+
+def _hit_rate(out: dict[str, Any], workload: Workload, done: np.ndarray) -> float:
+    """Prompt tokens served from the prefix cache / prompt tokens, over completed requests
+    (vLLM's prefix-cache hit rate, in tokens); 0 with caching off."""
+    total = int(workload.input_len[done].sum())
+    return int(out["cached_tokens"][done].sum()) / total if total else 0.0
 
 
 def _check_run(reps: list[Replica], out: dict[str, Any], log: StepLog, arrivals: np.ndarray,
@@ -368,11 +420,14 @@ def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: in
             t = events.pop()[0]
         if cap is not None and t > cap:
             # past the cap nothing more is served: the rest are cut off, with a reason
+            # a closed loop never sent these: no arrival time (not one after the cap)
+            reason = (_cut_reason(cap) if closed is None
+                      else f"never sent: the simulated-time cap of {cap} s came first (max_duration_s)")
             for q in range(r, n):
                 out["status"][q] = REJECTED
-                out["reasons"][q] = _cut_reason(cap)
+                out["reasons"][q] = reason
             if closed is not None:
-                arrivals[r:] = t
+                arrivals[r:] = np.nan
             break
         pool.advance_until(t)
         pool.route(r, t)

@@ -6,7 +6,7 @@ plan, whatif) and for `validate` (a row's `engine` column):
 
 * `profile_settings(profile, hw, ...)`: the Scenario fields the profile sets when the user
   does not (max_num_seqs, max_num_batched_tokens, block_size, scheduler,
-  gpu_memory_utilization). Explicit user values always win (the caller only fills gaps).
+  gpu_memory_utilization, enable_prefix_caching). Explicit user values always win (the caller only fills gaps).
 * `scheduler_for(profile)`, `policy_params_for(profile, scheduler)`: the event engine's policy
   for the profile's `scheduler.policy` and its parameters in the policy's names (TRT-LLM
   GUARANTEED_NO_EVICT -> `trtllm` {capacity_policy: guaranteed_no_evict, chunked_context},
@@ -56,7 +56,7 @@ POLICY_SCHEDULERS: dict[str, tuple[str, ...]] = {
 
 #: Scenario fields a profile fills when the user leaves them unset
 PROFILE_FIELDS = ("max_num_seqs", "max_num_batched_tokens", "block_size", "scheduler", "gpu_memory_utilization",
-                  "policy_params")
+                  "enable_prefix_caching", "policy_params")
 
 
 def scheduler_for(profile: EngineProfile) -> str:
@@ -124,6 +124,7 @@ def profile_settings(profile: EngineProfile, hw: HardwareSpec, *, tp: int = 1, p
         "block_size": lim.block_size_tokens,
         "scheduler": scheduler_for(profile),
         "gpu_memory_utilization": float(frac),
+        "enable_prefix_caching": bool(lim.prefix_caching),
     }  # policy_params: `policy_params_for(profile, scheduler)` once the scheduler is settled
 
 
@@ -232,6 +233,7 @@ def row_settings(profile: EngineProfile, cost: Any, row: dict[str, Any], num_req
     return {"engine": profile.id, "max_num_seqs": seqs, "max_num_batched_tokens": tokens,
             "block_size": base["block_size"], "scheduler": base["scheduler"], "gpu_memory_utilization": frac,
             "kv_capacity_tokens": kv, "num_requests": n,
+            "enable_prefix_caching": bool(profile.benchmark_tool.settings.get("prefix_caching", base["enable_prefix_caching"])),
             "policy_params": policy_params_for(profile, base["scheduler"], chunked)}
 
 

@@ -48,11 +48,35 @@ class Executor:
     def __enter__(self) -> Executor:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None:
+            self.abort()
         self.close()
+
+    def abort(self) -> None:
+        """Stop at once (an exception or a signal is in flight): nothing by default."""
 
 
 SerialExecutor = Executor
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Pool-worker initializer: the worker ends when the process that started it does, even
+    after `kill -9` of that process (which runs no cleanup): a daemon thread polls the parent
+    id once a second and exits when the worker has been reparented. (Not prctl
+    PR_SET_PDEATHSIG: it fires when the parent *thread* that spawned the worker ends, which
+    would kill a pool still in use when a Python-API caller's thread exits.)"""
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    if os.getppid() != parent_pid:  # the parent died while this worker started
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True, name="llmsim-parent-watch").start()
 
 
 class PoolExecutor(Executor):
@@ -75,7 +99,8 @@ class PoolExecutor(Executor):
         import multiprocessing
 
         if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=_die_with_parent, initargs=(os.getpid(),))
         futs = {self._pool.submit(fn, *args): i for i, args in enumerate(tasks)}
         out: list[Any] = [None] * len(tasks)
         try:
@@ -95,6 +120,15 @@ class PoolExecutor(Executor):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+    def abort(self) -> None:
+        """Terminate the workers now rather than wait for their running points."""
+        if self._pool is None:
+            return
+        for p in list(getattr(self._pool, "_processes", {}).values()):
+            p.terminate()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool = None
 
 
 class DaskExecutor(Executor):
@@ -239,8 +273,9 @@ class PointStore:
 
     @staticmethod
     def make_header(scenario: Scenario, sweeps: Sequence[tuple[str, Sequence[Any]]]) -> dict[str, Any]:
-        return json.loads(_canon({"llmsim_sweep_points": 1, "scenario": scenario.as_dict(),
-                                  "sweep": [[k, list(v)] for k, v in sweeps]}))
+        return json.loads(_canon({"llmsim_sweep_points": 2, "scenario": scenario.as_dict(),
+                                  "sweep": [[k, list(v)] for k, v in sweeps],
+                                  "inputs": input_digests(scenario, sweeps)}))
 
     @staticmethod
     def key(scenario_dict: dict[str, Any], rate: float) -> str:
@@ -274,11 +309,14 @@ class PointStore:
             raise SpecError(f"{where}: cannot read {cls.FILE} ({e})") from None
         try:
             saved = json.loads(lines[0])
-            if not isinstance(saved, dict) or saved.get("llmsim_sweep_points") != 1:
+            if not isinstance(saved, dict) or saved.get("llmsim_sweep_points") not in (1, 2):
                 raise ValueError
         except ValueError:
             raise SpecError(f"{where}: {cls.FILE} is not an llmsim sweep points file") from None
-        for part in ("scenario", "sweep"):
+        if saved.get("llmsim_sweep_points") != 2:
+            raise SpecError(f"{where}: {cls.FILE} was written by an older llmsim (no input digests); "
+                            "rerun without --resume to start over")
+        for part in ("scenario", "sweep", "inputs"):
             if saved.get(part) != header[part]:
                 diff = _differences(saved.get(part), header[part])
                 raise SpecError(f"{where}: the kept points belong to a different {part} ({diff}); "
@@ -289,7 +327,7 @@ class PointStore:
                 continue
             try:
                 rec = json.loads(line)
-                points[rec["key"]] = rec["summary"]
+                points[rec["key"]] = _checked_point(rec)
             except (ValueError, KeyError, TypeError):
                 if i == len(lines) or (i == len(lines) - 1 and not lines[-1].strip()):
                     continue  # a torn last line: that point is simply run again
@@ -307,8 +345,9 @@ class PointStore:
         os.fsync(self._fh.fileno())
 
     def add(self, key: str, summary: dict[str, Any]) -> None:
+        """Keep one finished point; its line carries a digest so an edited line is refused."""
         self.points[key] = summary
-        self._write({"key": key, "summary": summary})
+        self._write({"key": key, "summary": summary, "sha256": _digest(key, summary)})
 
     def get(self, key: str) -> Any:
         return self.points.get(key)
@@ -333,6 +372,52 @@ def _plain(o: Any) -> Any:
 def _canon(obj: Any, sort: bool = True) -> str:
     """Exact JSON (floats round-trip; NaN/inf as NaN/Infinity), keys sorted for keys/headers."""
     return json.dumps(obj, sort_keys=sort, default=_plain, separators=(",", ":"))
+
+
+def _digest(key: str, summary: Any) -> str:
+    import hashlib
+
+    return hashlib.sha256(_canon([key, summary]).encode()).hexdigest()
+
+
+def _checked_point(rec: dict[str, Any]) -> Any:
+    """A kept point's summary, or ValueError when its line was edited (digest) or its counts
+    are impossible (negative or fractional request counts)."""
+    summary = rec["summary"]
+    if not isinstance(summary, dict) or rec.get("sha256") != _digest(rec["key"], summary):
+        raise ValueError("digest")
+    for k in ("completed", "failed"):
+        v = summary.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise ValueError(k)
+    return summary
+
+
+def input_digests(scenario: Scenario, sweeps: Sequence[tuple[str, Sequence[Any]]]) -> dict[str, str]:
+    """SHA-256 of every input file a sweep reads (model/hardware YAML, overlays and the files
+    they name as `base:`, traces, scenario values that are paths), keyed by the path as given,
+    plus the resolved model and hardware specs: a kept point is reused only when none changed."""
+    import hashlib
+    from pathlib import Path
+
+    values = [v for v in scenario.as_dict().values() if isinstance(v, str)]
+    values += [str(v) for _, vs in sweeps for v in vs]
+    out: dict[str, str] = {}
+    for v in values:
+        try:
+            p = Path(v)
+            if p.is_file():
+                out[v] = hashlib.sha256(p.read_bytes()).hexdigest()
+        except (OSError, ValueError):
+            continue
+    try:
+        from .catalog import load_hardware, load_model, spec_to_dict
+
+        for name, spec in (("model", load_model(scenario.model)), ("hardware", load_hardware(scenario.hardware))):
+            out[f"<resolved {name}>"] = hashlib.sha256(_canon(spec_to_dict(spec)).encode()).hexdigest()
+    except (SpecError, OSError, ValueError, TypeError):
+        pass  # an unloadable spec fails the run itself, with its own message
+    return out
 
 
 def _differences(a: Any, b: Any) -> str:

@@ -14,10 +14,9 @@ Shared blocks (prefix caching, vLLM V33 `vllm/v1/core/block_pool.py` — `BlockP
 radix cache) are the one place block identity matters, so only they carry an id and a
 reference count: `share(slot, block_id)` references a block, allocating it from the free pool
 on its first reference; `free(slot)` drops the slot's references and returns a shared block
-to the pool when its count reaches 0. Prefix hashing and an LRU of unreferenced cached blocks
-are not modelled yet: they extend `share` (the id is the block's hash) and the refcount-0 case
-of `free` (park the block in an evictable LRU instead of the free pool; evictable blocks still
-count as free for admission, ENGINES.md §1.6).
+to the pool when its count reaches 0. Prefix caching (`prefixcache.PrefixKVCache`) extends
+this class: a shared block's id is its prefix hash, and a block whose count reaches 0 stays
+cached in an LRU free queue (still counted as free for admission, ENGINES.md §1.6).
 """
 
 from __future__ import annotations
@@ -27,6 +26,10 @@ class KVCache:
     """Block accounting of one replica: `total_blocks` blocks of `block_size` tokens."""
 
     __slots__ = ("block_size", "total_blocks", "free_blocks", "held", "shared_of", "ref_count")
+
+    #: True when every slot holds exactly ceil(tokens / block_size) blocks even with shared
+    #: blocks (prefix caching: shared blocks are the slot's full leading blocks)
+    ceil_blocks = False
 
     def __init__(self, total_blocks: int, block_size: int, num_slots: int) -> None:
         self.block_size = block_size

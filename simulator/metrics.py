@@ -15,12 +15,14 @@ does. Goodput (DistServe): a request is good when it completed and meets every S
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from .engine import COMPLETED, REJECTED, SimResult
 from .slo import SLO_KEYS, parse_goodput  # noqa: F401  (one goodput parser: slo.py)
+from .specs import SpecError
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -95,9 +97,25 @@ def good_mask(res: SimResult, slos: dict[str, float]) -> np.ndarray:
     return ok
 
 
+def _check_slos_s(goodput: Any) -> None:
+    if goodput is None:
+        return
+    if not isinstance(goodput, dict):
+        raise SpecError(f"goodput: {type(goodput).__name__} given; a dict of {{metric: seconds}} is needed")
+    for k, v in goodput.items():
+        if k not in SLO_KEYS:
+            raise SpecError(f"goodput: unknown metric {str(k)[:40]!r}; allowed: {', '.join(SLO_KEYS)}")
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not (math.isfinite(v) and v > 0):
+            raise SpecError(f"goodput: {k} value {str(v)[:40]!r} must be a finite number of seconds > 0")
+
+
 def summarize(res: SimResult, goodput: dict[str, float] | None = None,
               percentiles: tuple = PERCENTILES) -> dict[str, Any]:
-    """vLLM's result keys plus llmsim's extras, from a SimResult. Times in ms, rates per s."""
+    """vLLM's result keys plus llmsim's extras, from a SimResult. Times in ms, rates per s.
+
+    `goodput`: {metric: seconds}, metric one of `slo.SLO_KEYS`, each a finite number > 0
+    (SpecError otherwise: an unknown key would silently count every request good)."""
+    _check_slos_s(goodput)
     done = res.status == COMPLETED
     rejected = res.status == REJECTED
     n_done = int(done.sum())
@@ -145,11 +163,14 @@ def summarize(res: SimResult, goodput: dict[str, float] | None = None,
     else:
         s["request_goodput"] = None
     meta = res.meta
+    s.update(meta.get("utilization") or {})  # MFU/MBU: time-weighted mean, p50, p99
     s["mean_batch_size"] = meta.get("mean_batch_size")
     s["peak_kv_utilization"] = meta.get("peak_kv_utilization")
     s["preemptions"] = int(res.preemptions.sum())
     s["preempted_requests"] = int((res.preemptions > 0).sum())
     s["steps"] = meta.get("steps")
+    # prompt tokens served from the prefix cache / prompt tokens (0 with caching off)
+    s["prefix_cache_hit_rate"] = meta.get("prefix_cache_hit_rate", 0.0)
     cpt = meta.get("chars_per_token")
     if cpt:
         s["output_chars_per_s"] = s["output_throughput"] * cpt

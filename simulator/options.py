@@ -66,6 +66,9 @@ SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--hardware", "-H"), {"help": "Catalog id, hardware YAML, or calibration overlay. [default: h100-sxm]"}),
     (("--tp",), {"type": int, "help": "Tensor-parallel degree per replica. [default: 1]"}),
     (("--pp",), {"type": int, "help": "Pipeline-parallel degree per replica. [default: 1]"}),
+    (("--ep",), {"type": int, "help": "MoE expert-parallel degree (divides --tp; docs/deployments.md). [default: 1]"}),
+    (("--pp-microbatches",), {"type": int, "help": "Micro-batches in flight through the --pp stages. [default: 1]"}),
+    (("--expert-imbalance",), {"type": float, "help": "Busiest EP rank's tokens over the mean, >= 1. [default: 1]"}),
     (("--weight-dtype",), {"help": "Weight format (default: the model's own)."}),
     (("--activation-dtype",), {"help": "Activation format. [default: bf16]"}),
     (("--kv-dtype", "--kv-cache-dtype"), {"help": "KV-cache format (vLLM: --kv-cache-dtype), independent of --activation-dtype. [default: bf16]"}),
@@ -74,8 +77,18 @@ SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--engine",), {"help": "Engine profile: vllm | vllm-v0 | trtllm | trtllm-pytorch | sglang | generic, or a profile YAML; its limits, scheduler and overheads apply where flags leave them unset. [default: none: llmsim's historical limits]"}),
     (("--replicas",), {"type": int, "help": "Replicas behind the router. [default: 1]"}),
     (("--router",), {"help": "round-robin | least-outstanding | least-kv. [default: round-robin]"}),
-    (("--workload", "-w"), {"help": "azure-conv | azure-code | random | a trace file. [default: azure-conv]"}),
+    (("--disagg",), {"metavar": "P:D", "help": "Disaggregated serving: P prefill and D decode replicas, KV moved between them (docs/deployments.md)."}),
+    (("--workload", "-w"), {"help": "azure-conv | azure-code | random | sharegpt | shared-prefix | a trace file (replayed whole unless -n). [default: azure-conv]"}),
     (("--dataset-name",), {"help": "vLLM spelling of --workload: random | sharegpt."}),
+    (("--dataset-path",), {"help": "sharegpt: the full ShareGPT JSON (vLLM's exact draw; needs the sharegpt extras). [default: the shipped count table]"}),
+    (("--num-groups",), {"type": int, "help": "shared-prefix: groups (one system prompt each). [default: 8]"}),
+    (("--prompts-per-group",), {"type": int, "help": "shared-prefix: questions per group. [default: 16]"}),
+    (("--system-prompt-len",), {"type": int, "help": "shared-prefix: system prompt tokens. [default: 1000]"}),
+    (("--question-len",), {"type": int, "help": "shared-prefix: question tokens. [default: 100]"}),
+    (("--multi-turn",), {"is_flag": True, "default": None, "help": "shared-prefix: rounds re-send the session's history (-n > groups x prompts)."}),
+    (("--enable-prefix-caching/--no-enable-prefix-caching",), {"default": None, "help": "Automatic prefix caching (vLLM V1 block hashing, LRU). [default: off]"}),
+    (("--kv-offloading-size",), {"type": float, "help": "GiB of host memory per replica holding prefix blocks evicted from the GPU (vLLM's name); reloads priced by the host link. [default: 0]"}),
+    (("--warm-cache",), {"is_flag": True, "default": None, "help": "Prefix cache starts holding this workload's prompts (a re-run against a live server)."}),
     (("--rate", "-r", "--request-rate"), {"help": "Requests/s (number or inf). A trace is time-scaled to it; default: the trace's own timing (random: inf)."}),
     (("--burstiness",), {"type": float, "help": "Gamma arrival shape (vLLM): 1 = Poisson, < 1 burstier. [default: 1]"}),
     (("--concurrency", "--max-concurrency"), {"type": int, "help": "N clients, each sends when its last request returns (vLLM's --max-concurrency at rate inf; a cap at a finite rate is not modelled)."}),
@@ -136,6 +149,8 @@ def scenario_from_options(opts: dict[str, Any], **overrides: Any) -> Any:
     if "rate" in base and isinstance(base["rate"], str):
         base["rate"] = _rate_type(base["rate"])
     lengths = [k for k in ("input_len", "output_len", "range_ratio") if base.get(k) is not None]
+    if str(base.get("workload", "")).lower() == "shared-prefix":
+        lengths = [k for k in lengths if k != "output_len"]
     if lengths:
         base.setdefault("workload", "random")
         if str(base["workload"]).lower() not in ("random", "synthetic"):
@@ -164,10 +179,7 @@ def _apply_dataset_name(base: dict[str, Any]) -> None:
     from .workload import BUILTIN_WORKLOADS
 
     key = str(name).lower()
-    if key == "sharegpt" and key not in BUILTIN_WORKLOADS:
-        raise SpecError("dataset-name: dataset sharegpt not available yet; use random, a built-in "
-                        f"workload ({', '.join(BUILTIN_WORKLOADS)}) or --workload FILE")
-    if key != "random" and key not in BUILTIN_WORKLOADS:
+    if key not in ("random", "sharegpt") and key not in BUILTIN_WORKLOADS:
         raise SpecError(f"dataset-name: {name!r} is not one of random, sharegpt"
                         f" (or a built-in workload: {', '.join(BUILTIN_WORKLOADS)})")
     given = base.get("workload")
@@ -212,7 +224,8 @@ def expand_nargs(args: list[str]) -> list[str]:
 
 
 def pop_scenario_opts(kw: dict[str, Any]) -> dict[str, Any]:
-    names = {d[0].lstrip("-").replace("-", "_") if not d[0].startswith("-c") else "config" for d, _ in SCENARIO_OPTIONS}
+    names = {d[0].split("/")[0].lstrip("-").replace("-", "_") if not d[0].startswith("-c") else "config"
+             for d, _ in SCENARIO_OPTIONS}
     names = {n if n != "c" else "config" for n in names}
     return {k: kw.pop(k) for k in list(kw) if k in names}
 

@@ -125,9 +125,14 @@ class _Offset:
 _Key = tuple[str, int, str, str]  # (hardware ref, tp, weight dtype, kv dtype)
 
 
+#: the largest target rate (req/s) plan sizes a fleet for: 10 million requests/s
+MAX_PLAN_RATE = 1e7
+
+
 def _check_inputs(base: Scenario, rate: float, headroom: float) -> None:
-    if not (_num(rate) and rate > 0):
-        raise SpecError(f"rate: {rate!r} must be a finite number of requests/s > 0")
+    if not (_num(rate) and 0 < rate <= MAX_PLAN_RATE):
+        raise SpecError(f"rate: {rate!r} must be a number of requests/s in (0, {MAX_PLAN_RATE:g}] "
+                        "(beyond it replica counts and costs lose meaning)")
     if not base.goodput:
         raise SpecError("plan needs goodput SLOs (e.g. --goodput ttft:2000 --goodput tpot:100): "
                         "a replica's capacity is the highest rate that meets them")
@@ -207,6 +212,12 @@ def _low_load_retry(base: Scenario, base1: Scenario, key: _Key, row: dict[str, A
         pts = [p for p in res["points"] if p["rate"] == low[0]]
         worst = _worst_slo(pts[0] if pts else {}, base.goodput)
         row["slo_capacity"] = 0.0
+        good = pts[0].get("good_fraction") if pts else None
+        if good is not None and good >= slo_target:  # low load meets them: the grid's miss was noise
+            row["reason"] = (f"SLOs met at every low-load rate ({low[0]:.4g}-{low[-1]:.4g} req/s) but not at "
+                             f"the sweep's lowest rate: {base.num_requests} requests per simulation are too "
+                             "few for a steady result; raise --num-requests")
+            return
         row["reason"] = (f"SLOs unmeetable even at low load: good fraction "
                          f"{(pts[0].get('good_fraction') or 0.0) if pts else 0.0:.3f} < {slo_target:g} "
                          f"at {low[0]:.4g} req/s (0.1 % of the offline max throughput)" + worst)
@@ -286,7 +297,7 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
          kv_dtypes: Sequence[str | None] | None = None, weight_dtypes: Sequence[str | None] | None = None,
          headroom: float = 0.2, prices: dict[str, float] | None = None, slo_target: float = 0.99,
          tol: float = 0.02, executor: Executor | None = None,
-         progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+         progress: Callable[[int, int], None] | None = None, disagg: bool = False) -> dict[str, Any]:
     """Rank deployments of `base` that serve `rate` req/s within its goodput SLOs.
 
     `hardware`, `tps`, `kv_dtypes`, `weight_dtypes`: the candidate values (default: the
@@ -295,7 +306,8 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
     `candidates` (feasible, cheapest first), `infeasible` (with `reason`) and `best`.
 
     Steps (module docstring): memory screen (`_screen`), SLO capacity per replica
-    (`_slo_capacities`), replicas and cost (`_price_candidates`).
+    (`_slo_capacities`), replicas and cost (`_price_candidates`). `disagg`: also search
+    disaggregated deployments (`plan_disagg.py`), listed in `disaggregated`, compared in `why`.
     """
     _check_inputs(base, rate, headroom)
     price_map = normalise_prices(prices)
@@ -321,6 +333,8 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
         r["status"] = "infeasible"
     for r in (*candidates, *infeasible):
         r.pop("_key", None)
+    extra = _disaggregated(base, rate, hw_specs, price_map, tp_list, headroom, slo_target, tol, executor,
+                           candidates) if disagg else {}
     return {
         "model": base.model,
         "workload": str(base.workload),
@@ -337,7 +351,25 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
         "candidates": candidates,
         "infeasible": infeasible,
         "best": candidates[0] if candidates else None,
+        **extra,
     }
+
+
+def _disaggregated(base: Scenario, rate: float, hw_specs: dict[str, Any], price_map: dict[str, float],
+                   tp_list: list[int], headroom: float, slo_target: float, tol: float,
+                   executor: Executor | None, candidates: list[dict[str, Any]]) -> dict[str, Any]:
+    """The disaggregated search and its comparison with the best aggregated candidate."""
+    from . import plan_disagg
+
+    prices = {ref: price_map.get(hw.id, hw.price_per_gpu_hour_usd) for ref, hw in hw_specs.items()}
+    rows = plan_disagg.search(base, rate, list(hw_specs), prices, tp_list, headroom, slo_target, tol,
+                              executor or Executor())
+    best_dis = next((r for r in rows if r["status"] == "feasible"), None)
+    best_agg = candidates[0] if candidates else None
+    for c in candidates:
+        c["shape"] = "aggregated"
+    why = plan_disagg.why(best_agg, best_dis)
+    return {"disaggregated": rows, "best_disaggregated": best_dis, "winner": why.split(" ", 1)[0], "why": why}
 
 
 def _worst_slo(point: dict[str, Any], slos_ms: dict[str, float]) -> str:

@@ -136,14 +136,37 @@ def _png_bytes(fig: Any) -> bytes:
     return buf.getvalue()
 
 
+def _binned_utilization(timeline: Any, bins: int = 80) -> dict[str, Any]:
+    """MFU/MBU split into prefill and decode, time-weighted within `bins` time bins (pooled
+    over replicas): sum(v t) / sum(t) over the busy time t of the rows in each bin, so the
+    prefill and decode curves add up to the step's total. A row (a step or a run of decode
+    steps, logged at its end) is placed at the middle of its busy time."""
+    import numpy as np
+
+    t_end = timeline["time_s"].to_numpy(dtype=float)
+    busy = timeline["busy_s"].to_numpy(dtype=float)
+    edges = np.linspace(0.0, float(t_end.max()) if len(t_end) else 1.0, bins + 1)
+    idx = np.clip(np.searchsorted(edges, t_end - busy / 2, side="right") - 1, 0, bins - 1)
+    w = np.bincount(idx, weights=busy, minlength=bins)
+    out: dict[str, Any] = {"time_s": (edges[:-1] + edges[1:]) / 2}
+    for col in ("mfu_prefill", "mfu_decode", "mbu_prefill", "mbu_decode"):
+        v = np.nan_to_num(timeline[col].to_numpy(dtype=float))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[col] = np.where(w > 0, np.bincount(idx, weights=v * busy, minlength=bins) / w, np.nan)
+    return out
+
+
 def timeline_png(timeline: Any, title: str = "") -> bytes:
-    """Batch size, KV-cache utilisation and queue length over simulated time (PNG bytes)."""
+    """Batch size, KV-cache utilisation, queue length and (when the timeline has them) MFU and
+    MBU split into prefill and decode, over simulated time (PNG bytes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
-    fig, axes = plt.subplots(3, 1, figsize=(9, 7), sharex=True)
+    util = "mfu" in timeline and len(timeline) > 0
+    fig, axes = plt.subplots(4 if util else 3, 1, figsize=(9, 9 if util else 7), sharex=True)
     for rep, g in timeline.groupby("replica"):
         lbl = f"replica {rep}"
         axes[0].step(g["time_s"], g["batch_size"], where="post", lw=0.8, label=lbl)
@@ -152,7 +175,17 @@ def timeline_png(timeline: Any, title: str = "") -> bytes:
     axes[0].set_ylabel("batch size (seqs)")
     axes[1].set_ylabel("KV cache used (%)")
     axes[2].set_ylabel("waiting requests")
-    axes[2].set_xlabel("simulated time (s)")
+    if util:
+        b = _binned_utilization(timeline)
+        styles = {"mfu_prefill": ("C3", "-"), "mfu_decode": ("C0", "-"),
+                  "mbu_prefill": ("C3", "--"), "mbu_decode": ("C0", "--")}
+        has = np.isfinite(b["mfu_decode"])  # bins with busy time (idle or mid-run bins skipped)
+        for col, (color, ls) in styles.items():
+            axes[3].plot(b["time_s"][has], 100 * b[col][has], color=color, ls=ls, lw=0.9,
+                         label=col.upper().replace("_", " "))
+        axes[3].set_ylabel("% of peak (busy time)")
+        axes[3].legend(fontsize=7, ncol=4, loc="upper right")
+    axes[-1].set_xlabel("simulated time (s)")
     if timeline["replica"].nunique() > 1:
         axes[0].legend(fontsize=7, ncol=4)
     for ax in axes:
@@ -375,9 +408,9 @@ def validation_scatter_png(points: list[dict[str, Any]], title: str = "") -> byt
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    from .validate import METRICS
+    from .validate import metric_unit, point_label
 
-    units = [u for u in ("ms", "tokens/s", "req/s") if any(METRICS.get(p["metric"]) == u for p in points)]
+    units = [u for u in ("ms", "tokens/s", "req/s") if any(metric_unit(p["metric"]) == u for p in points)]
     if not units:
         units = ["ms"]
     hws = sorted({p["hardware"] for p in points})
@@ -388,7 +421,7 @@ def validation_scatter_png(points: list[dict[str, Any]], title: str = "") -> byt
              "req/s": "request throughput (req/s)"}
     fig, axes = plt.subplots(1, len(units), figsize=(6.2 * len(units), 6), squeeze=False)
     for ax, unit in zip(axes[0], units, strict=True):
-        pts = [p for p in points if METRICS.get(p["metric"]) == unit]
+        pts = [p for p in points if metric_unit(p["metric"]) == unit]
         vals = [v for p in pts for v in (p["measured"], p["predicted"])] or [1.0, 10.0]
         lo, hi = min(vals) / 1.6, max(vals) * 1.6
         x = np.logspace(np.log10(lo), np.log10(hi), 50)
@@ -402,6 +435,11 @@ def validation_scatter_png(points: list[dict[str, Any]], title: str = "") -> byt
                     ax.scatter([p["measured"] for p in sel], [p["predicted"] for p in sel], s=28,
                                color=colors[h], marker=markers.get(s, "o"), edgecolor="black",
                                linewidth=0.4, alpha=0.85, zorder=3)
+        if len(pts) <= 40:  # few points (a vLLM result): say which is which, alternating sides
+            for i, p in enumerate(sorted(pts, key=lambda q: q["measured"])):
+                ax.annotate(point_label(p), (p["measured"], p["predicted"]), fontsize=7,
+                            xytext=(6, -10) if i % 2 else (-6, 6), textcoords="offset points",
+                            ha="left" if i % 2 else "right", zorder=4)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(lo, hi)

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from .specs import SpecError
-from .workload import arrivals
+from .workload import Workload, arrivals, object_column
 
 #: The parent hash of block 0 (any fixed int: only equality of hashes matters).
 _ROOT_HASH = 0
@@ -169,6 +169,51 @@ class PrefixWorkload:
     def block_hashes(self, block_size: int) -> list[list[int]]:
         """Per request, its full blocks' chained hashes."""
         return [block_hashes(p, block_size) for p in self.prompts]
+
+    def to_workload(self, name: str = "") -> Workload:
+        """The engine's `Workload`, carrying the prompts (`extra["prompt_segments"]`) and,
+        when any request has a parent, `parent` and `think_time_s` (the engine releases
+        request i at max(arrival_s[i], finish of parent[i] + think_time_s[i]))."""
+        extra: dict[str, np.ndarray] = {"prompt_segments": object_column(self.prompts)}
+        if np.any(self.parent >= 0):
+            extra["parent"] = self.parent
+            extra["think_time_s"] = self.think_time_s
+            extra["session"] = self.session
+        return Workload(self.arrival_s, self.input_len, self.output_len, name=name, extra=extra)
+
+
+def request_block_hashes(wl: Workload, block_size: int) -> list[list[int]]:
+    """Per request of `wl`, its prompt's full-block hashes for blocks of `block_size` tokens:
+    from `extra["prompt_segments"]`, else from Mooncake `extra["hash_ids"]` (512-token blocks,
+    re-cut to `block_size` through `mooncake_segments`), else none (no request shares a block)."""
+    n = wl.num_requests
+    if "prompt_segments" in wl.extra:
+        hashes = [block_hashes(p, block_size) for p in wl.extra["prompt_segments"]]
+        if "parent" in wl.extra:
+            _extend_to_answers(hashes, wl, block_size)
+        return hashes
+    if "hash_ids" in wl.extra:
+        out = []
+        for i, (hids, length) in enumerate(zip(wl.extra["hash_ids"], wl.input_len, strict=True)):
+            segs = mooncake_segments(list(hids), int(length), unique_id=_UNIQUE_BASE + i)
+            out.append(block_hashes(segs, block_size))
+        return out
+    return [[] for _ in range(n)]
+
+
+def _extend_to_answers(hashes: list[list[int]], wl: Workload, block_size: int) -> None:
+    """A request with a later turn also names the blocks of its answer: the child's prompt
+    starts with the parent's prompt + answer, so the child's leading hashes are the parent's
+    whole sequence (vLLM hashes the blocks of generated tokens too)."""
+    for c, p in enumerate(wl.extra["parent"].tolist()):
+        if p >= 0:
+            full = (int(wl.input_len[p]) + int(wl.output_len[p])) // block_size
+            if full > len(hashes[p]):
+                hashes[p] = hashes[c][:full]
+
+
+#: segment ids of Mooncake prompt tails not covered by hash_ids (apart from generator ids)
+_UNIQUE_BASE = 1 << 60
 
 
 def _pos_int(v: object, what: str, minimum: int = 1) -> int:
@@ -385,6 +430,8 @@ def read_mooncake_prefix(path: str | Path) -> PrefixWorkload:
         lines = p.read_text(encoding="utf-8").splitlines()
     except OSError as e:
         raise SpecError(f"{path}: cannot read ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{path}: not UTF-8 text (byte {e.start})") from None
     arr: list[float] = []
     ins: list[int] = []
     outs: list[int] = []

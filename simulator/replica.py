@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from .kvcache import KVCache
+from .prefixcache import PrefixState, reservations_after
 from .roofline import CostModel
 from .schedulers import EngineConfig, StepPlan, make_policy
 from .steplog import StepLog
@@ -88,6 +89,7 @@ class Replica:
         self.wl_in = wl.input_len
         self.wl_out = wl.output_len
         self.out = out
+        self.scheduled_s = out["scheduled_s"]  # first admission of each request
         self.log = log
         self.on_finish = on_finish
         self.outstanding = 0
@@ -98,6 +100,17 @@ class Replica:
         # segment's first step that step's duration
         self.in_step = True
         self.segment_steps = 0  # decode steps run in closed-form segments (policies that count steps)
+        self.prefix: PrefixState | None = None  # prefix caching on (`attach_prefix_cache`)
+
+    def attach_prefix_cache(self, hashes: list[list[int]], warm: bool = False, cpu_blocks: int = 0,
+                            reload_s_per_block: float = 0.0) -> None:
+        """Turn on prefix caching (`prefixcache.py`) with each request's block hashes."""
+        self.prefix = PrefixState(self.kv, hashes, warm, cpu_blocks, reload_s_per_block)
+        self.kv = self.prefix.kv
+
+    def prefix_hit_tokens(self, r: int) -> int:
+        """Prompt tokens of request r found in the prefix cache now (0 without caching)."""
+        return 0 if self.prefix is None else self.prefix.hit_tokens(r, self.prompt_of(r))
 
     # ---------------------------------------------------------------- state queries
     @property
@@ -120,10 +133,6 @@ class Replica:
 
     def total_len(self, r: int) -> int:
         return int(self.wl_in[r]) + int(self.wl_out[r])
-
-    def prefix_hit_tokens(self, r: int) -> int:
-        """Prompt tokens of queued request r already in the prefix cache (none modelled yet)."""
-        return 0
 
     # ---------------------------------------------------------------- arrivals
     def enqueue(self, r: int, t: float) -> None:
@@ -188,7 +197,9 @@ class Replica:
             decodes = list(self.active)  # before admissions join `active`
         sched = plan.running
         if plan.admit:
-            sched = sched + [self._admit(r, tokens) for r, tokens in plan.admit]
+            after = reservations_after(plan.admit, self.bs) if self.prefix is not None else None
+            sched = sched + [self._admit(r, tokens, after[i] if after else 0)
+                             for i, (r, tokens) in enumerate(plan.admit)]
         if sched or decodes:
             self._execute(sched, decodes)
         elif self.waiting and not self.active:
@@ -206,18 +217,28 @@ class Replica:
         self.out["status"][r] = REJECTED
         self.out["reasons"][r] = reason
 
-    def _admit(self, r: int, tokens: int) -> tuple[int, int]:
-        """Request r (the head of the queue) takes a seat and the blocks of its first chunk."""
+    def _admit(self, r: int, tokens: int, reserved_after: int = 0) -> tuple[int, int]:
+        """Request r (the head of the queue) takes a seat and the blocks of its first chunk
+        (with prefix caching: its cached prefix is in cache already and not recomputed)."""
         self.waiting.popleft()
         s = self.free_slots.pop()
         self.rid[s] = r
         self.computed[s] = 0
-        generated = self.gen_so_far.pop(r, 0)
+        generated = self.gen_so_far.pop(r, -1)  # -1: never preempted, so a first admission
+        if generated < 0:
+            generated = 0
+            self.scheduled_s[r] = self.clock
         self.prompt[s] = int(self.wl_in[r]) + generated
         self.generated[s] = generated
         self.last_tok[s] = self.last_tok_of.pop(r, 0.0)
         self.outlen[s] = int(self.wl_out[r])
-        self.kv.allocate(s, -(-tokens // self.bs))
+        if self.prefix is None:
+            self.kv.allocate(s, -(-tokens // self.bs))
+        else:
+            hit, tokens = self.prefix.admit(s, r, self.prompt[s], tokens, reserved_after)
+            self.computed[s] = hit
+            self.context_sum += hit
+            self.out["cached_tokens"][r] = hit
         self.active.append(s)
         self.n_prefilling += 1
         return s, tokens
@@ -248,8 +269,11 @@ class Replica:
     def _execute(self, sched: list[tuple[int, int]], dec: list[int] | None = None) -> None:
         """Price one step from each scheduled sequence's (new tokens q, cached tokens p) and
         run it; `dec` are decoding slots scheduled as a group (one token each)."""
-        T, S, Ad, Ap, R, Aw, Rw, Pc = self._step_stats(sched, dec)
-        dt = self.step_time(T, S, Ad, Ap, R, Aw, Rw, Pc)
+        stats = self._step_stats(sched, dec)
+        dt = self.step_time(*stats)
+        if self.prefix is not None and self.prefix.pending_s:
+            dt += self.prefix.pending_s  # offloaded blocks reloaded before the step runs
+            self.prefix.pending_s = 0.0
         prev = self.clock
         t_end = prev + dt
         lg = self.log
@@ -261,16 +285,21 @@ class Replica:
         comp, prompt, gen, last, outl = self.computed, self.prompt, self.generated, self.last_tok, self.outlen
         regular = 0  # tokens whose gap is exactly this step (they emitted in the previous step)
         done = []
-        added = len(dec) if dec else 0
+        added = n_dec = len(dec) if dec else 0
+        register = self.prefix.register if self.prefix is not None else None
         for s, q in sched:
             before = comp[s]
             after = before + q
             comp[s] = after
             added += q
+            if register is not None and before < prompt[s]:
+                register(s, after)
             if after < prompt[s]:
                 continue  # a prompt chunk that does not finish the prompt: no token
             if before < prompt[s]:
                 self.n_prefilling -= 1
+            else:
+                n_dec += 1
             g = gen[s]
             if g == 0:
                 first_token_s[self.rid[s]] = t_end
@@ -300,7 +329,11 @@ class Replica:
         self.in_step = batch == len(self.active)
         self.clock = t_end
         lg.gap(t_end - prev, regular)
-        self._record(batch)
+        kv = self.kv  # _record inline: once per step
+        lg.record(t_end, self.index, batch, 1.0 - kv.free_blocks / kv.total_blocks, len(self.waiting),
+                  dt, 1, n_dec, stats)
+        if self.cfg.debug:
+            self.check()
         for s in done:
             self._finish(s)
 
@@ -343,15 +376,19 @@ class Replica:
 
     def _finish(self, s: int) -> None:
         r = self.rid[s]
+        if self.prefix is not None:
+            self.prefix.register(s, self.computed[s])  # blocks of generated tokens a later turn re-sends
         self.out["finish_s"][r] = self.clock
         self.out["status"][r] = COMPLETED
         self._release(s)
         self.outstanding -= 1
         self.on_finish(r, self.clock)
 
-    def _record(self, batch: int) -> None:
+    def _record(self, batch: int, busy_s: float = 0.0, steps: int = 0, decode_tokens: float = 0,
+                stats: tuple = StepLog._NO_STATS) -> None:
         kv = self.kv
-        self.log.record(self.clock, self.index, batch, 1.0 - kv.free_blocks / kv.total_blocks, len(self.waiting))
+        self.log.record(self.clock, self.index, batch, 1.0 - kv.free_blocks / kv.total_blocks, len(self.waiting),
+                        busy_s, steps, decode_tokens, stats)
         if self.cfg.debug:
             self.check()
 
@@ -435,16 +472,42 @@ class Replica:
                 self.log.segment(step_s[:n_steps], batch)
             else:
                 self._log_lagging_segment(float(step_s[0]), n_steps, None, step_s[:n_steps])
+        if self.window is None:  # inline (the common case): _segment_stats without a call
+            bn = float(batch * n_steps)
+            grow = bn * (n_steps - 1) / 2.0
+            Ad = n_steps * (context_sum + 0.5 * batch) + grow
+            R = n_steps * (context_sum + batch) + grow
+            stats = (bn, bn, Ad, 0.0, R, Ad, R, 0.0)
+        else:
+            stats = self._segment_stats(batch, context_sum, n_steps)  # before the steps apply
         done = self._apply_decode_steps(n_steps, t_end)
         lg = self.log
         lg.steps += n_steps
         self.segment_steps += n_steps
         lg.batch_token_sum += batch * n_steps
-        lg.busy_s += t_end - self.clock
+        busy = t_end - self.clock
+        lg.busy_s += busy
         self.clock = t_end
-        self._record(batch)
+        self._record(batch, busy, n_steps, batch * n_steps, stats)
         for s in done:
             self._finish(s)
+
+    def _segment_stats(self, batch: int, context_sum: int, n: int) -> tuple:
+        """Sums over n decode steps of (T, S, Ad, Ap, R, Aw, Rw, Pc): step j adds B tokens of
+        context, so sum_j Ad_j = n (C + B/2) + B n(n-1)/2 and sum_j R_j = n (C + B) + B n(n-1)/2
+        (C = context_sum); windowed sums cap each sequence's context at W (capped_sums)."""
+        grow = batch * n * (n - 1) / 2.0
+        Ad = n * (context_sum + 0.5 * batch) + grow
+        R = n * (context_sum + batch) + grow
+        W = self.window
+        if W is None:
+            Aw, Rw = Ad, R
+        else:
+            c = np.sort(np.array([self.computed[s] for s in self.active], dtype=float))
+            j = np.arange(n, dtype=float)
+            Aw = float(capped_sums(c, j + 0.5, W).sum())
+            Rw = float(capped_sums(c, j + 1.0, W).sum())
+        return (float(batch * n), float(batch * n), Ad, 0.0, R, Aw, Rw, 0.0)
 
     def _log_lagging_segment(self, first_step_s: float, n_steps: int, line: tuple[float, float] | None,
                              step_s: np.ndarray | None) -> None:
@@ -558,7 +621,7 @@ class Replica:
         its longer context needs; returns the slots that are done."""
         kv = self.kv
         self.context_sum += n_steps * len(self.active)
-        if kv.shared_of:
+        if kv.shared_of and not kv.ceil_blocks:
             return self._apply_decode_steps_shared(n_steps, t_end)
         computed, generated, outlen, last = self.computed, self.generated, self.outlen, self.last_tok
         held, bs = kv.held, self.bs
@@ -665,6 +728,7 @@ class Replica:
         dts = self.cost.step_times(float(B), float(B), Ad, 0.0, Rr, Awd, Rwd) if longest > 1 else np.zeros(0)
         ends = t_first + np.concatenate([[0.0], np.cumsum(dts)])
         for j, r in enumerate(batch):
+            self.out["scheduled_s"][r] = t0
             self.out["first_token_s"][r] = t_first
             self.out["finish_s"][r] = ends[outs[j] - 1]
             self.out["status"][r] = COMPLETED
@@ -675,7 +739,11 @@ class Replica:
         self.log.busy_s += float(ends[-1] - t0)
         self.clock = float(ends[-1])
         self.log.peak_kv = max(self.log.peak_kv, blocks / self.kv.total_blocks)
-        self._record(B)
+        n_dec = len(dts)
+        stats = (float(ins.sum()) + B * n_dec, float(B * (1 + n_dec)), float(Ad.sum()) if n_dec else 0.0, Ap,
+                 R + (float(Rr.sum()) if n_dec else 0.0), Aw + (float(Awd.sum()) if n_dec else 0.0),
+                 Rw + (float(Rwd.sum()) if n_dec else 0.0), 0.0)
+        self._record(B, float(ends[-1] - t0), 1 + n_dec, B * n_dec, stats)
         self.outstanding -= B
         for j, r in sorted(enumerate(batch), key=lambda x: ends[outs[x[0]] - 1]):
             self.on_finish(r, float(ends[outs[j] - 1]))

@@ -13,6 +13,8 @@ from typing import Any
 
 import click
 
+from .outputs import write_atomic  # noqa: F401  (every file write goes through it)
+
 
 def llmsim_version() -> str:
     """The installed llmsim's version (the package's own when it is not installed)."""
@@ -77,7 +79,8 @@ def hw_row(h: Any) -> dict:
             "hbm_gb": round(h.hbm_capacity_bytes / 1e9, 1),
             "hbm_tb_s": round(h.hbm_bandwidth_bytes_per_s / 1e12, 2),
             "link_gb_s": round(h.link_bandwidth_bytes_per_s / 1e9, 1),
-            "tdp_w": h.tdp_w, "usd_per_hour": h.price_per_gpu_hour_usd}
+            "tdp_w": h.tdp_w, "usd_per_hour": h.price_per_gpu_hour_usd,
+            "aliases": ", ".join(h.aliases)}
 
 
 def fmt_num(x: float, unit: str = "") -> str:
@@ -138,23 +141,6 @@ def print_prediction(r: dict[str, Any]) -> None:
         click.echo("\nnotes:")
         for n in r["notes"]:
             click.echo(f"  - {n}")
-
-
-def write_atomic(path: Any, data: bytes | str) -> None:
-    """Write a file so that an interrupted run never leaves a truncated one: write a
-    temporary sibling, flush it to disk, then rename over the target."""
-    import os
-    from pathlib import Path
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    mode = "wb" if isinstance(data, bytes) else "w"
-    with open(tmp, mode, **({} if mode == "wb" else {"encoding": "utf-8"})) as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def write_json(path: Any, obj: Any) -> None:
@@ -262,6 +248,11 @@ def print_serving_summary(s: dict[str, Any]) -> None:
     line("Peak KV-cache utilisation:", s["peak_kv_utilization"])
     line("Preemptions:", s["preemptions"])
     line("KV capacity per replica (tokens):", s.get("kv_capacity_tokens_per_replica"))
+    if s.get("mfu_mean") is not None:  # simulator.utilization: time-weighted over busy steps
+        line("MFU mean / p50 / p99 (busy steps):", f"{s['mfu_mean']:.3f} / {s['mfu_p50']:.3f} / {s['mfu_p99']:.3f}", "{:<40} {:<10}")
+        line("MBU mean / p50 / p99 (busy steps):", f"{s['mbu_mean']:.3f} / {s['mbu_p50']:.3f} / {s['mbu_p99']:.3f}", "{:<40} {:<10}")
+        line("MFU prefill + decode (mean):", f"{s['mfu_prefill_mean']:.3f} + {s['mfu_decode_mean']:.3f}", "{:<40} {:<10}")
+        line("MBU prefill + decode (mean):", f"{s['mbu_prefill_mean']:.3f} + {s['mbu_decode_mean']:.3f}", "{:<40} {:<10}")
     if s.get("joules_per_output_token") is not None:  # rough: simulator.energy, docs/concepts.md
         line("Energy (J/output token, rough):", s["joules_per_output_token"])
         line("Electricity ($/M output tokens):", s["energy_usd_per_million_output_tokens"], "{:<40} {:<10.4f}")
@@ -406,18 +397,24 @@ def write_whatif_files(out_dir: str | None, stem: str, result: dict[str, Any], r
 
     import pandas as pd
 
-    d = Path(out_dir)
-    write_json(d / f"{stem}.json", result)
-    flat = [{k: (json.dumps(clean(v)) if isinstance(v, (dict, list)) else v) for k, v in r.items()} for r in rows]
-    write_csv(d / f"{stem}.csv", pd.DataFrame(flat))
-    write_atomic(d / f"{stem}.png", png)
+    from .outputs import OutputSet
+
+    with OutputSet(Path(str(out_dir))) as d:
+        write_json(d / f"{stem}.json", result)
+        flat = [{k: (json.dumps(clean(v)) if isinstance(v, (dict, list)) else v) for k, v in r.items()} for r in rows]
+        write_csv(d / f"{stem}.csv", pd.DataFrame(flat))
+        write_atomic(d / f"{stem}.png", png)
 
 
 def print_validation(result: dict[str, Any], file: str, out_dir: str | None) -> None:
     """`llmsim validate`: rows predicted, the error table by group, skipped rows."""
     click.echo(f"{file}: {result['predicted']} of {result['rows']} rows predicted, {len(result['skipped'])} skipped")
     if result["predicted"]:
+        from .validate import metric_table
+
         click.echo(error_table(result))
+        if result["predicted"] <= 60:  # measured vs predicted, metric by metric
+            click.echo("\n" + table(metric_table(result)))
     for line in skip_summary(result["skipped"]):
         click.echo(line)
     if out_dir:

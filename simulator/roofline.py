@@ -40,6 +40,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from .memory import MemoryPlan, activation_reserve_bytes, memory_plan, weights_bytes_per_gpu
+from .network import scaleout_link, scaleup_link
+from .parallel import alltoall_time_s, pipelined, pp_sends, tp_link
 from .specs import (
     DTYPE_BYTES,
     SCALAR_EFFICIENCY_FIELDS,
@@ -159,20 +161,36 @@ def _vec(**coeffs: float) -> np.ndarray:
 
 
 def _add_communication(add: Callable[..., None], m: ModelSpec, par: Parallelism, rates: Rates,
-                       ba: float) -> None:
+                       ba: float, hw: HardwareSpec) -> None:
     """The link ops of a step. Tensor parallel: a ring all-reduce of H b_a bytes per token after
     attention and after the MLP (once with parallel attention), 2 (t-1)/t msg / link + latency
-    (`allreduce_time_s`). Pipeline parallel: pp - 1 sends of H b_a bytes per token."""
+    (`allreduce_time_s`); with ep > 1 the MoE layers' second one is an all-to-all dispatch +
+    combine (`parallel.alltoall_time_s`). Pipeline parallel: pp - 1 sends of H b_a bytes per
+    token. Groups and sends that cross nodes run on the scale-out link (`parallel.py`)."""
     H, L, t = m.hidden_size, m.num_layers, par.tp
-    link = rates.link_bytes_per_s
+    # a link's rate keeps the efficiency in `rates` (linear_terms prices at unit efficiency)
+    up, out = scaleup_link(hw), scaleout_link(hw)
+    link, lat = rates.link_bytes_per_s, rates.link_latency_s
+    out_rate = link * out.bandwidth_bytes_per_s / up.bandwidth_bytes_per_s
+    tp_rate, tp_lat = (link, lat) if tp_link(hw, par).kind == "nvlink" else (out_rate, out.latency_s)
     if t > 1:
         per_layer = 1 if m.parallel_attention else 2
-        ring = allreduce_time_s(t, H * ba, link)  # per token; the latency is its own term
-        add("allreduce", "comm", L * per_layer, np.zeros(_NF), a=np.zeros(_NF), link=_vec(T=ring),
-            latency=_vec(one=rates.link_latency_s), launches=_vec())
-    if par.pp > 1:
-        add("pp_send", "comm", par.pp - 1, np.zeros(_NF), link=_vec(T=H * ba / link),
-            latency=_vec(one=rates.link_latency_s), launches=_vec())
+        a2a_layers = m.num_moe_layers if (par.ep > 1 and m.moe is not None and per_layer == 2) else 0
+        ring = allreduce_time_s(t, H * ba, tp_rate)  # per token; the latency is its own term
+        add("allreduce", "comm", L * per_layer - a2a_layers, np.zeros(_NF), a=np.zeros(_NF), link=_vec(T=ring),
+            latency=_vec(one=tp_lat), launches=_vec())
+        if a2a_layers:
+            assert m.moe is not None
+            per_tok = alltoall_time_s(1.0, m.moe.experts_per_token, H, ba, par.ep, tp_rate, 0.0, par.expert_imbalance)
+            add("moe_alltoall", "comm", a2a_layers, np.zeros(_NF), a=np.zeros(_NF), link=_vec(T=per_tok),
+                latency=_vec(one=2.0 * tp_lat), launches=_vec())
+    near, far = pp_sends(hw, par)
+    if near:
+        add("pp_send", "comm", near, np.zeros(_NF), link=_vec(T=H * ba / link),
+            latency=_vec(one=lat), launches=_vec())
+    if far:
+        add("pp_send_scaleout", "comm", far, np.zeros(_NF), link=_vec(T=H * ba / out_rate),
+            latency=_vec(one=out.latency_s), launches=_vec())
 
 
 def _zeros_for_none(*forms: np.ndarray | None) -> list[np.ndarray]:
@@ -330,6 +348,12 @@ class CostModel:
             raise SpecError(f"{m.id} on {hw.id}: step-time coefficients overflow float range; "
                             "check the hardware rates and efficiencies")
         self.step_time = self._compile_scalar()
+        if par.ep > 1 and m.moe is None:
+            raise SpecError(f"ep: {par.ep} applies to MoE models only; {m.id} is dense")
+        if par.pp_microbatches > 1:
+            # the pipelined forms replace both paths (the engine calls either)
+            self.step_time, self.step_times = pipelined(  # type: ignore[method-assign]
+                self.step_time, self.step_times, par.pp, par.pp_microbatches)
 
     # ------------------------------------------------------------------ building the ops
     def _build_ops(self, rates: Rates) -> list[Op]:
@@ -440,10 +464,11 @@ class CostModel:
             f_tok = 2.0 * n_mat * H * Ie * moe.experts_per_token
             # per-expert GEMMs see T k / U rows: time f (T k + T0 U) / (P eta_c)
             f_exp = 2.0 * n_mat * H * Ie
-            add("moe_experts", "gemm", nl, _vec(T=f_tok),
+            rho = par.expert_imbalance  # the busiest EP rank's tokens over the mean (parallel.py)
+            add("moe_experts", "gemm", nl, _vec(T=f_tok * rho),
                 w=_vec(U=n_mat * H * Ie * bw),
-                a=_vec(T=moe.experts_per_token * (2 * H + n_mat * Ie) * ba),
-                comp=_vec(T=f_tok / P_gemm), ramp=_vec(U=f_exp * T0 / P_gemm),
+                a=_vec(T=rho * moe.experts_per_token * (2 * H + n_mat * Ie) * ba),
+                comp=_vec(T=rho * f_tok / P_gemm), ramp=_vec(U=f_exp * T0 / P_gemm),
                 launches=_vec(one=1.0))
             if moe.num_shared_experts:
                 Is = moe.shared_intermediate / t
@@ -453,7 +478,8 @@ class CostModel:
         # --- norms, residuals, activation function: memory-bound element-wise work
         add("norm_act", "vector", L, _vec(T=10.0 * H), a=_vec(T=4.0 * H * ba))
 
-        _add_communication(add, m, par, rates, ba if self.link_dtype is None else DTYPE_BYTES[self.link_dtype])
+        _add_communication(add, m, par, rates, ba if self.link_dtype is None else DTYPE_BYTES[self.link_dtype],
+                           self.hardware)
 
         # --- once per step: embedding gather and LM head (only for emitting sequences)
         add("embedding", "gather", 1, np.zeros(_NF), w=_vec(T=H * bw), a=_vec(T=H * ba))
@@ -498,6 +524,15 @@ class CostModel:
         flat = X.reshape(_NF, -1)
         t = np.maximum(self._C @ flat, self._M @ flat).sum(axis=0) + self._P @ flat
         return t.reshape(X.shape[1:])
+
+    def work_forms(self) -> tuple[np.ndarray, np.ndarray]:
+        """(FLOPs, HBM bytes) of a step per GPU as linear forms over FEATURES: the same op
+        forms the step time is built from, summed (bytes: weights + activations + KV read and
+        written). MFU = F.x / (time peak), MBU = B.x / (time hbm_bw) (`utilization`)."""
+        flops = np.sum([op.flops for op in self.ops], axis=0)
+        nbytes = np.sum([op.weight_bytes + op.act_bytes + op.kv_read_bytes + op.kv_write_bytes
+                         for op in self.ops], axis=0)
+        return flops, nbytes
 
     def linear_terms(self) -> LinearTerms:
         """This model's step time split by the parameter that scales each term (see

@@ -41,6 +41,17 @@ from .engine_setup import (
 )
 from .engines import load_engine
 from .metrics import summarize
+from .named_workloads import (
+    DEFAULT_NUM_REQUESTS,
+    NAMED,
+    DefaultCount,
+    chars_summary,
+    check_shared_prefix_fields,
+    is_trace_file,
+    replay,
+    shared_prefix_workload,
+    sharegpt_workload,
+)
 from .resolve import make_cost_model
 from .roofline import CostModel
 from .slo import goodput_ms, parse_goodput
@@ -52,6 +63,14 @@ DEFAULT_WORKLOAD = "azure-conv"
 DEFAULT_KV_DTYPE = "bf16"
 
 
+#: arrival times beyond this (s, 317 years) are refused: up to here a float64 second resolves
+#: 2 us (2**-52 relative), well under the shortest step; far beyond, steps round to zero
+MAX_CLOCK_S = 1e10
+#: beyond numpy's array sizes (2**63 raised ValueError); below it a run too big for the
+#: machine's memory is refused by `run` with a memory message
+MAX_SIM_REQUESTS = 10**12
+
+
 @dataclass(frozen=True)
 class Scenario:
     """Model x hardware x parallelism x engine limits x workload x SLOs."""
@@ -60,6 +79,9 @@ class Scenario:
     hardware: str = "h100-sxm"
     tp: int = 1
     pp: int = 1
+    ep: int = 1  # expert parallelism of MoE layers (divides tp; parallel.py)
+    pp_microbatches: int = 1  # micro-batches in flight through the pipeline stages
+    expert_imbalance: float = 1.0  # busiest EP rank's load over the mean (1: uniform routing)
     weight_dtype: str | None = None
     activation_dtype: str = "bf16"
     kv_dtype: str | None = None
@@ -71,7 +93,7 @@ class Scenario:
     rate: float | None = None
     burstiness: float = 1.0
     concurrency: int | None = None
-    num_requests: int = 1000
+    num_requests: int = DEFAULT_NUM_REQUESTS  # not given: a trace file replays whole
     input_len: int = 1024
     output_len: int = 128
     range_ratio: float = 0.0
@@ -89,6 +111,18 @@ class Scenario:
     debug: bool = False
     engine: str | None = None  # engine profile id or file (None: llmsim's historical defaults)
     policy_params: dict = field(default_factory=dict)  # the scheduler policy's parameters
+    disagg: str | None = None  # "P:D": disaggregated prefill/decode pools (deployment.py)
+    deployment: dict = field(default_factory=dict)  # per-pool settings of a disaggregated run
+    # prefix caching and the workloads that exercise it (named_workloads.py)
+    enable_prefix_caching: bool = False
+    warm_cache: bool = False
+    kv_offloading_size: float = 0.0  # GiB of host memory for evicted prefix blocks (per replica)
+    dataset_path: str | None = None
+    num_groups: int = 8
+    prompts_per_group: int = 16
+    system_prompt_len: int = 1000
+    question_len: int = 100
+    multi_turn: bool = False
 
     def __post_init__(self) -> None:
         def need(cond: bool, name: str, allowed: str) -> None:
@@ -101,18 +135,21 @@ class Scenario:
         def is_num(v: Any) -> bool:
             return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
 
-        for name in ("tp", "pp", "replicas", "num_requests", "input_len", "output_len",
+        for name in ("tp", "pp", "ep", "pp_microbatches", "replicas", "num_requests", "input_len", "output_len",
                      "max_num_seqs", "max_num_batched_tokens", "block_size"):
             need(is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "must be an integer >= 1")
+        need(self.num_requests <= MAX_SIM_REQUESTS, "num_requests", f"must be at most {MAX_SIM_REQUESTS:,}")
         need(is_int(self.seed) and self.seed >= 0, "seed", "must be an integer >= 0")
         need(self.concurrency is None or (is_int(self.concurrency) and self.concurrency >= 1),
              "concurrency", "must be an integer >= 1")
         need(self.rate is None or (is_num(self.rate) and self.rate > 0), "rate",
              "must be a number > 0 requests/s, or inf")
+        need(is_num(self.expert_imbalance) and 1 <= self.expert_imbalance <= self.ep, "expert_imbalance",
+             "must be a number in [1, ep]")
         need(is_num(self.burstiness) and 0 < self.burstiness < math.inf, "burstiness", "must be a number > 0")
         need(is_num(self.range_ratio) and 0 <= self.range_ratio < 1, "range_ratio", "must be in [0, 1)")
-        need(self.router in ROUTERS, "router", f"is not one of {', '.join(ROUTERS)}")
-        need(self.scheduler in SCHEDULERS, "scheduler", f"is not one of {', '.join(SCHEDULERS)}")
+        need(isinstance(self.router, str) and self.router in ROUTERS, "router", f"is not one of {', '.join(ROUTERS)}")
+        need(isinstance(self.scheduler, str) and self.scheduler in SCHEDULERS, "scheduler", f"is not one of {', '.join(SCHEDULERS)}")
         for name in ("weight_dtype", "kv_dtype"):
             need(getattr(self, name) is None or getattr(self, name) in DTYPES, name, f"is not one of {', '.join(DTYPES)}")
         need(self.activation_dtype in DTYPES, "activation_dtype", f"is not one of {', '.join(DTYPES)}")
@@ -128,7 +165,7 @@ class Scenario:
                  name, "must be an integer >= 1 (or omitted)")
         need(self.max_duration_s is None or (is_num(self.max_duration_s) and self.max_duration_s > 0),
              "max_duration_s", "must be a number of seconds > 0 (or omitted)")
-        for name in ("ideal", "skip_bad_rows", "debug"):
+        for name in ("ideal", "skip_bad_rows", "debug", "enable_prefix_caching", "warm_cache", "multi_turn"):
             need(isinstance(getattr(self, name), bool), name, "must be true or false")
         need(isinstance(self.efficiency, dict), "efficiency", "must be a mapping of efficiency fields")
         need(isinstance(self.policy_params, dict), "policy_params", "must be a mapping of scheduler parameters")
@@ -139,7 +176,13 @@ class Scenario:
                 f"rate: {self.rate!r} cannot be combined with concurrency {self.concurrency}: a closed "
                 "loop of N clients ignores arrival times (vLLM's --max-concurrency cap on an open-loop "
                 "stream at a finite rate is not modelled yet); drop the rate or use rate inf")
-        if (str(self.workload).lower() not in ("random", "synthetic") and self.rate is None
+        need(is_num(self.kv_offloading_size) and 0 <= self.kv_offloading_size < math.inf,
+             "kv_offloading_size", "must be a number of GiB >= 0")
+        need(self.dataset_path is None or isinstance(self.dataset_path, str), "dataset_path",
+             "must be a file path (or omitted)")
+        if str(self.workload).lower() == "shared-prefix":
+            check_shared_prefix_fields(self)
+        if (str(self.workload).lower() not in ("random", "synthetic", *NAMED) and self.rate is None
                 and self.burstiness != 1.0):
             raise SpecError(
                 f"burstiness: {self.burstiness!r} applies only with a rate: trace {self.workload!r} "
@@ -147,6 +190,12 @@ class Scenario:
         if self.engine is not None:
             need(isinstance(self.engine, str) and bool(self.engine), "engine", "must be a profile id or file path")
             load_engine(self.engine)  # one-line error for an unknown id
+        if self.disagg is not None or self.deployment:
+            from .deployment import check_deployment, parse_disagg
+
+            if self.disagg is not None:
+                object.__setattr__(self, "disagg", "{}:{}".format(*parse_disagg(self.disagg)))
+            check_deployment(self.deployment)
         # any spelling (mapping, "ttft:500 e2el:2000", a list of items) -> {metric: ms}; validates
         object.__setattr__(self, "goodput", goodput_ms(self.goodput))
 
@@ -196,7 +245,8 @@ class Scenario:
             link_dtype = profile.link_dtype
         return make_cost_model(model, hw, self.tp, self.pp, self.weight_dtype,
                                self.activation_dtype, self.kv_dtype or DEFAULT_KV_DTYPE, self.ideal,
-                               self.efficiency or None, link_dtype=link_dtype)
+                               self.efficiency or None, ep=self.ep, pp_microbatches=self.pp_microbatches,
+                               expert_imbalance=self.expert_imbalance, link_dtype=link_dtype)
 
     def engine_config(self, cost: CostModel | None = None) -> EngineConfig:
         """The scheduler limits; under an engine profile whose KV rule is not vLLM's, the KV
@@ -211,7 +261,15 @@ class Scenario:
                             gpu_memory_utilization=self.gpu_memory_utilization,
                             max_model_len=self.max_model_len, kv_capacity_tokens=kv_tokens,
                             max_duration_s=self.max_duration_s, debug=self.debug,
+                            enable_prefix_caching=self.enable_prefix_caching, warm_cache=self.warm_cache,
+                            cpu_offload_bytes=float(self.kv_offloading_size) * 2**30,
                             policy_params=self.policy_params)
+
+    @property
+    def num_requests_given(self) -> bool:
+        """num_requests was set (any int but the default marker): otherwise a trace file
+        replays whole and a shared-prefix workload runs one round (groups x prompts)."""
+        return type(self.num_requests) is not DefaultCount
 
     @property
     def slos_s(self) -> dict[str, float]:
@@ -219,14 +277,37 @@ class Scenario:
 
     def make_workload(self) -> wl.Workload:
         """The request stream this scenario serves (deterministic in `seed`)."""
+        return self.make_workload_noted()[0]
+
+    def make_workload_noted(self) -> tuple[wl.Workload, str]:
+        """The workload and how a trace was replayed ("" for generated workloads); refused when
+        its arrival times lie beyond `MAX_CLOCK_S`, where float seconds stop resolving a step."""
+        w, note = self._make_workload()
+        a = w.arrival_s
+        if len(a) and max(abs(float(a[0])), abs(float(a[-1]))) > MAX_CLOCK_S:
+            field_ = "rate" if self.rate is not None else "workload"
+            value = self.rate if self.rate is not None else self.workload
+            low = f"; use a rate >= {(len(a) - 1) / MAX_CLOCK_S:.3g} requests/s" if self.rate is not None else ""
+            raise SpecError(f"{field_}: {value!r}: arrivals reach {max(abs(a[0]), abs(a[-1])):.3g} s, beyond the "
+                            f"simulated clock's range of {MAX_CLOCK_S:g} s (float seconds stop resolving "
+                            f"short steps beyond it){low}")
+        return w, note
+
+    def _make_workload(self) -> tuple[wl.Workload, str]:
         name = str(self.workload)
+        n = self.num_requests if self.num_requests_given else None
         if name.lower() in ("random", "synthetic"):
             rate = math.inf if self.rate is None else self.rate
-            return wl.synthetic(self.num_requests, rate, self.input_len, self.output_len,
-                                range_ratio=self.range_ratio, burstiness=self.burstiness,
-                                concurrency=self.concurrency, seed=self.seed)
+            return wl.synthetic(self.num_requests, rate, self.input_len, self.output_len, range_ratio=self.range_ratio, burstiness=self.burstiness,
+                                concurrency=self.concurrency, seed=self.seed), ""
+        if name.lower() == "shared-prefix":
+            return shared_prefix_workload(self), ""
+        if name.lower() == "sharegpt":
+            w = sharegpt_workload(n, self.rate, self.burstiness, self.seed, self.cost_model().model,
+                                  self.dataset_path)
+            return (w if self.concurrency is None else dataclasses.replace(w, concurrency=self.concurrency)), ""
         trace = wl.load_workload(name, skip_bad_rows=self.skip_bad_rows)
-        w = wl.take(trace, self.num_requests)
+        w, note = replay(trace, n, is_trace_file(name))
         if self.rate is not None:
             if self.burstiness != 1.0:
                 w = wl.with_arrivals(w, self.rate, self.burstiness, self.seed)
@@ -234,14 +315,18 @@ class Scenario:
                 w = wl.scale_to_rate(w, self.rate)
         if self.concurrency is not None:
             w = dataclasses.replace(w, concurrency=self.concurrency)
-        return w
+        return w, note
 
     def run(self, progress: Callable[[int, int], None] | None = None,
             workload: wl.Workload | None = None) -> tuple[SimResult, dict[str, Any]]:
         """Simulate; returns (per-request result, vLLM-style summary)."""
+        if self.disagg is not None:
+            from .deployment import run_disagg
+
+            return run_disagg(self, workload if workload is not None else self.make_workload(), progress)
         cost = self.cost_model()
         try:
-            w = workload if workload is not None else self.make_workload()
+            w, note = (workload, "") if workload is not None else self.make_workload_noted()
             res = simulate(cost, w, self.engine_config(cost), self.replicas, self.router, progress)
         except MemoryError:
             raise SpecError(f"num_requests: {self.num_requests} requests do not fit in this machine's "
@@ -256,6 +341,9 @@ class Scenario:
             summary["engine"] = load_engine(self.engine).id
         summary["replicas"] = self.replicas
         summary["kv_capacity_tokens_per_replica"] = res.meta["kv_capacity_tokens_per_replica"]
+        if note:
+            summary["trace_replay"] = note
+        summary.update(chars_summary(w, res.status == 1, summary["duration"]))
         if w.bad_rows:
             summary["bad_rows_skipped"] = w.bad_rows
         if cost.notes:

@@ -83,6 +83,12 @@ class EngineConfig:
     debug: bool = False  # check conservation invariants while running
     #: the policy's own parameters (`SchedulerPolicy.PARAMS` of `scheduler`), e.g. {"watermark": 0.01}
     policy_params: Mapping[str, Any] = field(default_factory=dict)
+    # automatic prefix caching (`prefixcache.py`): off here so results stay as they were;
+    # engine profiles turn it on (vLLM V1, SGLang). `warm_cache`: the cache starts holding the
+    # prompts of an earlier run of the same workload (bounded by capacity)
+    enable_prefix_caching: bool = False
+    warm_cache: bool = False
+    cpu_offload_bytes: float = 0.0  # host-memory tier for evicted prefix blocks (per replica)
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_segment_steps"):
@@ -99,6 +105,9 @@ class EngineConfig:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
                 raise SpecError(f"{name}: {v!r} must be an integer >= 1 (or omitted)")
+        c = self.cpu_offload_bytes
+        if isinstance(c, bool) or not isinstance(c, (int, float, np.number)) or not 0 <= c < float("inf"):
+            raise SpecError(f"cpu_offload_bytes: {c!r} must be a finite number of bytes >= 0")
         if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.block_size:
             raise SpecError(f"kv_capacity_tokens: {self.kv_capacity_tokens!r} must be >= block_size")
         SCHEDULERS[self.scheduler].resolve_params(self.policy_params)
@@ -306,7 +315,10 @@ class SchedulerPolicy:
                 break
             prompt = view.prompt_of(r)
             tokens = prompt if whole else min(prompt, budget)
-            if tokens > budget:
+            # a whole prompt over the full budget can only be a preempted request's resumed
+            # one (input + generated; longer inputs are refused at arrival): it runs alone
+            # rather than being rejected after it produced tokens
+            if tokens > budget and not (whole and not admit and budget == self.cfg.max_num_batched_tokens):
                 break
             blocks = kv.blocks_for(tokens)
             if blocks > free or (gate and kv.blocks_for(prompt - view.prefix_hit_tokens(r)) + wm > free):
@@ -386,7 +398,8 @@ class PrefillPriority(SchedulerPolicy):
 
     def _head_fits(self, view: ReplicaView, budget: int) -> bool:
         prompt = view.prompt_of(view.waiting[0])
-        return (len(view.active) < self.cfg.max_num_seqs and prompt <= budget
+        # prompt > budget: a preempted request's resumed prompt, admitted alone (`_plan_admission`)
+        return (len(view.active) < self.cfg.max_num_seqs and (prompt <= budget or not view.active)
                 and view.kv.blocks_for(prompt) + self._watermark_blocks(view) <= view.kv.free_blocks)
 
 

@@ -99,6 +99,8 @@ def read_conversations(path: str | Path) -> tuple[list[dict[str, Any]], bool]:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise SpecError(f"dataset_path: cannot read {str(path)!r} ({e.strerror})") from None
+    except UnicodeDecodeError as e:
+        raise SpecError(f"dataset_path: {str(path)!r} is not UTF-8 text (byte {e.start})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError:

@@ -257,12 +257,22 @@ class HardwareSpec:
     hbm_bandwidth_bytes_per_s: float = _pos(min=1e6, max=1e16, unit="bytes/s")
     link_bandwidth_bytes_per_s: float = _pos(min=1e6, max=1e16, unit="bytes/s")
     link_latency_s: float = _nonneg(5e-6, max=1.0, unit="s")
+    # scale-out network between nodes (InfiniBand / RoCE NIC per GPU); None: the vendor
+    # default of `network.py` (docs/deployments.md). A node holds `gpus_per_node` GPUs on NVLink.
+    scaleout_bandwidth_bytes_per_s: float | None = _pos(None, min=1e6, max=1e16, unit="bytes/s")
+    scaleout_latency_s: float | None = _nonneg(None, max=1.0, unit="s")
+    gpus_per_node: int = _pos(8, min=1, max=4096, unit="GPUs")
+    # GPU <-> host memory, one direction, per GPU: prices reloading offloaded KV blocks. Default
+    # PCIe Gen5 x16's nominal 64 GB/s (H100/H200 SXM; set it for PCIe Gen4 parts or NVLink-C2C)
+    host_link_bandwidth_bytes_per_s: float = _pos(64e9, min=1e6, max=1e16, unit="bytes/s")
     form_factor: str = ""
     tdp_w: float | None = _pos(None, max=1e5, unit="W")
     price_per_gpu_hour_usd: float | None = _pos(None, max=1e6, unit="USD")
     efficiency: Efficiency = field(default_factory=Efficiency)
     sources: tuple[str, ...] = ()
     notes: str = ""
+    #: other names of this chip (other tools' ids, nvidia-smi names); resolved case-insensitively
+    aliases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_fields(self, "")
@@ -311,14 +321,27 @@ class HardwareSpec:
 
 @dataclass(frozen=True)
 class Parallelism:
-    """Tensor- and pipeline-parallel degrees of one replica (GPUs per replica = tp * pp)."""
+    """Tensor- and pipeline-parallel degrees of one replica (GPUs per replica = tp * pp).
+
+    `ep`: expert-parallel degree of the MoE layers, a divisor of tp (experts sharded whole over
+    ep ranks of the TP group; `parallel.py`); `expert_imbalance` (rho >= 1): tokens of the
+    busiest EP rank over the mean (1: uniform routing); `pp_microbatches` (M): micro-batches a
+    step is split into through the pipeline (1: stages one after another)."""
 
     tp: int = 1
     pp: int = 1
+    ep: int = 1
+    pp_microbatches: int = 1
+    expert_imbalance: float = 1.0
 
     def __post_init__(self) -> None:
         check_int("tp", self.tp)
         check_int("pp", self.pp)
+        check_int("ep", self.ep)
+        check_int("pp_microbatches", self.pp_microbatches)
+        if self.tp % self.ep:
+            raise SpecError(f"ep: {self.ep} must divide tp ({self.tp}): experts are sharded over ranks of the TP group")
+        check_number("expert_imbalance", self.expert_imbalance, 1.0, float(self.ep))
 
     @property
     def num_gpus(self) -> int:
@@ -426,6 +449,9 @@ class ModelSpec:
     mla: MLASpec | None = None
     sliding_window: SlidingWindowSpec | None = None
     chars_per_token: float | None = _pos(None)
+    # tokenizer family (llama3, qwen, cl100k, o200k: the ShareGPT table's; "" = unknown):
+    # token counts of text workloads (ShareGPT) come from it
+    tokenizer: str = ""
     default_weight_dtype: str = field(default="bf16", metadata={"choices": DTYPES})
     sources: tuple[str, ...] = ()
     notes: str = ""

@@ -9,7 +9,11 @@ ITL_EXACT_LIMIT stored values the gaps fold into a log-spaced histogram of relat
 1e-4 (memory bounded on runs of any length; percentiles then good to 0.01 %).
 
 The timeline keeps one row per step (time, replica, batch size, KV utilization, queue length)
-and halves its sampling rate whenever it reaches `timeline_max_points` rows.
+and halves its sampling rate whenever it reaches `timeline_max_points` rows. A row may stand
+for several steps (a decode segment, a static batch): it also carries their busy time, their
+count and the sums of their statistics (T, S, Ad, Ap, R, Aw, Rw, Pc; see roofline) and of
+their decode tokens, so that work done (FLOPs, bytes: linear in those sums) can be priced
+after the run (`utilization`) at no cost per step beyond storing the numbers.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ class StepLog:
         # decode segments whose step durations lie on a line: d0 + slope * j, j < n, seen by w
         self.line_d0, self.line_slope = array("d"), array("d")
         self.line_n, self.line_w = array("q"), array("q")
-        self.tl = array("d")  # flat rows of TL_COLUMNS
+        self.tl = array("d")  # flat rows of TL_COLUMNS[:8]
+        self.tw = array("d")  # flat rows of the step statistics (T .. Pc), TL_COLUMNS[8:]
         self.tl_max = timeline_max_points
         self.tl_stride = 1
         self.tl_skip = 0
@@ -56,26 +61,38 @@ class StepLog:
             self.gap_n.append(count)
             self.itl_stored += 1
 
-    TL_COLUMNS = ("time_s", "replica", "batch_size", "kv_utilization", "queue_length")
+    TL_COLUMNS = ("time_s", "replica", "batch_size", "kv_utilization", "queue_length",
+                  "busy_s", "steps", "decode_tokens", "T", "S", "Ad", "Ap", "R", "Aw", "Rw", "Pc")
+    _NCOL = len(TL_COLUMNS) - 8  # in `tl`; the 8 statistics of each row in `tw`
+    _NO_STATS = (0.0,) * 8
 
-    def record(self, t: float, replica: int, batch: int, kv: float, queue: int) -> None:
+    def record(self, t: float, replica: int, batch: int, kv: float, queue: int, busy_s: float = 0.0,
+               steps: int = 0, decode_tokens: float = 0, stats: tuple = _NO_STATS) -> None:
+        """One row: the state after the step(s) ending at t, their busy time and count, and
+        the sums over them of decode tokens and of the statistics `stats` (T .. Pc)."""
         if kv > self.peak_kv:
             self.peak_kv = kv
         self.tl_skip += 1
         if self.tl_skip < self.tl_stride:
             return
         self.tl_skip = 0
-        if len(self.tl) >= 5 * self.tl_max:
+        if len(self.tw) >= 8 * self.tl_max:
             # decimate: keep every other row, sample half as often from now on
-            rows = np.frombuffer(self.tl, dtype=float).reshape(-1, 5)[::2]
+            rows = np.frombuffer(self.tl, dtype=float).reshape(-1, self._NCOL)[::2]
             self.tl = array("d", rows.ravel().tobytes())
+            self.tw = array("d", np.frombuffer(self.tw, dtype=float).reshape(-1, 8)[::2].ravel().tobytes())
             self.tl_stride *= 2
-        self.tl.extend((t, replica, batch, kv, queue))
+        self.tl.extend((t, replica, batch, kv, queue, busy_s, steps, decode_tokens))
+        self.tw.extend(stats)  # the step's own tuple: no concatenation
 
     def timeline(self) -> pd.DataFrame:
-        rows = np.frombuffer(self.tl, dtype=float).reshape(-1, 5) if len(self.tl) else np.zeros((0, 5))
+        n = self._NCOL
+        rows = np.frombuffer(self.tl, dtype=float).reshape(-1, n) if len(self.tl) else np.zeros((0, n))
+        work = np.frombuffer(self.tw, dtype=float).reshape(-1, 8) if len(self.tw) else np.zeros((0, 8))
+        rows = np.hstack([rows, work])
         df = pd.DataFrame(rows, columns=list(self.TL_COLUMNS))
-        return df.astype({"replica": np.int64, "batch_size": np.int64, "queue_length": np.int64})
+        return df.astype({"replica": np.int64, "batch_size": np.int64, "queue_length": np.int64,
+                          "steps": np.int64})
 
     def segment(self, dts: np.ndarray, weight: int) -> None:
         """A run of decode steps: every one of `weight` sequences saw each step's duration."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,24 @@ SERVING_METRICS: dict[str, str] = {
     "request_throughput": "request_throughput",
     **{f"{s}_{k}_ms": f"{s}_{k}_ms" for k in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")},
 }
+#: `p{X}_{ttft|tpot|itl|e2el}_ms`, X in (0, 100): every percentile vLLM's --metric-percentiles writes
+_PERCENTILE_METRIC = re.compile(r"^p(\d{1,2}(?:\.\d{1,4})?)_(ttft|tpot|itl|e2el)_ms$")
+
+
+def metric_unit(metric: str) -> str | None:
+    """The unit of a metric name (METRICS, or any percentile key), None if unknown."""
+    if metric in METRICS:
+        return METRICS[metric]
+    m = _PERCENTILE_METRIC.match(metric)
+    return "ms" if m and 0 < float(m.group(1)) < 100 else None
+
+
+def metric_percentile(metric: str) -> float | None:
+    """X of a `p{X}_..._ms` metric name, else None."""
+    m = _PERCENTILE_METRIC.match(metric)
+    return float(m.group(1)) if m else None
+
+
 _UNIT_ALIASES = {"ms": "ms", "tokens/s": "tokens/s", "tok/s": "tokens/s", "token/s": "tokens/s",
                  "req/s": "req/s", "requests/s": "req/s"}
 
@@ -172,12 +191,14 @@ def _check_categories(row: dict[str, Any]) -> None:
             raise ValueError(f"{col}: {show(row[col])} is not one of {', '.join(DTYPES)}")
     if row["scenario"] not in SCENARIOS:
         raise ValueError(f"scenario: {show(row['scenario'])} is not one of {', '.join(SCENARIOS)}")
-    if row["metric"] not in METRICS:
-        raise ValueError(f"metric: {show(row['metric'])} is not one of {', '.join(METRICS)}")
+    expected = metric_unit(row["metric"])
+    if expected is None:
+        raise ValueError(f"metric: {show(row['metric'])} is not one of {', '.join(METRICS)} "
+                         "or p<X>_<ttft|tpot|itl|e2el>_ms")
     unit = _UNIT_ALIASES.get(row["unit"].lower())
-    if unit != METRICS[row["metric"]]:
+    if unit != expected:
         raise ValueError(f"unit: {show(row['unit'])} does not match metric {row['metric']} "
-                         f"(expected {METRICS[row['metric']]})")
+                         f"(expected {expected})")
     row["unit"] = unit
     sc = row["scenario"]
     if sc == "static_batch" and row["batch_size"] is None:
@@ -293,6 +314,8 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
     if not isinstance(data, dict):
         raise SpecError(f"{p}: expected a JSON object (a vllm bench serve result)")
     found = [k for k in _VLLM_KEYS if is_number(data.get(k))]
+    # every percentile the file has (vLLM's --metric-percentiles 50,90,99.9 -> p50_, p90_, p99.9_)
+    found += [k for k in data if k not in _VLLM_KEYS and is_number(data[k]) and metric_unit(k)]
     if not found:
         raise SpecError(f"{p}: no vllm bench serve metrics found (expected keys like "
                         "request_throughput, output_throughput, mean_ttft_ms)")
@@ -319,17 +342,7 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
         scenario = "online_poisson"
     n = num("num_prompts") or num("completed")
 
-    def fixed(key: str) -> int | None:
-        v = data.get(key)
-        if isinstance(v, list) and v and all(isinstance(x, int) for x in v) and len(set(v)) == 1:
-            return int(v[0])
-        return None
-
-    inp = input_len if input_len is not None else fixed("input_lens")
-    out = output_len if output_len is not None else fixed("output_lens")
-    ds = dataset or ("" if inp and out else str(data.get("dataset_name") or ""))
-    if ds == "random" and inp and out:
-        ds = ""
+    inp, out, ds, length_note = _vllm_lengths(data, input_len, output_len, dataset)
     tp_pp = tp * pp
     ngpu = num_gpus or tp_pp
     base = {
@@ -343,13 +356,13 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
         "output_len": "" if not out else str(out), "dataset": ds,
         "max_batch_size": "" if max_num_seqs is None else str(max_num_seqs),
         "max_num_tokens": "" if max_num_batched_tokens is None else str(max_num_batched_tokens),
-        "quality": "high", "notes": f"model_id {data.get('model_id', '?')}",
+        "quality": "high", "notes": f"model_id {data.get('model_id', '?')}{length_note}",
     }
     rows = []
     for i, key in enumerate(found, start=1):
-        metric = _VLLM_KEYS[key]
+        metric = _VLLM_KEYS.get(key, key)
         raw = {**base, "id": f"{p.stem}-{key}", "metric": metric, "value": str(data[key]),
-               "unit": METRICS[metric]}
+               "unit": metric_unit(metric)}
         try:
             row = parse_row(raw)
         except ValueError as e:
@@ -357,6 +370,43 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
         row["line"] = i
         rows.append(row)
     return rows
+
+
+def _vllm_lengths(data: Mapping[str, Any], input_len: int | None, output_len: int | None,
+                  dataset: str | None) -> tuple[int | None, int | None, str, str]:
+    """(input_len, output_len, dataset, note) of a vLLM result: the caller's lengths, else
+    `input_lens`/`output_lens` when every request has the same length, else (no dataset named
+    by the caller) the mean lengths total_input_tokens / completed and total_output_tokens /
+    completed (vLLM sums the totals over completed requests; num_prompts when `completed` is
+    absent). Mean lengths price a varied-length run as a fixed-length one: the note says so."""
+    def fixed(key: str) -> int | None:
+        v = data.get(key)
+        if isinstance(v, list) and v and all(isinstance(x, int) for x in v) and len(set(v)) == 1:
+            return int(v[0])
+        return None
+
+    def mean(total_key: str) -> int | None:
+        n, total = data.get("completed") or data.get("num_prompts"), data.get(total_key)
+        if dataset or not (is_number(n) and is_number(total)):
+            return None
+        n, total = float(n), float(total)  # type: ignore[arg-type]
+        if not (n > 0 and total > 0 and math.isfinite(total / n)):
+            return None
+        return max(1, round(total / n))
+
+    inp = input_len if input_len is not None else fixed("input_lens")
+    out = output_len if output_len is not None else fixed("output_lens")
+    note = ""
+    if inp is None or out is None:
+        m_in, m_out = mean("total_input_tokens"), mean("total_output_tokens")
+        if inp is None and m_in is not None and (out is not None or m_out is not None):
+            inp, note = m_in, "; input_len = total_input_tokens / completed"
+        if out is None and m_out is not None and inp is not None:
+            out, note = m_out, note + "; output_len = total_output_tokens / completed"
+    ds = dataset or ("" if inp and out else str(data.get("dataset_name") or ""))
+    if ds == "random" and inp and out:
+        ds = ""
+    return inp, out, ds, note
 
 
 def load_rows(path: str | Path, skip_bad_rows: bool = False, **vllm: Any) -> tuple[list[dict], list[dict]]:
@@ -402,19 +452,23 @@ class Validator:
         self.num_requests = num_requests
         self.engine = None if engine is None else load_engine(engine)  # None: each row's own
         self._hw: dict[str, HardwareSpec] = {}
+        self._model: dict[str, Any] = {}
         self._cost: dict[tuple, Any] = {}
         self._pred: dict[tuple, Any] = {}
 
     # ---- specs
     def hardware(self, hw_id: str) -> HardwareSpec:
         if hw_id not in self._hw:
-            from .catalog import hardware_catalog, load_hardware
+            from .catalog import load_hardware, resolve_hardware_id
 
             ref = self.hardware_specs.get(hw_id)
             if ref is None:
-                if hw_id not in hardware_catalog():
-                    raise SkipRow(f"unknown hardware {show(hw_id)} (not in the catalog)")
-                ref = hw_id
+                try:
+                    ref = resolve_hardware_id(hw_id)  # an id or alias (h100-sxm-80gb, H100)
+                except SpecError as e:
+                    raise SkipRow(str(e)) from None
+                if ref is None:
+                    raise SkipRow(f"unknown hardware {show(hw_id)} (not a catalog id or alias)")
             try:
                 hw = load_hardware(ref)
                 if self.efficiency:
@@ -424,6 +478,17 @@ class Validator:
             self._hw[hw_id] = hw
         return self._hw[hw_id]
 
+    def model(self, ref: str) -> Any:
+        """A catalog id or alias (the HF id vLLM writes as model_id), or a config.json/YAML path."""
+        if ref not in self._model:
+            from .catalog import load_model
+
+            try:
+                self._model[ref] = load_model(ref)
+            except SpecError as e:
+                raise SkipRow(f"unknown model {show(ref)}: {e}") from None
+        return self._model[ref]
+
     def profile_of(self, row: Mapping[str, Any]) -> EngineProfile:
         """The engine profile that prices `row` (`engines.engine_for_row` of its engine column)."""
         return self.engine or load_engine(engine_for_row(str(row.get("engine") or "")))
@@ -432,7 +497,6 @@ class Validator:
         return self.profile_of(row).id
 
     def cost_model(self, row: Mapping[str, Any]) -> Any:
-        from .catalog import load_model, model_catalog
         from .roofline import CostModel
         from .specs import DTypes, Parallelism
 
@@ -440,11 +504,10 @@ class Validator:
         key = (row["model"], row["hardware"], row["tp"], row["pp"], row["weight_dtype"],
                row["activation_dtype"], row["kv_dtype"], profile.id)
         if key not in self._cost:
-            if row["model"] not in model_catalog():
-                raise SkipRow(f"unknown model {show(row['model'])} (not in the catalog)")
+            model = profile_model(self.model(row["model"]), profile)
             hw = apply_profile(self.hardware(row["hardware"]), profile)
             try:
-                cost = CostModel(profile_model(load_model(row["model"]), profile), hw, Parallelism(row["tp"], row["pp"]),
+                cost = CostModel(model, hw, Parallelism(row["tp"], row["pp"]),
                                  DTypes(row["weight_dtype"], row["activation_dtype"], row["kv_dtype"]),
                                  link_dtype=profile.link_dtype)
             except SpecError as e:
@@ -511,7 +574,8 @@ class Validator:
         from .scenario import Scenario
 
         metric = row["metric"]
-        if metric not in SERVING_METRICS:
+        pct = metric_percentile(metric)
+        if metric not in SERVING_METRICS and pct is None:
             raise SkipRow(f"metric {metric} is defined for static_batch only")
         ds = (row.get("dataset") or "").strip()
         if ds:
@@ -536,18 +600,21 @@ class Validator:
                 # the row's limits, else its benchmark tool's, else the engine profile's
                 limits = row_settings(self.profile_of(row), cost, dict(row), n,
                                       offline=sc_name == "offline_max_throughput" and not self.num_requests)
-                sc = Scenario(model=row["model"], hardware=row["hardware"], tp=row["tp"], pp=row["pp"],
+                sc = Scenario(model=cost.model, hardware=cost.hardware, tp=row["tp"], pp=row["pp"],
                               weight_dtype=row["weight_dtype"], activation_dtype=row["activation_dtype"],
                               kv_dtype=row["kv_dtype"], replicas=row["replicas"], workload=workload,
                               rate=rate, concurrency=conc, input_len=row["input_len"] or 1,
                               output_len=row["output_len"] or 1, **limits)
                 w = sc.make_workload()
                 res = simulate(cost, w, sc.engine_config(cost), sc.replicas, sc.router)
-                self._pred[key] = summarize(res, {})
+                self._pred[key] = (summarize(res, {}), res)
             except SpecError as e:
                 raise SkipRow(str(e)) from None
-        s = self._pred[key]
-        v = s.get(SERVING_METRICS[metric])
+        s, res = self._pred[key]
+        if metric not in SERVING_METRICS and metric not in s:
+            assert pct is not None
+            s.update(summarize(res, {}, (pct,)))  # a percentile the default summary lacks
+        v = s.get(SERVING_METRICS.get(metric, metric))
         if v is None or not math.isfinite(float(v)):
             raise SkipRow(f"simulation gave no {metric} (completed {s.get('completed')} of {s.get('num_requests')})")
         return float(v)
@@ -655,6 +722,23 @@ def summary_table(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def point_label(point: Mapping[str, Any]) -> str:
+    """A short name of a point for scatter labels: `p99 ttft`, `output tok/s`."""
+    m = str(point["metric"])
+    for suffix, unit in (("_ms", ""), ("_tokens_per_s_per_gpu", "_tok/s/gpu"), ("_tokens_per_s", "_tok/s")):
+        if m.endswith(suffix):
+            m = m[: -len(suffix)] + unit
+            break
+    return m.replace("_", " ")
+
+
+def metric_table(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per predicted point: id, metric, unit, measured, predicted, error %."""
+    return [{"id": p["id"], "metric": p["metric"], "unit": metric_unit(p["metric"]),
+             "measured": round(float(p["measured"]), 3), "predicted": round(float(p["predicted"]), 3),
+             "error_%": round(float(p["error_pct"]), 1)} for p in result["points"]]
+
+
 def _fmt(st: Mapping[str, Any]) -> dict[str, Any]:
     def r(x: Any) -> Any:
         return None if x is None else round(float(x), 1)
@@ -673,6 +757,6 @@ def points_frame(result: Mapping[str, Any]) -> Any:
 
 __all__ = [
     "METRICS", "SCENARIOS", "SkipRow", "Validator", "error_pct", "error_stats", "load_rows",
-    "parse_row", "points_frame", "predict_row", "read_measurements", "read_vllm_result",
+    "metric_percentile", "metric_table", "metric_unit", "parse_row", "point_label", "points_frame", "predict_row", "read_measurements", "read_vllm_result",
     "summary_table", "validate",
 ]

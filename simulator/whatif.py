@@ -48,6 +48,9 @@ def _ratio(v: Any, ref: Any) -> float | None:
 
 def _mean_lengths(sc: Scenario, seq_len: int | None = None) -> tuple[int, int, int]:
     """(mean prompt, mean output, sequence length) of the scenario's workload, rounded."""
+    from .checks import MAX_TOKENS, check_int
+
+    check_int("seq_len", seq_len, 1, maximum=MAX_TOKENS, optional=True)
     w = sc.make_workload()
     i = max(1, round(float(w.input_len.mean())))
     o = max(1, round(float(w.output_len.mean())))

@@ -91,8 +91,8 @@ class _Continuous:
             if batch:
                 self.step(batch)
             elif self.waiting and not self.running:
-                # nothing runs and the head can never be admitted (with prompts unsplit, a
-                # resumed prompt of input + generated tokens may exceed the budget): rejected
+                # nothing runs and the head can never be admitted: impossible after the
+                # arrival checks, but never spin forever
                 self.rejected[self.waiting.pop(0)] = True
         return {"first": self.first, "finish": self.finish, "preemptions": self.preempt,
                 "rejected": self.rejected, "itl": np.sort(np.array(self.itl)), "free_blocks_end": self.free}
@@ -134,8 +134,11 @@ class _Continuous:
         prompt = self.input_len[r] + g
         need = prompt if self.whole else min(prompt, budget)
         nb = self.blocks_for(need)
-        # vLLM V1 0.33 full-prompt gate: blocks for the whole remaining prompt must be free
-        if (need > budget or self.blocks_for(prompt) > self.free
+        # vLLM V1 0.33 full-prompt gate: blocks for the whole remaining prompt must be free;
+        # a resumed whole prompt over the full budget runs alone once the replica is idle
+        # (never rejected after it produced tokens)
+        oversize_ok = self.whole and g > 0 and budget == self.budget0 and not self.running
+        if ((need > budget and not oversize_ok) or self.blocks_for(prompt) > self.free
                 or len(self.running) >= self.max_num_seqs):
             return 0
         self.waiting.pop(0)

@@ -475,11 +475,91 @@ def test_fuzz_vllm_result_reader(tmp_path_factory, changes):
             assert rate is None or rate == float("inf") or str(rate).lower() in ("inf", "infinity")
 
 
-# --------------------------------------------------------------------------- CLI layer (not owned here)
+# --------------------------------------------------------------------------- CLI layer
 
 
-@pytest.mark.xfail(strict=True, reason="needs CLI-layer fix")
 def test_show_with_a_file_name_the_os_refuses_is_one_line():
     """`show` probes `Path(ref).is_file()` in cli._load_any, which raises OSError (ENAMETOOLONG)
     for a 5,000-character name; catalog's loaders already treat such names as "not a file"."""
     one_line_error(invoke("show", "x" * 5000), "is not a model or hardware id")
+
+
+# ------------------------------------------------------------- CLI/orchestration layer (round two)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["-w", "random", "-n", "20", "-r", "1e-200"], ["rate: 1e-200", "1e+10 s", "use a rate >="]),
+    (["-w", "random", "-n", str(2 ** 63)], ["num_requests", "at most 1,000,000,000,000"]),
+    (["-w", "random", "-n", "0"], ["num_requests: 0"]),
+    (["-w", "random", "--input-len", "0"], ["input_len: 0"]),
+])
+def test_simulate_refuses_what_it_cannot_simulate_faithfully(args, words):
+    one_line_error(invoke("simulate", "-q", *args), *words)
+
+
+def test_trace_beyond_the_clock_range_is_refused(tmp_path):
+    trace = tmp_path / "far.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,100,10\n1e300,100,10\n")
+    r = invoke("simulate", "-q", "-w", str(trace), "-n", "2")
+    if r.exit_code == 2 and "timestamp" in r.stderr:
+        pytest.skip("the trace reader refuses such a timestamp itself")
+    one_line_error(r, "workload", "beyond the simulated clock's range")
+
+
+def test_plan_too_few_requests_says_so_and_refuses_absurd_rates():
+    r = invoke("plan", "-q", "--serial", "-n", "20", "-r", "5", "--goodput", "ttft:2000", "--goodput", "tpot:100")
+    assert r.exit_code in (0, 1), r.output
+    assert "too few for a steady result" in r.output
+    assert "good fraction 1.000 <" not in r.output
+    one_line_error(invoke("plan", "-q", "--serial", "-r", "1e308", "--goodput", "ttft:2000"), "rate: 1e+308")
+
+
+def test_closed_loop_with_a_cap_never_dates_unsent_requests_after_it(tmp_path):
+    """Issue 17, cause 7: the requests a closed loop never sent have no arrival time."""
+    import pandas as pd
+
+    r = invoke("simulate", "-q", "-w", "random", "-n", "60", "--concurrency", "2", "--max-duration-s", "1",
+               "--out", str(tmp_path / "o"))
+    assert r.exit_code == 0, r.output
+    d = pd.read_csv(tmp_path / "o" / "requests.csv")
+    unsent = d["reason"].fillna("").str.startswith("never sent")
+    assert unsent.sum() > 0 and d.loc[unsent, "arrival_s"].isna().all()
+    assert (d.loc[~unsent, "arrival_s"] <= 1.0).all()
+
+
+def test_whatif_seq_len_zero_is_refused():
+    one_line_error(invoke("whatif", "kv-dtype", "--seq-len", "0", "--static-only", "-q"), "seq_len: 0")
+
+
+class _FixedStep:
+    """A custom cost model (Python API) that prices every step at `value` seconds."""
+
+    def __init__(self, cost, value):
+        self.cost, self.value = cost, value
+
+    def __getattr__(self, name):
+        return getattr(self.cost, name)
+
+    def step_time(self, *a, **k):
+        return self.value
+
+
+@pytest.mark.parametrize("value", [float("nan"), 0.0, -1.0, float("inf"), "1"])
+def test_custom_cost_model_with_bad_step_times_is_refused(value):
+    from simulator.engine import EngineConfig, simulate
+    from simulator.scenario import Scenario
+    from simulator.workload import synthetic
+
+    cost = Scenario(workload="random", num_requests=3, input_len=16, output_len=2).cost_model()
+    with pytest.raises(SpecError, match="cost model: step_time"):
+        simulate(_FixedStep(cost, value), synthetic(3, 10.0, 16, 2, seed=0), EngineConfig())
+
+
+@pytest.mark.parametrize("slos", [{"ttfx": 0.1}, {"ttft": float("nan")}, {"tpot": 0}, ["ttft"]])
+def test_summarize_refuses_unknown_or_bad_slos(slos):
+    from simulator.metrics import summarize
+    from simulator.scenario import Scenario
+
+    res, _ = Scenario(workload="random", num_requests=3, input_len=16, output_len=2).run()
+    with pytest.raises(SpecError, match="goodput"):
+        summarize(res, slos)

@@ -88,7 +88,7 @@ def _serving_case(draw):
     gaps = draw(st.lists(st.sampled_from([0.0, 1e-4, 0.003, 0.05, 1.0]), min_size=n, max_size=n))
     arr = np.cumsum(gaps) - gaps[0]
     ins = draw(st.lists(st.integers(1, 400), min_size=n, max_size=n))
-    outs = draw(st.lists(st.integers(1, 60), min_size=n, max_size=n))
+    outs = draw(st.lists(st.integers(1, draw(st.sampled_from([60, 300]))), min_size=n, max_size=n))
     closed = draw(st.one_of(st.none(), st.integers(1, 6)))
     cfg = dict(scheduler=draw(st.sampled_from(["vllm", "prefill-priority", "static"])),
                max_num_seqs=draw(st.sampled_from([1, 2, 3, 8, 64])),
@@ -114,6 +114,10 @@ def test_conservation_property(cost, case):
     assert ((status == COMPLETED) | (status == REJECTED)).all()
     rejected = np.flatnonzero(status == REJECTED)
     assert all(res.reasons.get(int(r)) for r in rejected)
+    # a request is rejected before it produced a token, never after (issue 17, cause 1)
+    # (requests cut off by the time cap excepted: they are reported as not finished)
+    uncapped = [r for r in rejected if "max_duration_s" not in res.reasons[int(r)]]
+    assert np.isnan(res.first_token_s[uncapped]).all(), res.reasons
     assert set(res.reasons) == set(rejected.tolist())
     done = status == COMPLETED
     a, f, e = res.arrival_s[done], res.first_token_s[done], res.finish_s[done]
@@ -135,6 +139,21 @@ def test_conservation_property(cost, case):
     s = summarize(res)
     assert s["completed"] + s["failed"] == w.num_requests
     _check_json_numbers({k: v for k, v in s.items() if isinstance(v, float) and math.isfinite(v)})
+
+
+@pytest.mark.parametrize("router", ["round-robin", "least-outstanding", "least-kv"])
+def test_prefill_priority_resumed_prompt_over_budget_is_not_rejected(cost, router):
+    """Issue 17, cause 1: prompts of 48 tokens with 40 outputs under a 64-token budget and a
+    KV cache of 4 requests' worth: preempted requests resume with 48 + generated > 64 tokens.
+    They run alone instead of being rejected after producing tokens; the ledger holds."""
+    from simulator.workload import synthetic
+
+    w = synthetic(20, math.inf, 48, 40, seed=1)
+    res = simulate(cost, w, EngineConfig(kv_capacity_tokens=4 * 88, block_size=1, max_num_batched_tokens=64,
+                                         scheduler="prefill-priority", debug=True), replicas=2, router=router)
+    assert res.preemptions.sum() > 0  # the pressure is real
+    assert (res.status == COMPLETED).all(), res.reasons
+    assert int(res.itl_counts.sum()) == 20 * 39
 
 
 @pytest.mark.parametrize("scheduler", ["vllm", "prefill-priority", "static"])
@@ -463,8 +482,9 @@ def test_rate_zero_tiny_and_underflowing():
     for wl in ("random", "azure-conv"):
         err = _one_line_error(CliRunner().invoke(main, ["simulate", "-q", "-w", wl, "-n", "3", "--rate", "1e-320"]))
         assert "too small" in err
-    s = _sim("-n", "3", "--rate", "1e-306")  # huge but finite times: no int overflow in the engine
-    assert s["completed"] == 3
+    # huge but finite times lose the clock's resolution (TTFT rounds to 0): refused (issue 17)
+    err = _one_line_error(CliRunner().invoke(main, ["simulate", "-q", "-n", "3", "--rate", "1e-306"]))
+    assert "rate: 1e-306" in err and "clock" in err
 
 
 def test_single_request_and_one_token():

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulator.engine import COMPLETED, REJECTED, EngineConfig, simulate
-from simulator.roofline import make_cost_model
+from simulator.resolve import make_cost_model
 from simulator.schedulers import SCHEDULERS
 from simulator.specs import SpecError
 from simulator.workload import Workload, synthetic

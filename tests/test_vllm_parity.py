@@ -112,11 +112,14 @@ def test_vllm_aliases_equal_llmsim_flags():
     assert json.loads(a[1]) == json.loads(b[1])
 
 
-def test_dataset_name_sharegpt_clean_error():
-    code, out, err = run("simulate", "--dataset-name", "sharegpt", "-n", "5")
-    assert code == 2
-    assert err.strip() == ("error: dataset-name: dataset sharegpt not available yet; use random, a built-in "
-                           "workload (azure-conv, azure-code) or --workload FILE")
+def test_dataset_name_sharegpt_is_the_sharegpt_workload():
+    """Issue 14: vLLM's --dataset-name sharegpt runs (no network) and is -w sharegpt."""
+    a = run("simulate", "--dataset-name", "sharegpt", "-n", "5", "--json", "-q")
+    b = run("simulate", "-w", "sharegpt", "-n", "5", "--json", "-q")
+    assert a[0] == 0, a[2]
+    assert json.loads(a[1]) == json.loads(b[1]) and json.loads(a[1])["completed"] == 5
+    code, _, err = run("simulate", "--dataset-name", "sharegpt", "-w", "random", "-n", "5")
+    assert code == 2 and "contradicts --workload" in err
 
 
 def test_max_concurrency_is_closed_loop_at_rate_inf():

@@ -1,0 +1,140 @@
+"""A scenario's deployment shape: `disagg: "P:D"` and the per-pool `deployment:` section.
+
+    disagg: "1:3"            # or --disagg 1:3
+    deployment:
+      prefill: {tp: 4, max_num_batched_tokens: 16384}
+      decode: {tp: 8, hardware: h200-sxm, max_num_seqs: 512, router: least-outstanding}
+      link: {kind: auto, efficiency: 0.8, latency_s: 1e-5, overhead_s: 0.001}
+
+Each pool is the scenario with that pool's settings replaced (any of POOL_KEYS); the link
+defaults to NVLink when both pools fit in one node of the same hardware
+(P tp_p pp_p + D tp_d pp_d <= gpus_per_node) and to the scale-out network otherwise
+(`network.py`), with the hardware's fitted `link_efficiency` and no per-transfer overhead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .disagg import KVLink, simulate_disagg, transfer_summary
+from .network import scaleout_link, scaleup_link
+from .roofline import CostModel
+from .specs import SpecError, _did_you_mean
+
+if TYPE_CHECKING:
+    from .engine import SimResult
+    from .scenario import Scenario
+    from .workload import Workload
+
+#: scenario settings a pool may override
+POOL_KEYS = ("hardware", "tp", "pp", "ep", "pp_microbatches", "expert_imbalance", "weight_dtype", "activation_dtype", "kv_dtype", "ideal", "efficiency",
+             "router", "max_num_seqs", "max_num_batched_tokens", "scheduler", "block_size",
+             "gpu_memory_utilization", "max_model_len", "kv_capacity_tokens")
+LINK_KEYS = ("kind", "bandwidth_bytes_per_s", "efficiency", "latency_s", "overhead_s")
+LINK_KINDS = ("auto", "nvlink", "scale-out")
+
+
+def parse_disagg(text: Any) -> tuple[int, int]:
+    """'P:D' -> (P, D), both integers >= 1."""
+    parts = str(text).split(":")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        p, d = int(parts[0]), int(parts[1])
+    except ValueError:
+        raise SpecError(f"disagg: {text!r} must be P:D (prefill:decode replicas), e.g. 1:3") from None
+    if p < 1 or d < 1:
+        raise SpecError(f"disagg: {text!r} needs at least one prefill and one decode replica")
+    return p, d
+
+
+def check_deployment(dep: Any) -> None:
+    """One-line errors for a malformed `deployment:` section."""
+    if not isinstance(dep, dict):
+        raise SpecError("deployment: must be a mapping with prefill:, decode: and link: sections")
+    for k, v in dep.items():
+        if k not in ("prefill", "decode", "link"):
+            raise SpecError(f"deployment.{k}: unknown section{_did_you_mean(str(k), ['prefill', 'decode', 'link'])}; "
+                            "allowed: prefill, decode, link")
+        if not isinstance(v, dict):
+            raise SpecError(f"deployment.{k}: must be a mapping of settings")
+        allowed = LINK_KEYS if k == "link" else POOL_KEYS
+        for key in v:
+            if str(key).replace("-", "_") not in allowed:
+                raise SpecError(f"deployment.{k}.{key}: unknown setting{_did_you_mean(str(key), allowed)}; "
+                                f"allowed: {', '.join(allowed)}")
+    kind = dep.get("link", {}).get("kind", "auto")
+    if kind not in LINK_KINDS:
+        raise SpecError(f"deployment.link.kind: {kind!r} is not one of {', '.join(LINK_KINDS)}")
+
+
+def pool_scenario(sc: Scenario, pool: str) -> Scenario:
+    """The scenario of one pool: the base with the pool's overrides."""
+    over = {str(k).replace("-", "_"): v for k, v in (sc.deployment or {}).get(pool, {}).items()}
+    try:
+        return sc.replace(disagg=None, deployment={}, **over)
+    except SpecError as e:
+        raise SpecError(f"deployment.{pool}.{e}") from None
+
+
+def kv_link(prefill: CostModel, decode: CostModel, P: int, D: int, over: dict[str, Any] | None = None) -> KVLink:
+    """The link KV crosses between the pools (module docstring)."""
+    over = {str(k).replace("-", "_"): v for k, v in (over or {}).items()}
+    hp, hd = prefill.hardware, decode.hardware
+    gp, gd = prefill.par.num_gpus, decode.par.num_gpus
+    kind = over.get("kind", "auto")
+    if kind == "auto":
+        one_node = hp.id == hd.id and P * gp + D * gd <= min(hp.gpus_per_node, hd.gpus_per_node)
+        kind = "nvlink" if one_node else "scale-out"
+    if kind == "nvlink":
+        a, b = scaleup_link(hp), scaleup_link(hd)
+    else:
+        a, b = scaleout_link(hp), scaleout_link(hd)
+    eff = min(hp.efficiency.link_efficiency, hd.efficiency.link_efficiency)
+    try:
+        return KVLink(kind, float(over.get("bandwidth_bytes_per_s", min(a.bandwidth_bytes_per_s, b.bandwidth_bytes_per_s))),
+                      min(gp, gd), float(over.get("efficiency", eff)),
+                      float(over.get("latency_s", max(a.latency_s, b.latency_s))), float(over.get("overhead_s", 0.0)))
+    except (TypeError, ValueError):
+        raise SpecError(f"deployment.link: {over!r}: every value but kind must be a number") from None
+
+
+def run_disagg(sc: Scenario, workload: Workload,
+               progress: Callable[[int, int], None] | None = None) -> tuple[SimResult, dict[str, Any]]:
+    """Simulate the scenario's disaggregated deployment: (result, summary)."""
+    from .metrics import summarize
+
+    P, D = parse_disagg(sc.disagg)
+    ps, ds = pool_scenario(sc, "prefill"), pool_scenario(sc, "decode")
+    pc, dc = ps.cost_model(), ds.cost_model()
+    if pc.model.id != dc.model.id:
+        raise SpecError("deployment: both pools must serve the same model")
+    link = kv_link(pc, dc, P, D, (sc.deployment or {}).get("link"))
+    res = simulate_disagg(pc, dc, workload, link, ps.engine_config(), ds.engine_config(), P, D,
+                          ps.router, ds.router, progress)
+    summary = summarize(res, sc.slos_s)
+    summary.update(transfer_summary(res))
+    summary.update({
+        "workload": workload.name or str(sc.workload), "model": pc.model.id,
+        "hardware": pc.hardware.id if pc.hardware.id == dc.hardware.id else f"{pc.hardware.id}/{dc.hardware.id}",
+        "disagg": f"{P}:{D}", "tp": sc.tp, "prefill_tp": ps.tp, "decode_tp": ds.tp,
+        "prefill_hardware": pc.hardware.id, "decode_hardware": dc.hardware.id,
+        "replicas": P + D, "prefill_replicas": P, "decode_replicas": D,
+        "kv_capacity_tokens_per_replica": res.meta["kv_capacity_tokens_per_replica"],
+        "prefill_busy_s": res.meta["prefill_busy_s"], "decode_busy_s": res.meta["decode_busy_s"],
+    })
+    price = _price_per_hour(pc, dc, P, D)
+    if price is not None:
+        summary["price_per_hour_usd"] = price
+    notes = list(dict.fromkeys(pc.notes + dc.notes))
+    if notes:
+        summary["notes"] = notes
+    return res, summary
+
+
+def _price_per_hour(pc: CostModel, dc: CostModel, P: int, D: int) -> float | None:
+    a, b = pc.hardware.price_per_gpu_hour_usd, dc.hardware.price_per_gpu_hour_usd
+    if a is None or b is None:
+        return None
+    return P * pc.par.num_gpus * a + D * dc.par.num_gpus * b

@@ -1,0 +1,97 @@
+"""Multi-turn dependencies: a request sent only after an earlier one completes.
+
+A workload whose `extra` carries `parent` (an earlier request's index, or -1) and
+`think_time_s` releases request i at
+
+    t_i = max(arrival_s[i], finish_{parent[i]} + think_time_s[i])
+
+(a chat user reads the answer, thinks, then sends the next turn with the whole history). A
+parent that is rejected releases its child at the rejection time + think time (the session
+goes on). Requests without a parent arrive at `arrival_s` as usual. The event loop here is the
+engine's open loop with one more event kind: the roots' arrivals are the pre-sorted stream,
+children are pushed into the heap when their parent ends (`CHILD`, payload = request index).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .replica import REJECTED
+from .specs import SpecError
+from .workload import Workload
+
+if TYPE_CHECKING:
+    from .engine import EventQueue, Pool
+    from .schedulers import EngineConfig
+
+CHILD = 2  # event kind (engine: ARRIVAL 0, RELEASE 1)
+
+#: (parent per request, think time per request, children of each request)
+Deps = tuple[np.ndarray, np.ndarray, dict[int, list[int]]]
+
+
+def dependencies(wl: Workload, concurrency: int | None) -> Deps | None:
+    """The workload's parent links, or None when it has none."""
+    parent = wl.extra.get("parent")
+    if parent is None or not np.any(np.asarray(parent) >= 0):
+        return None
+    if concurrency is not None:
+        raise SpecError("workload: multi-turn dependencies (parent) need an open-loop workload, "
+                        "not a closed loop (concurrency)")
+    par = np.asarray(parent, dtype=np.int64)
+    think = np.asarray(wl.extra.get("think_time_s", np.zeros(len(par))), dtype=float)
+    children: dict[int, list[int]] = {}
+    for i, p in enumerate(par.tolist()):
+        if p >= 0:
+            children.setdefault(p, []).append(i)
+    return par, think, children
+
+
+def release_children(deps: Deps, r: int, t: float, arrivals: np.ndarray, events: EventQueue) -> None:
+    """Request r ended at t: push its children's release events."""
+    _, think, children = deps
+    for c in children.get(r, ()):
+        tc = max(float(arrivals[c]), t + float(think[c]))
+        arrivals[c] = tc
+        events.push(tc, CHILD, c)
+
+
+def run_dependent(pool: Pool, events: EventQueue, roots: np.ndarray, deps: Deps, arrivals: np.ndarray,
+                  cfg: EngineConfig, out: dict[str, Any],
+                  progress: Callable[[int, int], None] | None) -> None:
+    """Hand every request to the pool at its release time (roots from the stream, children
+    from the heap), advancing the pool to each event; see the module docstring. Past the
+    time cap a request is cut off (with the engine's reason) and so are its later turns."""
+    from .engine import _cut_reason  # the engine imports this module
+
+    n = len(deps[0])
+    cap = cfg.max_duration_s
+    handled = 0
+    report_every = max(1, n // 100)
+    while handled < n:
+        if not len(events):
+            busy = pool.busy()
+            if not busy:
+                break  # unreachable: every parent ends, releasing its children
+            min(busy, key=lambda p: p.clock).advance_until(math.inf, max_actions=1)
+            continue
+        t = events.peek_time()
+        pool.advance_until(t)
+        if events.peek_time() < t:
+            continue  # a completion released an earlier child
+        t, kind, payload = events.pop()
+        r = payload if kind == CHILD else int(roots[payload])
+        handled += 1
+        if cap is not None and t > cap:
+            out["status"][r] = REJECTED
+            out["reasons"][r] = _cut_reason(cap)
+        else:
+            pool.route(r, t)
+        if out["status"][r] == REJECTED:
+            release_children(deps, r, t, arrivals, events)
+        if progress is not None and (handled % report_every == 0 or handled == n):
+            progress(handled, n)

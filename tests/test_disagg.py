@@ -1,0 +1,285 @@
+"""Disaggregated prefill/decode serving (issue 15): hand-computed oracles and conservation."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.cli import main
+from simulator.deployment import kv_link, parse_disagg
+from simulator.disagg import KVLink, simulate_disagg, transfer_summary
+from simulator.engine import COMPLETED, REJECTED
+from simulator.resolve import make_cost_model
+from simulator.scenario import Scenario
+from simulator.schedulers import EngineConfig
+from simulator.specs import SpecError
+from simulator.workload import Workload
+
+COST = make_cost_model("llama-3.1-8b", "h100-sxm", 1, 1, None, "bf16", "bf16")
+LINK = KVLink("nvlink", 450e9, 1, 0.8, 5e-6, 1e-4)  # B, lanes, eta, lambda, overhead
+KV_TOK = COST.model.kv_bytes_per_token("bf16")  # 131072 B: 32 layers x 2 x 8 heads x 128 x 2 B
+
+
+def _wl(arrivals: list[float], ins: list[int], outs: list[int]) -> Workload:
+    return Workload(np.array(arrivals, dtype=float), np.array(ins), np.array(outs))
+
+
+def _decode_s(L: int, steps: int) -> float:
+    """Decode steps of one sequence alone from context L: step j has (T, S, Ad, R) =
+    (1, 1, L + j + 1/2, L + j + 1)."""
+    return sum(COST.step_time(1, 1, L + j + 0.5, 0.0, L + j + 1) for j in range(steps))
+
+
+def _assert_conserved(res, n: int) -> None:
+    st = res.status
+    assert len(st) == n
+    assert ((st == COMPLETED) | (st == REJECTED)).all()
+    assert set(res.reasons) == set(np.flatnonzero(st == REJECTED).tolist())
+
+
+def test_kv_bytes_per_token_by_hand():
+    assert KV_TOK == 32 * 2 * 8 * 128 * 2
+
+
+def test_one_request_1p1d_oracle():
+    L, Lo = 1000, 5
+    cfg = EngineConfig(debug=True)
+    res = simulate_disagg(COST, COST, _wl([0.0], [L], [Lo]), LINK, cfg, cfg)
+    _assert_conserved(res, 1)
+    prefill_s = COST.step_time(L, 1, 0.0, L * L / 2, L)  # one chunk: T = R = L, Ap = L^2/2
+    xfer_s = L * KV_TOK / (450e9 * 0.8) + 5e-6 + 1e-4
+    assert xfer_s == pytest.approx(0.00046909, rel=1e-4)  # 131.072 MB / 360 GB/s = 364.1 us, + 105 us
+    assert res.first_token_s[0] == pytest.approx(prefill_s, rel=1e-12)
+    assert res.meta["kv_transfer_s"][0] == pytest.approx(xfer_s, rel=1e-12)
+    assert res.finish_s[0] == pytest.approx(prefill_s + xfer_s + _decode_s(L, Lo - 1), rel=1e-12)
+    # vLLM's ITL: the first gap spans the transfer and the first decode step
+    gaps = np.repeat(res.itl_values_s, res.itl_counts)
+    assert len(gaps) == Lo - 1
+    assert gaps[np.argmax(gaps)] == pytest.approx(xfer_s + _decode_s(L, 1), rel=1e-9)
+    s = transfer_summary(res)
+    assert s["mean_kv_transfer_ms"] == pytest.approx(xfer_s * 1e3)
+    assert s["kv_transfer_gb"] == pytest.approx(L * KV_TOK / 1e9)
+
+
+def test_two_transfers_queue_fifo_on_one_link():
+    L, Lo = 1000, 3
+    cfg = EngineConfig(debug=True)
+    res = simulate_disagg(COST, COST, _wl([0.0, 0.0], [L, L], [Lo, Lo]), LINK, cfg, cfg)
+    _assert_conserved(res, 2)
+    # both prompts prefill in one step (2L <= 8192): T = R = 2L, S = 2, Ap = 2 L^2/2
+    t1 = COST.step_time(2 * L, 2, 0.0, L * L, 2 * L)
+    x = L * KV_TOK / (450e9 * 0.8) + 5e-6 + 1e-4
+    np.testing.assert_allclose(res.first_token_s, [t1, t1], rtol=1e-12)
+    np.testing.assert_allclose(res.meta["kv_transfer_s"], [x, 2 * x], rtol=1e-12)
+    np.testing.assert_allclose(res.meta["kv_transfer_queue_s"], [0.0, x], rtol=1e-9, atol=1e-15)
+
+
+def test_decode_pool_out_of_kv_waits_then_decodes():
+    L, Lo = 1500, 5
+    pcfg = EngineConfig(debug=True)
+    # 128 blocks of 16: the first request holds ceil(1501/16) = 94, the second needs 94 more
+    dcfg = EngineConfig(debug=True, kv_capacity_tokens=2048)
+    res = simulate_disagg(COST, COST, _wl([0.0, 0.0], [L, L], [Lo, Lo]), LINK, pcfg, dcfg)
+    _assert_conserved(res, 2)
+    assert (res.status == COMPLETED).all()
+    t1 = COST.step_time(2 * L, 2, 0.0, L * L, 2 * L)
+    x = L * KV_TOK / (450e9 * 0.8) + 5e-6 + 1e-4
+    f0 = t1 + x + _decode_s(L, Lo - 1)
+    assert res.finish_s[0] == pytest.approx(f0, rel=1e-12)
+    # request 1 arrived at t1 + 2x < f0 and waited for request 0's blocks
+    assert res.finish_s[1] == pytest.approx(f0 + _decode_s(L, Lo - 1), rel=1e-12)
+
+
+def test_too_long_for_decode_kv_is_rejected_with_reason():
+    dcfg = EngineConfig(debug=True, kv_capacity_tokens=512)
+    res = simulate_disagg(COST, COST, _wl([0.0, 0.1], [1000, 100], [5, 5]), LINK, EngineConfig(debug=True), dcfg)
+    _assert_conserved(res, 2)
+    assert res.status.tolist() == [REJECTED, COMPLETED]
+    assert "KV tokens" in res.reasons[0]
+
+
+@pytest.mark.parametrize("P,D,dcap", [(1, 1, 4096), (2, 3, 3000), (3, 1, None)])
+def test_conservation_random_streams(P, D, dcap):
+    rng = np.random.default_rng(P * 10 + D)
+    n = 120
+    arr = np.cumsum(rng.exponential(0.02, n))
+    ins = rng.integers(1, 2500, n)
+    outs = rng.integers(1, 60, n)
+    pcfg = EngineConfig(debug=True, max_num_batched_tokens=2048)
+    dcfg = EngineConfig(debug=True, kv_capacity_tokens=dcap, max_num_seqs=16)
+    res = simulate_disagg(COST, COST, Workload(arr, ins, outs), LINK, pcfg, dcfg, P, D,
+                          "least-outstanding", "least-kv")
+    _assert_conserved(res, n)
+    done = res.status == COMPLETED
+    assert done.sum() >= n - 5
+    assert (res.first_token_s[done] > res.arrival_s[done]).all()
+    assert (res.finish_s[done] >= res.first_token_s[done]).all()
+    # one-token outputs finish at the prefill pool, without a transfer
+    one = (outs == 1) & done
+    assert np.isnan(res.meta["kv_transfer_s"][one]).all()
+    np.testing.assert_array_equal(res.finish_s[one], res.first_token_s[one])
+    # tokens: every completed request's later tokens are inter-token gaps
+    assert int(res.itl_counts.sum()) == int((outs[done] - 1).sum())
+
+
+def test_time_cap_cuts_off_in_both_pools():
+    cfg = EngineConfig(debug=True, max_duration_s=0.5)
+    n = 60
+    res = simulate_disagg(COST, COST, _wl(list(np.linspace(0, 1, n)), [3000] * n, [10] * n), LINK, cfg, cfg)
+    _assert_conserved(res, n)
+    assert (res.status == REJECTED).any() and (res.status == COMPLETED).any()
+
+
+def test_link_choice_nvlink_in_node_and_scaleout_across():
+    c4 = make_cost_model("llama-3.1-70b", "h100-sxm", 4)
+    one = kv_link(c4, c4, 1, 1)
+    assert (one.kind, one.bandwidth_bytes_per_s, one.lanes) == ("nvlink", 450e9, 4)
+    two = kv_link(c4, c4, 2, 2)  # 16 GPUs > 8 per node
+    assert (two.kind, two.bandwidth_bytes_per_s, two.latency_s) == ("scale-out", 50e9, 10e-6)
+    # 1.31 GB of Llama-70B KV (4000 tokens x 327680 B) over 4 x 50 GB/s x eta + 10 us
+    eta = c4.hardware.efficiency.link_efficiency
+    assert two.transfer_time_s(4000 * 327680) == pytest.approx(4000 * 327680 / (4 * 50e9 * eta) + 10e-6)
+    forced = kv_link(c4, c4, 1, 1, {"kind": "scale-out", "efficiency": 0.5, "overhead_s": 0.002})
+    assert forced.transfer_time_s(1e9) == pytest.approx(1e9 / (4 * 50e9 * 0.5) + 10e-6 + 0.002)
+
+
+def test_scenario_deployment_section_per_pool_settings():
+    sc = Scenario(model="llama-3.1-8b", workload="random", input_len=2000, output_len=20, num_requests=30,
+                  rate=5.0, disagg="1:2", debug=True,
+                  deployment={"prefill": {"tp": 2, "max_num_batched_tokens": 4096},
+                              "decode": {"max_num_seqs": 8}, "link": {"kind": "scale-out"}})
+    res, s = sc.run()
+    assert s["completed"] == 30 and s["num_gpus"] == 2 + 2
+    assert (s["prefill_tp"], s["decode_tp"], s["kv_link"]) == (2, 1, "scale-out")
+    assert s["mean_kv_transfer_ms"] > 0
+    assert s["price_per_hour_usd"] == pytest.approx(4 * sc.cost_model().hardware.price_per_gpu_hour_usd)
+
+
+@pytest.mark.parametrize("bad,msg", [
+    ({"disagg": "3"}, "disagg: '3' must be P:D"),
+    ({"disagg": "0:1"}, "at least one prefill"),
+    ({"disagg": "1:1", "deployment": {"prefil": {}}}, "deployment.prefil: unknown section"),
+    ({"disagg": "1:1", "deployment": {"decode": {"tpp": 2}}}, "deployment.decode.tpp: unknown setting"),
+    ({"disagg": "1:1", "deployment": {"link": {"kind": "ib"}}}, "deployment.link.kind"),
+])
+def test_bad_deployment_one_line_errors(bad, msg):
+    with pytest.raises(SpecError, match=msg):
+        Scenario(**bad)
+
+
+def test_parse_disagg():
+    assert parse_disagg("2:6") == (2, 6)
+
+
+def test_cli_simulate_disagg_accounts_for_all_requests():
+    r = CliRunner().invoke(main, ["simulate", "-m", "llama-3.1-70b", "-H", "h100-sxm", "--tp", "4", "--disagg", "1:1",
+                                  "-w", "random", "--input-len", "4000", "--output-len", "200", "-n", "200", "-r", "1",
+                                  "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    assert s["completed"] + s["failed"] == 200 and s["completed"] == 200
+    assert s["kv_transfers"] == 200 and s["num_gpus"] == 8
+    # 4000 tokens x 327680 B over 4 NVLink lanes at the fitted efficiency, plus its latency
+    hw = make_cost_model("llama-3.1-70b", "h100-sxm", 4).hardware
+    x_ms = (4000 * 327680 / (4 * 450e9 * hw.efficiency.link_efficiency) + hw.link_latency_s) * 1e3
+    assert s["p50_kv_transfer_ms"] >= x_ms * (1 - 1e-9)
+    assert min(s[k] for k in s if "transfer_ms" in k and "queue" not in k) == pytest.approx(x_ms, rel=0.2)
+
+
+def test_plan_json_lists_disaggregated_beside_aggregated():
+    r = CliRunner().invoke(main, ["plan", "-m", "llama-3.1-8b", "-H", "h100-sxm", "--tp", "1", "-w", "random",
+                                  "--input-len", "2000", "--output-len", "50", "-n", "60", "--rate", "4",
+                                  "--goodput", "ttft:1000", "--goodput", "tpot:50", "--disagg", "--serial", "--json"])
+    assert r.exit_code == 0, r.output
+    p = json.loads(r.output)
+    assert p["candidates"] and p["candidates"][0]["shape"] == "aggregated"
+    d = [c for c in p["disaggregated"] if c["status"] == "feasible"]
+    assert d and d[0]["gpus"] == d[0]["prefill_replicas"] * 1 + d[0]["decode_replicas"] * 1
+    assert d[0]["verified_good_fraction"] >= 0.99
+    assert p["winner"] in ("aggregated", "disaggregated") and p["why"].startswith(p["winner"])
+
+
+def test_worked_example_plan():
+    """docs/deployments.md: Llama-3.1-70B on H100, 4000-token prompts, TTFT 800 ms."""
+    r = CliRunner().invoke(main, ["plan", "-m", "llama-3.1-70b", "-H", "h100-sxm", "--tp", "4,8", "-w", "random",
+                                  "--input-len", "4000", "--output-len", "200", "-n", "150", "--rate", "4",
+                                  "--goodput", "ttft:800", "--goodput", "tpot:40", "--disagg", "--serial", "--json"])
+    assert r.exit_code == 0, r.output
+    p = json.loads(r.output)
+    agg, dis = p["best"], p["best_disaggregated"]
+    assert (agg["replicas"], agg["tp"], agg["gpus"], agg["cost_per_hour_usd"]) == (4, 8, 32, 80.0)
+    assert (dis["disagg"], dis["prefill_tp"], dis["decode_tp"], dis["gpus"], dis["cost_per_hour_usd"]) == (
+        "3:1", 8, 4, 28, 70.0)
+    assert p["winner"] == "disaggregated"
+    assert dis["mean_kv_transfer_ms"] == pytest.approx(8.39, abs=0.01)
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "deployments.md").read_text()
+    assert "**28 GPUs, $70.00/h**" in doc and "**32 GPUs, $80.00/h**" in doc and "8.4 ms KV transfer" in doc
+
+
+def test_distserve_qualitative_result():
+    """benchmarks/distserve_goodput.py: long prompts + tight SLOs -> disaggregation raises
+    per-GPU goodput; short prompts + loose SLOs -> it does not (docs/deployments.md table)."""
+    spec = importlib.util.spec_from_file_location(
+        "distserve_goodput", Path(__file__).resolve().parent.parent / "benchmarks" / "distserve_goodput.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = mod.run(400)
+    long, short = out["long_prompts_tight_slos"], out["short_prompts_loose_slos"]
+    assert long["ratio_disagg_over_agg"] > 1.05
+    assert short["ratio_disagg_over_agg"] < 0.95
+    # the numbers the doc's table states
+    assert long["aggregated_4x_tp1"]["goodput_per_gpu"] == pytest.approx(1.69, abs=0.01)
+    assert long["disaggregated"]["3:1"]["goodput_per_gpu"] == pytest.approx(1.91, abs=0.01)
+    assert short["aggregated_4x_tp1"]["goodput_per_gpu"] == pytest.approx(112, abs=0.5)
+    assert short["disaggregated"]["3:1"]["goodput_per_gpu"] == pytest.approx(88, abs=0.5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(P=st.integers(1, 3), D=st.integers(1, 3), n=st.integers(1, 30), seed=st.integers(0, 10_000),
+       dcap=st.sampled_from([None, 1024, 4096]), budget=st.sampled_from([512, 8192]))
+def test_conservation_property(P, D, n, seed, dcap, budget):
+    """Any stream, any pool sizes, decode KV from tight to ample: every request ends completed
+    or rejected with a reason, no pool keeps work or blocks (debug checks), tokens add up."""
+    rng = np.random.default_rng(seed)
+    arr = np.cumsum(rng.exponential(0.01, n))
+    ins, outs = rng.integers(1, 1500, n), rng.integers(1, 40, n)
+    pcfg = EngineConfig(debug=True, max_num_batched_tokens=budget)
+    dcfg = EngineConfig(debug=True, kv_capacity_tokens=dcap, max_num_seqs=8)
+    res = simulate_disagg(COST, COST, Workload(arr, ins, outs), LINK, pcfg, dcfg, P, D)
+    _assert_conserved(res, n)
+    done = res.status == COMPLETED
+    assert int(res.itl_counts.sum()) == int((outs[done] - 1).sum())
+    # only requests larger than the decode KV are rejected (one-token outputs never reach it)
+    fits = (ins + outs <= (dcap or 10**9)) | (outs == 1)
+    assert (done == fits).all()
+
+
+def test_plan_disagg_tries_expert_parallelism_for_moe():
+    r = CliRunner().invoke(main, ["plan", "-m", "mixtral-8x7b", "-H", "h100-sxm", "--tp", "2", "-w", "random",
+                                  "--input-len", "2000", "--output-len", "50", "-n", "60", "--rate", "4",
+                                  "--goodput", "ttft:500", "--goodput", "tpot:30", "--disagg", "--serial", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)["disaggregated"]
+    assert sorted((c["prefill_ep"], c["decode_ep"]) for c in rows) == [(1, 1), (2, 2)]
+    assert all(c["status"] == "feasible" for c in rows)
+
+
+def test_scenario_yaml_and_cli_errors(tmp_path):
+    f = tmp_path / "sc.yaml"
+    f.write_text('model: llama-3.1-8b\nworkload: random\ninput_len: 1000\noutput_len: 20\nnum_requests: 20\n'
+                 'rate: 5\ndisagg: "1:2"\ndeployment:\n  decode: {max_num_seqs: 4}\n  link: {overhead_s: 0.002}\n')
+    r = CliRunner().invoke(main, ["simulate", "-c", str(f), "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    assert (s["completed"], s["disagg"], s["num_gpus"]) == (20, "1:2", 3)
+    # 1000 tokens x 131072 B on NVLink (3 GPUs in one node) plus the 2 ms overhead
+    assert s["mean_kv_transfer_ms"] >= 2.0 + 1000 * 131072 / 450e9 * 1e3
+    r = CliRunner().invoke(main, ["simulate", "--disagg", "1:1", "--concurrency", "4", "-n", "10", "-w", "random"])
+    assert r.exit_code == 2 and "open-loop" in r.output and "Traceback" not in r.output
