@@ -354,6 +354,8 @@ class Scenario:
 def _fill_engine_defaults(kw: dict[str, Any]) -> None:
     """The engine profile's default limits for the settings `kw` leaves unset (on its
     hardware: vLLM's tiers depend on GPU memory; SGLang's seats on its KV size)."""
+    if not isinstance(kw["engine"], str) or not kw["engine"]:
+        raise SpecError(f"engine: {kw['engine']!r} must be a profile id or file path")
     profile = load_engine(kw["engine"])
     seats_given = "max_num_seqs" in kw
     hw = load_hardware(kw.get("hardware", Scenario.hardware))

@@ -251,3 +251,9 @@ def test_fit_coordinate_descent_recovers_known_parameters() -> None:
     assert got["step_overhead_s"] == pytest.approx(0.0025 * 0.95 / 0.8, rel=0.03)
     got = fe.fit(pred, rows, p0 | {"step_overhead_s": 0.0025}, ["fp8_rel_hopper"], log=lambda s: None)
     assert got["fp8_rel_hopper"] == pytest.approx(0.8, rel=0.03)
+
+
+@pytest.mark.parametrize("bad", [[], 3, ""])
+def test_engine_of_wrong_type_is_one_line_error(bad) -> None:
+    with pytest.raises(SpecError, match=r"engine: .* must be a profile id or file path"):
+        Scenario.from_dict({"engine": bad})
