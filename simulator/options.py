@@ -74,6 +74,7 @@ SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--kv-dtype", "--kv-cache-dtype"), {"help": "KV-cache format (vLLM: --kv-cache-dtype), independent of --activation-dtype. [default: bf16]"}),
     (("--ideal",), {"is_flag": True, "default": None, "help": "Pure roofline: efficiencies 1, overheads 0."}),
     (("--efficiency",), {"multiple": True, "help": "Override an efficiency field, KEY=VALUE (repeatable)."}),
+    (("--engine",), {"help": "Engine profile: vllm | vllm-v0 | trtllm | trtllm-pytorch | sglang | generic, or a profile YAML; its limits, scheduler and overheads apply where flags leave them unset. [default: none: llmsim's historical limits]"}),
     (("--replicas",), {"type": int, "help": "Replicas behind the router. [default: 1]"}),
     (("--router",), {"help": "round-robin | least-outstanding | least-kv. [default: round-robin]"}),
     (("--disagg",), {"metavar": "P:D", "help": "Disaggregated serving: P prefill and D decode replicas, KV moved between them (docs/deployments.md)."}),
