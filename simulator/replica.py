@@ -311,11 +311,20 @@ class Replica:
             last[s] = t_end
             if g + 1 >= outl[s]:
                 done.append(s)
-        if dec:
+        if dec and self.in_step:
+            # every decoding slot emitted its last token at `prev` (`in_step`, checked in
+            # debug mode): each gap is this step, so no per-slot comparison
+            regular += len(dec)
             for s in dec:
                 comp[s] += 1
-                g = gen[s] + 1
-                gen[s] = g
+                g = gen[s] = gen[s] + 1
+                last[s] = t_end
+                if g >= outl[s]:
+                    done.append(s)
+        elif dec:
+            for s in dec:
+                comp[s] += 1
+                g = gen[s] = gen[s] + 1
                 if last[s] == prev:
                     regular += 1
                 else:
@@ -425,6 +434,9 @@ class Replica:
             raise AssertionError(f"replica {self.index}: seat accounting broken")
         if self.n_prefilling != sum(1 for s in self.active if self.computed[s] < self.prompt[s]):
             raise AssertionError(f"replica {self.index}: prefilling count broken")
+        if self.in_step and any(self.last_tok[s] != self.clock for s in self.active
+                                if self.computed[s] >= self.prompt[s]):
+            raise AssertionError(f"replica {self.index}: a decoding slot did not emit in the last step")
 
     # ---------------------------------------------------------------- decode segments
     def _decode_segment(self, t_limit: float) -> None:
@@ -480,7 +492,7 @@ class Replica:
             stats = (bn, bn, Ad, 0.0, R, Ad, R, 0.0)
         else:
             stats = self._segment_stats(batch, context_sum, n_steps)  # before the steps apply
-        done = self._apply_decode_steps(n_steps, t_end)
+        done = self._apply_decode_steps(n_steps, t_end, steps_to_first_finish)
         lg = self.log
         lg.steps += n_steps
         self.segment_steps += n_steps
@@ -616,38 +628,45 @@ class Replica:
             Aw, Rw = Ad, R
         return self.cost.step_times(float(batch), float(batch), Ad, 0.0, R, Aw, Rw)
 
-    def _apply_decode_steps(self, n_steps: int, t_end: float) -> list[int]:
+    def _apply_decode_steps(self, n_steps: int, t_end: float, min_left: int) -> list[int]:
         """Every running slot emits n_steps tokens (the last at t_end) and takes the blocks
-        its longer context needs; returns the slots that are done."""
+        its longer context needs; returns the slots that are done (none unless n_steps
+        reaches `min_left`, the fewest outputs any slot had left)."""
         kv = self.kv
-        self.context_sum += n_steps * len(self.active)
+        active = self.active
+        self.context_sum += n_steps * len(active)
         if kv.shared_of and not kv.ceil_blocks:
             return self._apply_decode_steps_shared(n_steps, t_end)
-        computed, generated, outlen, last = self.computed, self.generated, self.outlen, self.last_tok
+        computed, generated, last = self.computed, self.generated, self.last_tok
         held, bs = kv.held, self.bs
         # private blocks only: a slot holds ceil(c / bs) blocks, so n more tokens take
         # n // bs blocks, plus one if its last block has fewer than n % bs free places,
         # i.e. (c - 1) % bs >= bs - n % bs (threshold bs when n % bs == 0: never)
         full, rem = divmod(n_steps, bs)
-        threshold = bs - rem if rem else bs
         crossing = 0
-        done = []
-        if full:
-            for s in self.active:
+        if rem:
+            threshold = bs - rem
+            for s in active:
+                c = computed[s]
+                if (c - 1) % bs >= threshold:
+                    crossing += 1
+                    held[s] += full + 1
+                elif full:
+                    held[s] += full
+                computed[s] = c + n_steps
+                generated[s] += n_steps
+                last[s] = t_end
+        else:
+            for s in active:
                 held[s] += full
-        for s in self.active:
-            c = computed[s]
-            if (c - 1) % bs >= threshold:
-                crossing += 1
-                held[s] += 1
-            computed[s] = c + n_steps
-            g = generated[s] + n_steps
-            generated[s] = g
-            last[s] = t_end
-            if g >= outlen[s]:
-                done.append(s)
-        kv.free_blocks -= full * len(self.active) + crossing
-        return done
+                computed[s] += n_steps
+                generated[s] += n_steps
+                last[s] = t_end
+        kv.free_blocks -= full * len(active) + crossing
+        if n_steps < min_left:
+            return []
+        outlen = self.outlen
+        return [s for s in active if generated[s] >= outlen[s]]
 
     def _apply_decode_steps_shared(self, n_steps: int, t_end: float) -> list[int]:
         """`_apply_decode_steps` when some blocks are shared (no ceil(c / bs) shortcut)."""
