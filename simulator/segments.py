@@ -35,6 +35,8 @@ class DecodeSegments:
     """The decode fast path of `replica.Replica` (a mixin: it reads and updates the replica's
     per-slot lists, KV blocks, clock and log)."""
 
+    __slots__ = ()  # the replica's attributes are its own slots
+
     active: list[int]
     computed: list[int]
     generated: list[int]
@@ -52,6 +54,8 @@ class DecodeSegments:
     in_step: bool
     segment_steps: int
     step_time: Any
+    index: int
+    waiting: Any
 
     def _decode_segment(self, t_limit: float) -> None:
         """Run n identical decode steps at once (n up to the next completion, KV shortage,
@@ -81,8 +85,8 @@ class DecodeSegments:
                 max_steps = max(1, int(fit) + 1)
         line = self._decode_line(batch, context_sum, first_step_s, max_steps)
         if line is not None:
-            n_steps = max_steps if t_limit == math.inf else self._line_steps_before(line, max_steps, t_limit)
             d0, slope = line
+            n_steps = max_steps if t_limit == math.inf or max_steps <= 1 else self._line_steps_before(line, max_steps, t_limit)
             t_end = self.clock + n_steps * d0 + slope * n_steps * (n_steps - 1) / 2
             if self.in_step:
                 self.log.segment_line(d0, slope, n_steps, batch)
@@ -114,7 +118,11 @@ class DecodeSegments:
         busy = t_end - self.clock
         lg.busy_s += busy
         self.clock = t_end
-        self._record(batch, busy, n_steps, batch * n_steps, stats)
+        kv = self.kv  # _record inline: once per segment
+        lg.record(t_end, self.index, batch, 1.0 - kv.free_blocks / kv.total_blocks, len(self.waiting),
+                  busy, n_steps, batch * n_steps, stats)
+        if self.cfg.debug:
+            self.check()
         for s in done:
             self._finish(s)
 
