@@ -15,7 +15,7 @@ B q + #{slots with fewer than r free places in their last block} new blocks), at
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,13 +35,11 @@ class DecodeSegments:
     """The decode fast path of `replica.Replica` (a mixin: it reads and updates the replica's
     per-slot lists, KV blocks, clock and log)."""
 
-    __slots__ = ()  # the replica's attributes are its own slots
-
     active: list[int]
     computed: list[int]
     generated: list[int]
     outlen: list[int]
-    last_tok: list[int] | list[float]
+    last_tok: list[float]
     kv: KVCache
     log: StepLog
     bs: int
@@ -56,6 +54,16 @@ class DecodeSegments:
     step_time: Any
     index: int
     waiting: Any
+
+    if not TYPE_CHECKING:
+        # no __dict__: the replica keeps its state in its own __slots__ (hidden from mypy,
+        # which would check the mixin's assignments against this empty tuple)
+        __slots__ = ()
+
+    if TYPE_CHECKING:  # defined by the replica
+        def run_plan(self, plan: Any) -> None: ...
+        def check(self) -> None: ...
+        def _finish(self, s: int) -> None: ...
 
     def _decode_segment(self, t_limit: float) -> None:
         """Run n identical decode steps at once (n up to the next completion, KV shortage,
