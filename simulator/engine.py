@@ -9,8 +9,8 @@ Layers, one concept each:
 * `kvcache.py`   paged KV blocks of one replica (allocate, free, reference counts);
 * `schedulers.py` `EngineConfig` and the scheduler policies (`SCHEDULERS`): each turns a
   read-only view of a replica into the plan of its next step;
-* `replica.py`   executes step plans, prices steps (roofline `CostModel.step_time`) and runs
-  the closed-form decode fast path;
+* `replica.py`   executes step plans and prices steps (roofline `CostModel.step_time`);
+* `segments.py`  the closed-form decode fast path (runs of identical decode steps at once);
 * `steplog.py`   pooled inter-token gaps and the timeline;
 * this module    the event loop, the routers (`ROUTERS`) and the result.
 
