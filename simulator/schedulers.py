@@ -186,7 +186,6 @@ class SchedulerPolicy:
     def __init__(self, cfg: EngineConfig) -> None:
         self.cfg = cfg
         self.params = self.resolve_params(cfg.policy_params)
-        self._watermark = float(self.params.get("watermark", 0.0))
 
     @classmethod
     def resolve_params(cls, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -251,9 +250,7 @@ class SchedulerPolicy:
 
     def _watermark_blocks(self, view: ReplicaView) -> int:
         """Blocks that must stay free after an admission: int(watermark x all blocks)."""
-        if not self._watermark:
-            return 0  # the default: no dict look-up per scheduling decision
-        return int(self._watermark * view.kv.total_blocks)
+        return int(self.params.get("watermark", 0.0) * view.kv.total_blocks)
 
     @staticmethod
     def _decode_new_blocks(view: ReplicaView) -> list[int]:
@@ -364,9 +361,6 @@ class ChunkedPrefill(SchedulerPolicy):
                 self._plan_admission(view, plan, budget - batch, view.kv.free_blocks - len(needy))
                 return plan
         plan = StepPlan()
-        if not batch:  # nothing running: admissions only
-            self._plan_admission(view, plan, budget, view.kv.free_blocks)
-            return plan
         budget, free = self._plan_running(view, plan, budget)
         if not plan.preempt:
             self._plan_admission(view, plan, budget, free)
