@@ -11,12 +11,16 @@ is given, which time-scales it to that mean rate; `random` uses Poisson/gamma ar
 `rate` (inf: all at t = 0). `concurrency` makes it a closed loop of N clients (each sends
 its next request when the previous one returns; arrival times are then ignored).
 
-Engine profiles (`engine`, `--engine NAME|FILE`, `engine_setup`): the profile prices the run
-(overheads and kernel factors on the hardware, the all-reduce width), picks the scheduler
-policy and, when its KV rule is not vLLM's, the KV capacity (`gpu_memory_utilization` is then
-the engine's own fraction). Its default limits fill the settings a scenario mapping / the CLI
-leaves unset (`from_dict`; explicit values win). `engine` None keeps llmsim's historical
-limits (256 seats, 8192 tokens, 0.9 of HBM) and the hardware YAML's overheads.
+Engine profiles (`engine`, `--engine NAME|FILE`, `engine_setup`; default `vllm`, vLLM V1):
+the profile prices the run (overheads and kernel factors on the hardware, the all-reduce
+width), picks the scheduler policy and, when its KV rule is not vLLM's, the KV capacity
+(`gpu_memory_utilization` is then the engine's own fraction). Its default limits fill the
+engine settings left unset (`AUTO`: max_num_seqs, max_num_batched_tokens, block_size,
+scheduler, gpu_memory_utilization, enable_prefix_caching, policy_params; explicit values win),
+on the scenario's hardware; `replace` re-derives the unset ones when it changes the hardware,
+parallelism or engine. `engine` None (or "none") keeps llmsim's historical limits (256 seats,
+8192 tokens, 0.9 of HBM, no prefix caching) and the hardware YAML's overheads; the `generic`
+profile is the same limits and overheads under the vLLM V1 policy.
 """
 
 from __future__ import annotations
@@ -61,6 +65,16 @@ DEFAULT_WORKLOAD = "azure-conv"
 #: KV-cache format when none is given: bf16 whatever the activation format, as vLLM's
 #: `--kv-cache-dtype auto` keeps the model's 16-bit dtype under `--quantization fp8`.
 DEFAULT_KV_DTYPE = "bf16"
+#: engine profile when none is given (`--engine none` / `engine=None`: the historical defaults)
+DEFAULT_ENGINE = "vllm"
+#: marker of an engine setting left to the engine profile (resolved in `Scenario.__post_init__`)
+AUTO: Any = None
+#: the engine settings a profile fills when unset, and llmsim's historical values without one
+ENGINE_FIELDS: dict[str, Any] = {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "block_size": 16,
+                                 "scheduler": "vllm", "gpu_memory_utilization": 0.9,
+                                 "enable_prefix_caching": False, "policy_params": {}}
+#: changing one of these re-derives the engine settings left unset (`Scenario.replace`)
+_ENGINE_INPUTS = ("engine", "hardware", "tp", "pp", "max_model_len", "model")
 
 
 #: arrival times beyond this (s, 317 years) are refused: up to here a float64 second resolves
@@ -97,11 +111,11 @@ class Scenario:
     input_len: int = 1024
     output_len: int = 128
     range_ratio: float = 0.0
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    scheduler: str = "vllm"
-    block_size: int = 16
-    gpu_memory_utilization: float = 0.9
+    max_num_seqs: int = AUTO  # AUTO: the engine profile's default (ENGINE_FIELDS without one)
+    max_num_batched_tokens: int = AUTO
+    scheduler: str = AUTO
+    block_size: int = AUTO
+    gpu_memory_utilization: float = AUTO
     max_model_len: int | None = None
     kv_capacity_tokens: int | None = None
     goodput: dict = field(default_factory=dict)  # {"ttft": ms, "tpot": ms, "e2el": ms}
@@ -109,12 +123,12 @@ class Scenario:
     skip_bad_rows: bool = False
     max_duration_s: float | None = None
     debug: bool = False
-    engine: str | None = None  # engine profile id or file (None: llmsim's historical defaults)
-    policy_params: dict = field(default_factory=dict)  # the scheduler policy's parameters
+    engine: str | None = DEFAULT_ENGINE  # engine profile id or file (None / "none": historical defaults)
+    policy_params: dict = AUTO  # the scheduler policy's parameters
     disagg: str | None = None  # "P:D": disaggregated prefill/decode pools (deployment.py)
     deployment: dict = field(default_factory=dict)  # per-pool settings of a disaggregated run
     # prefix caching and the workloads that exercise it (named_workloads.py)
-    enable_prefix_caching: bool = False
+    enable_prefix_caching: bool = AUTO
     warm_cache: bool = False
     kv_offloading_size: float = 0.0  # GiB of host memory for evicted prefix blocks (per replica)
     dataset_path: str | None = None
@@ -123,8 +137,11 @@ class Scenario:
     system_prompt_len: int = 1000
     question_len: int = 100
     multi_turn: bool = False
+    #: the engine settings that were left unset (filled from the profile); not a setting
+    auto_fields: frozenset = field(default=frozenset(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self._fill_engine_settings()
         def need(cond: bool, name: str, allowed: str) -> None:
             if not cond:
                 raise SpecError(f"{name}: {getattr(self, name)!r} {allowed}")
@@ -187,9 +204,6 @@ class Scenario:
             raise SpecError(
                 f"burstiness: {self.burstiness!r} applies only with a rate: trace {self.workload!r} "
                 "replays its own arrival times unless --rate time-scales it")
-        if self.engine is not None:
-            need(isinstance(self.engine, str) and bool(self.engine), "engine", "must be a profile id or file path")
-            load_engine(self.engine)  # one-line error for an unknown id
         if self.disagg is not None or self.deployment:
             from .deployment import check_deployment, parse_disagg
 
@@ -205,7 +219,7 @@ class Scenario:
         """Build from a mapping (a scenario YAML); keys are the field names ('-' or '_')."""
         if not isinstance(data, dict):
             raise SpecError(f"{source}: expected a mapping of settings")
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in dataclasses.fields(cls) if f.init}
         kw: dict[str, Any] = {}
         for k, v in data.items():
             key = str(k).replace("-", "_")
@@ -217,8 +231,6 @@ class Scenario:
         if isinstance(kw.get("rate"), str):
             kw["rate"] = parse_rate(kw["rate"])
         try:
-            if kw.get("engine") is not None:
-                _fill_engine_defaults(kw)
             return cls(**kw)
         except SpecError as e:
             raise SpecError(f"{source}: {e}") from None
@@ -228,10 +240,53 @@ class Scenario:
         return cls.from_dict(read_yaml(path), str(path))
 
     def replace(self, **kw: Any) -> Scenario:
+        """A copy with `kw` changed; engine settings left unset stay unset (re-derived for the
+        new hardware, parallelism or engine)."""
+        if any(k in kw for k in _ENGINE_INPUTS):
+            kw = {**{k: AUTO for k in self.auto_fields}, **kw}
         return dataclasses.replace(self, **kw)
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The settings (engine settings left unset as None, so `Scenario(**d)` re-derives them)."""
+        d = dataclasses.asdict(self)
+        d.pop("auto_fields")
+        d.update({k: AUTO for k in self.auto_fields})
+        return d
+
+    def _fill_engine_settings(self) -> None:
+        """Fill the engine settings left unset (`AUTO`) from the engine profile on this
+        hardware, or with llmsim's historical values when `engine` is None / "none"."""
+        if isinstance(self.engine, str) and self.engine.strip().lower() == "none":
+            object.__setattr__(self, "engine", None)
+        auto = frozenset(k for k in ENGINE_FIELDS if getattr(self, k) is AUTO)
+        object.__setattr__(self, "auto_fields", auto)
+        if self.engine is not None and not (isinstance(self.engine, str) and self.engine):
+            raise SpecError(f"engine: {self.engine!r} must be a profile id or file path (or none)")
+        if not auto:
+            if self.engine is not None:
+                load_engine(self.engine)  # one-line error for an unknown id
+            return
+        if self.engine is None:
+            for k in auto:
+                object.__setattr__(self, k, dict(ENGINE_FIELDS[k]) if k == "policy_params" else ENGINE_FIELDS[k])
+            return
+        profile = load_engine(self.engine)
+        if not isinstance(self.hardware, (str, HardwareSpec)) or not self.hardware:
+            raise SpecError(f"hardware: {self.hardware!r} must be a hardware id or file path")
+        tp, pp = self.tp, self.pp
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (tp, pp)):
+            tp, pp = 1, 1  # the field checks that follow name the bad value
+        settings = profile_settings(profile, load_hardware(self.hardware), tp=tp, pp=pp,
+                                    max_model_len=self.max_model_len if isinstance(self.max_model_len, int) else None)
+        for k in auto - {"policy_params"}:
+            object.__setattr__(self, k, settings[k])
+        if "policy_params" in auto:
+            object.__setattr__(self, "policy_params", policy_params_for(profile, self.scheduler))
+        if "max_num_seqs" in auto and profile.limits.max_num_seqs == "sglang_kv_derived":
+            kv = self.engine_config().kv_capacity_tokens or self.cost_model().memory(
+                self.gpu_memory_utilization, self.max_num_batched_tokens, self.max_num_seqs).kv_capacity_tokens
+            object.__setattr__(self, "max_num_seqs",
+                               sglang_seats(kv, int(self.max_model_len or self.cost_model().model.max_context)))
 
     # ------------------------------------------------------------------ parts
     def cost_model(self) -> CostModel:
@@ -349,26 +404,6 @@ class Scenario:
         if cost.notes:
             summary["notes"] = list(cost.notes)
         return res, summary
-
-
-def _fill_engine_defaults(kw: dict[str, Any]) -> None:
-    """The engine profile's default limits for the settings `kw` leaves unset (on its
-    hardware: vLLM's tiers depend on GPU memory; SGLang's seats on its KV size)."""
-    if not isinstance(kw["engine"], str) or not kw["engine"]:
-        raise SpecError(f"engine: {kw['engine']!r} must be a profile id or file path")
-    profile = load_engine(kw["engine"])
-    seats_given = "max_num_seqs" in kw
-    hw = load_hardware(kw.get("hardware", Scenario.hardware))
-    tp, pp = int(kw.get("tp", 1)), int(kw.get("pp", 1))
-    for key, value in profile_settings(profile, hw, tp=tp, pp=pp, max_model_len=kw.get("max_model_len")).items():
-        kw.setdefault(key, value)
-    kw.setdefault("policy_params", policy_params_for(profile, kw["scheduler"]))
-    if seats_given or profile.limits.max_num_seqs != "sglang_kv_derived":
-        return
-    sc = Scenario(**kw)
-    kv = sc.engine_config().kv_capacity_tokens or sc.cost_model().memory(
-        sc.gpu_memory_utilization, sc.max_num_batched_tokens, sc.max_num_seqs).kv_capacity_tokens
-    kw["max_num_seqs"] = sglang_seats(kv, int(sc.max_model_len or sc.cost_model().model.max_context))
 
 
 def parse_rate(text: Any) -> float:

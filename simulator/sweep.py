@@ -151,7 +151,7 @@ def parse_sweep(items: Iterable[str] | None) -> list[tuple[str, list[Any]]]:
     """`--sweep FIELD=V1,V2,...` (repeatable) into [(field, [values])]. FIELD is any
     Scenario setting ('-' or '_'); values are converted to its type. Several sweeps give
     the cartesian product (one curve per combination)."""
-    fields = {f.name: f for f in dataclasses.fields(Scenario)}
+    fields = {f.name: f for f in dataclasses.fields(Scenario) if f.init}
     out: list[tuple[str, list[Any]]] = []
     seen: set[str] = set()
     for item in items or ():

@@ -16,7 +16,13 @@ from simulator import validate as V
 from simulator.catalog import load_hardware, load_model
 from simulator.cli import main
 from simulator.engine_limits import trtllm_bench_limits_for
-from simulator.engine_setup import BENCH_WAVES, bench_num_requests, policy_params_for, scheduler_for
+from simulator.engine_setup import (
+    BENCH_WAVES,
+    bench_num_requests,
+    policy_params_for,
+    profile_hardware,
+    scheduler_for,
+)
 from simulator.engines import load_engine
 from simulator.memory import activation_reserve_bytes, weights_bytes_per_gpu
 from simulator.scenario import Scenario
@@ -81,11 +87,30 @@ def test_user_flags_override_profile() -> None:
     assert eff.hardware.efficiency.step_overhead_s == 0.01
 
 
-def test_no_engine_keeps_historical_defaults() -> None:
-    sc = Scenario.from_dict({})
-    assert sc.engine is None
-    assert (sc.max_num_seqs, sc.max_num_batched_tokens, sc.block_size, sc.scheduler) == (256, 8192, 16, "vllm")
-    assert sc.cost_model().hardware == load_hardware(sc.hardware)
+def test_engine_none_keeps_historical_defaults() -> None:
+    for sc in (Scenario.from_dict({"engine": "none"}), Scenario(engine=None)):
+        assert sc.engine is None
+        assert (sc.max_num_seqs, sc.max_num_batched_tokens, sc.block_size, sc.scheduler) == (256, 8192, 16, "vllm")
+        assert (sc.gpu_memory_utilization, sc.enable_prefix_caching, sc.policy_params) == (0.9, False, {})
+        assert sc.cost_model().hardware == load_hardware(sc.hardware)
+
+
+def test_default_engine_is_vllm() -> None:
+    """No engine given: the vllm profile's `vllm serve` defaults on the chip (H100, 80 GB: 1024
+    seats, 8192 tokens; A100 and small GPUs: 256 and 2048), KV fraction 0.92, prefix caching on."""
+    for sc in (Scenario.from_dict({}), Scenario()):
+        assert sc.engine == "vllm" and sc.hardware == "h100-sxm"
+        assert (sc.max_num_seqs, sc.max_num_batched_tokens, sc.gpu_memory_utilization) == (1024, 8192, 0.92)
+        assert sc.enable_prefix_caching is True
+        assert sc.cost_model().hardware == profile_hardware(load_hardware("h100-sxm"), load_engine("vllm"))
+    a100 = Scenario(hardware="a100-sxm-80gb")
+    assert (a100.max_num_seqs, a100.max_num_batched_tokens) == (256, 2048)
+    # replace() re-derives the unset limits for the new chip; explicit ones stay
+    assert (a100.replace(hardware="h100-sxm").max_num_seqs, a100.replace(hardware="h100-sxm").max_num_batched_tokens) == (1024, 8192)
+    pinned = Scenario(hardware="a100-sxm-80gb", max_num_seqs=300)
+    assert pinned.replace(hardware="h100-sxm").max_num_seqs == 300
+    # a round trip through as_dict keeps the unset ones unset
+    assert Scenario(**a100.as_dict()).replace(hardware="b200").max_num_batched_tokens == 16384
 
 
 def test_policy_mapping() -> None:

@@ -109,4 +109,6 @@ def test_mooncake_trace_replays_with_hash_ids(tmp_path):
     on = run_json("-w", str(p), "--enable-prefix-caching")
     assert on["num_requests"] == 4 and on["trace_replay"] == "whole trace, once (4 requests)"
     assert on["prefix_cache_hit_rate"] == pytest.approx(2 * 1024 / (1200 + 1100 + 1300 + 600))
-    assert run_json("-w", str(p))["prefix_cache_hit_rate"] == 0.0
+    # caching is on by default (the vllm engine profile); off, nothing is reused
+    assert run_json("-w", str(p))["prefix_cache_hit_rate"] == on["prefix_cache_hit_rate"]
+    assert run_json("-w", str(p), "--no-enable-prefix-caching")["prefix_cache_hit_rate"] == 0.0
