@@ -190,6 +190,9 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
     for name, rt in (("prefill router", prefill_router), ("decode router", decode_router)):
         if rt not in ROUTERS:
             raise SpecError(f"{name}: {rt!r} is not one of {', '.join(ROUTERS)}")
+    if workload.max_concurrency is not None:
+        raise SpecError(f"max_concurrency: {workload.max_concurrency} (a cap on requests in flight at a finite "
+                        "rate) is not modelled for a disaggregated deployment; drop --max-concurrency")
     if workload.concurrency is not None:
         raise SpecError("concurrency: a disaggregated deployment is simulated with open-loop "
                         "arrivals only; give --rate instead of --concurrency")

@@ -16,7 +16,8 @@ Layers, one concept each:
 
 Event loop. Timed events sit in a heap (`EventQueue`): request arrivals (open loop: the
 workload's arrival times) and closed-loop releases (a client sends its next request when its
-previous one completes or is rejected, Little's-law style: `concurrency` clients). Popping an
+previous one completes or is rejected, Little's-law style: `concurrency` clients), or the
+open-loop arrivals gated by a cap of `max_concurrency` in flight (`client_cap.py`). Popping an
 event at time t first advances every replica of the pool, in index order, through the steps
 that start before t (a request arriving at t joins the step starting at or after t; a step
 ends at start + step_time, and a replica's completions there push release events); then the
@@ -42,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from .checks import check_cost_model
+from .client_cap import run_capped
 from .prefix import request_block_hashes
 from .replica import COMPLETED, PENDING, REJECTED, Replica, capped_sums
 from .roofline import CostModel
@@ -78,6 +80,9 @@ class SimResult:
     #: when each request was first scheduled (NaN: never); queue time = scheduled_s - arrival_s
     scheduled_s: np.ndarray | None = None
     cached_tokens: np.ndarray | None = None  # prefix caching on: prompt tokens found in cache
+    #: client-side wait for a free concurrency slot (vLLM's client_queue_time): send time
+    #: (`arrival_s`) minus scheduled time; None for an uncapped open loop
+    client_queue_s: np.ndarray | None = None
 
     def records(self) -> pd.DataFrame:
         """Tidy per-request table (one row per request), times in seconds."""
@@ -103,6 +108,7 @@ class SimResult:
             "status": status,
             "reason": reason,
             **({} if self.cached_tokens is None else {"cached_tokens": self.cached_tokens}),
+            **({} if self.client_queue_s is None else {"client_queue_time_s": self.client_queue_s}),
         })
 
 
@@ -278,9 +284,9 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         "cached_tokens": np.zeros(n, dtype=np.int64),
     }
     log = StepLog()
-    closed = workload.concurrency
+    closed, capped = workload.concurrency, workload.max_concurrency
     arrivals = np.array(workload.arrival_s, dtype=float) if closed is None else np.full(n, np.nan)
-    deps = dependencies(workload, closed)
+    deps = dependencies(workload, closed if capped is None else capped)
     if deps is not None:
         arrivals = arrivals.copy()
         roots = np.flatnonzero(deps[0] < 0)
@@ -289,7 +295,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         events = EventQueue(arrivals if closed is None else None)
 
     def on_finish(r: int, t: float) -> None:
-        if closed is not None:
+        if closed is not None or capped is not None:
             events.push(t, RELEASE)
         elif deps is not None:
             release_children(deps, r, t, arrivals, events)
@@ -305,8 +311,9 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
             events.push(0.0, RELEASE)
     if deps is not None:
         run_dependent(pool, events, roots, deps, arrivals, cfg, out, progress)
+        client_queue_s = None
     else:
-        _run_events(pool, events, arrivals, closed, cfg, out, progress)
+        arrivals, client_queue_s = _run_stream(pool, events, workload, arrivals, cfg, out, progress)
     cap = cfg.max_duration_s
     cut_reason = _cut_reason(cap)
     for p in reps:
@@ -338,6 +345,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         "busy_s": log.busy_s,
         "offered_rate": workload.offered_rate if closed is None else float("nan"),
         "concurrency": closed,
+        "max_concurrency": capped,
         "chars_per_token": cost.model.chars_per_token,
         "gpus_per_replica": cost.par.num_gpus,
         "utilization": util,
@@ -346,11 +354,12 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     }
     if util["busy_utilization"] is not None:
         meta["busy_utilization"] = util["busy_utilization"]  # energy.run_energy's u_busy
-    return SimResult(workload.arrival_s.copy() if closed is None and deps is None else arrivals,
+    return SimResult(workload.arrival_s.copy() if closed is None and deps is None and capped is None else arrivals,
                      workload.input_len, workload.output_len, out["first_token_s"], out["finish_s"],
                      out["preemptions"], out["replica"], out["status"], out["reasons"], itl_v, itl_c,
                      timeline, meta, scheduled_s=out["scheduled_s"],
-                     cached_tokens=out["cached_tokens"] if cfg.enable_prefix_caching else None)
+                     cached_tokens=out["cached_tokens"] if cfg.enable_prefix_caching else None,
+                     client_queue_s=client_queue_s)
 
 
 def _attach_prefix_caches(reps: list[Replica], workload: Workload, cfg: EngineConfig) -> None:
@@ -403,6 +412,22 @@ def _check_run(reps: list[Replica], out: dict[str, Any], log: StepLog, arrivals:
 
 def _cut_reason(cap: float | None) -> str:
     return f"not finished within the simulated-time cap of {cap} s (max_duration_s)"
+
+
+def _run_stream(pool: Pool, events: EventQueue, workload: Workload, arrivals: np.ndarray, cfg: EngineConfig,
+                out: dict[str, Any], progress: Callable[[int, int], None] | None
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+    """Serve a stream without dependencies: open loop, closed loop, or open loop under a cap.
+    Returns (arrival = send time per request, client-side wait per request or None)."""
+    closed, capped = workload.concurrency, workload.max_concurrency
+    if capped is not None:
+        send_s = np.full(len(arrivals), np.nan)  # the scheduled times stay in the workload
+        queue_s = np.full(len(arrivals), np.nan)
+        run_capped(pool, events, workload.arrival_s, capped, send_s, queue_s, cfg, out, progress)
+        return send_s, queue_s
+    _run_events(pool, events, arrivals, closed, cfg, out, progress)
+    # a closed-loop client's requests are all scheduled at t = 0: each waited until sent
+    return arrivals, (None if closed is None else arrivals.copy())
 
 
 def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: int | None,

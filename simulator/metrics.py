@@ -153,6 +153,10 @@ def summarize(res: SimResult, goodput: dict[str, float] | None = None,
     else:
         _stats("itl", np.zeros(0), s, percentiles)
     _stats("e2el", e2el, s, percentiles)
+    if res.client_queue_s is not None:  # a concurrency cap: vLLM's client-side queueing keys
+        queue = res.client_queue_s[done]
+        _stats("client_queue_time", queue, s, percentiles)
+        _stats("e2el_including_client_queue", e2el + queue, s, percentiles)
     slos = goodput or {}
     if slos:
         good = good_mask(res, slos)
@@ -211,6 +215,8 @@ def stability(res: SimResult) -> dict[str, Any]:
         out["unstable"] = False
         out["ttft_slope"] = None
         return out
+    if res.client_queue_s is not None:  # a capped stream: the backlog waits at the client
+        arr = arr - res.client_queue_s  # scheduled arrivals; TTFT then counts the client wait
     a = arr[done]
     ttft = (res.first_token_s - arr)[done]
     order = np.argsort(a, kind="stable")

@@ -91,7 +91,7 @@ SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--warm-cache",), {"is_flag": True, "default": None, "help": "Prefix cache starts holding this workload's prompts (a re-run against a live server)."}),
     (("--rate", "-r", "--request-rate"), {"help": "Requests/s (number or inf). A trace is time-scaled to it; default: the trace's own timing (random: inf)."}),
     (("--burstiness",), {"type": float, "help": "Gamma arrival shape (vLLM): 1 = Poisson, < 1 burstier. [default: 1]"}),
-    (("--concurrency", "--max-concurrency"), {"type": int, "help": "N clients, each sends when its last request returns (vLLM's --max-concurrency at rate inf; a cap at a finite rate is not modelled)."}),
+    (("--concurrency", "--max-concurrency"), {"type": int, "help": "At most N requests in flight (vLLM's --max-concurrency): with a finite --rate, arrivals wait at the client for a free slot (TTFT counts from the send; the wait is client_queue_time); at rate inf, N closed-loop clients."}),
     (("--num-requests", "-n", "--num-prompts"), {"type": int, "help": "Requests to simulate. [default: 1000]"}),
     (("--input-len", "--random-input-len"), {"type": int, "help": "random workload: prompt tokens. [default: 1024]"}),
     (("--output-len", "--random-output-len"), {"type": int, "help": "random workload: output tokens. [default: 128]"}),

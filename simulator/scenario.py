@@ -8,8 +8,11 @@ Workload semantics (as `vllm bench serve`): `workload` names a built-in trace
 (`azure-conv`, `azure-code`), a trace file, or `random` (synthetic lengths from
 `input_len`/`output_len`/`range_ratio`). A trace replays its own timestamps unless `rate`
 is given, which time-scales it to that mean rate; `random` uses Poisson/gamma arrivals at
-`rate` (inf: all at t = 0). `concurrency` makes it a closed loop of N clients (each sends
-its next request when the previous one returns; arrival times are then ignored).
+`rate` (inf: all at t = 0). `concurrency` (`--max-concurrency`) caps the requests in flight at
+N: with a finite `rate` the open-loop arrivals wait at the client for a free slot (vLLM's
+semaphore, `client_cap.py`); without one (or at rate inf) it is a closed loop of N clients (each
+sends its next request when the previous one returns; arrival times are then ignored), the same
+schedule as the cap on arrivals all at t = 0.
 
 Engine profiles (`engine`, `--engine NAME|FILE`, `engine_setup`; default `vllm`, vLLM V1):
 the profile prices the run (overheads and kernel factors on the hardware, the all-reduce
@@ -188,11 +191,6 @@ class Scenario:
         need(isinstance(self.policy_params, dict), "policy_params", "must be a mapping of scheduler parameters")
         need(isinstance(self.goodput, (dict, str, list, tuple)), "goodput",
              "must be a mapping like {ttft: 500, tpot: 50} (ms)")
-        if self.concurrency is not None and self.rate is not None and math.isfinite(self.rate):
-            raise SpecError(
-                f"rate: {self.rate!r} cannot be combined with concurrency {self.concurrency}: a closed "
-                "loop of N clients ignores arrival times (vLLM's --max-concurrency cap on an open-loop "
-                "stream at a finite rate is not modelled yet); drop the rate or use rate inf")
         need(is_num(self.kv_offloading_size) and 0 <= self.kv_offloading_size < math.inf,
              "kv_offloading_size", "must be a number of GiB >= 0")
         need(self.dataset_path is None or isinstance(self.dataset_path, str), "dataset_path",
@@ -353,14 +351,15 @@ class Scenario:
         n = self.num_requests if self.num_requests_given else None
         if name.lower() in ("random", "synthetic"):
             rate = math.inf if self.rate is None else self.rate
-            return wl.synthetic(self.num_requests, rate, self.input_len, self.output_len, range_ratio=self.range_ratio, burstiness=self.burstiness,
-                                concurrency=self.concurrency, seed=self.seed), ""
+            return self._clients(wl.synthetic(self.num_requests, rate, self.input_len, self.output_len,
+                                              range_ratio=self.range_ratio, burstiness=self.burstiness,
+                                              seed=self.seed)), ""
         if name.lower() == "shared-prefix":
             return shared_prefix_workload(self), ""
         if name.lower() == "sharegpt":
             w = sharegpt_workload(n, self.rate, self.burstiness, self.seed, self.cost_model().model,
                                   self.dataset_path)
-            return (w if self.concurrency is None else dataclasses.replace(w, concurrency=self.concurrency)), ""
+            return self._clients(w), ""
         trace = wl.load_workload(name, skip_bad_rows=self.skip_bad_rows)
         w, note = replay(trace, n, is_trace_file(name))
         if self.rate is not None:
@@ -368,9 +367,15 @@ class Scenario:
                 w = wl.with_arrivals(w, self.rate, self.burstiness, self.seed)
             else:
                 w = wl.scale_to_rate(w, self.rate)
-        if self.concurrency is not None:
-            w = dataclasses.replace(w, concurrency=self.concurrency)
-        return w, note
+        return self._clients(w), note
+
+    def _clients(self, w: wl.Workload) -> wl.Workload:
+        """`concurrency` applied: a cap on the open loop at a finite rate, else closed-loop clients."""
+        if self.concurrency is None:
+            return w
+        if self.rate is not None and math.isfinite(self.rate):
+            return dataclasses.replace(w, max_concurrency=self.concurrency)
+        return dataclasses.replace(w, concurrency=self.concurrency)
 
     def run(self, progress: Callable[[int, int], None] | None = None,
             workload: wl.Workload | None = None) -> tuple[SimResult, dict[str, Any]]:

@@ -41,7 +41,7 @@ def dependencies(wl: Workload, concurrency: int | None) -> Deps | None:
         return None
     if concurrency is not None:
         raise SpecError("workload: multi-turn dependencies (parent) need an open-loop workload, "
-                        "not a closed loop (concurrency)")
+                        "without a closed loop or concurrency cap (concurrency / max_concurrency)")
     par = np.asarray(parent, dtype=np.int64)
     think = np.asarray(wl.extra.get("think_time_s", np.zeros(len(par))), dtype=float)
     children: dict[int, list[int]] = {}

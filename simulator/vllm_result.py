@@ -21,7 +21,9 @@ from typing import Any
 from .specs import SpecError
 
 BACKEND = "llmsim"
-PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
+#: the last two need --max-concurrency (vLLM: the client-side semaphore wait, and E2EL plus
+#: that wait); as in vLLM they are written only when selected (llmsim_summary always has them)
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time", "e2el_including_client_queue")
 #: vLLM's default is ttft,tpot,itl; e2el is added so a result has every metric llmsim models.
 DEFAULT_PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
 DEFAULT_METRIC_PERCENTILES = "99"
@@ -90,6 +92,8 @@ def result_json(scenario: Any, res: Any, summary: dict[str, Any], model: Any, *,
     out["input_lens"] = [int(x) for x in res.input_len]
     out["output_lens"] = [int(x) for x in res.output_len]
     for m in metrics:
+        if f"mean_{m}_ms" not in stats:
+            raise SpecError(f"percentile-metrics: {m!r} needs --max-concurrency (a client-side cap)")
         for k in ("mean", "median", "std"):
             out[f"{k}_{m}_ms"] = stats[f"{k}_{m}_ms"]
         for p in pcts:

@@ -86,7 +86,8 @@ class Workload:
     """A request stream: arrival times (s, nondecreasing, first usually 0), prompt and output lengths (tokens).
 
     `concurrency` set means a closed loop of that many clients; the engine then ignores
-    `arrival_s`. `bad_rows` counts rows a trace reader skipped (`skip_bad_rows`);
+    `arrival_s`. `max_concurrency` set keeps the open loop of `arrival_s` but lets at most that
+    many requests be in flight (vLLM's `--max-concurrency` at a finite rate, `client_cap.py`). `bad_rows` counts rows a trace reader skipped (`skip_bad_rows`);
     `failed_in_trace` counts requests the trace itself records as failed (BurstGPT rows with
     0 response tokens), which are dropped. `extra` maps a column name to one 1-D array with a
     value per request (aligned with `arrival_s`): the columns a trace carries besides the
@@ -103,6 +104,7 @@ class Workload:
     bad_rows: int = 0
     failed_in_trace: int = 0
     extra: Mapping[str, np.ndarray] = field(default_factory=lambda: _NO_EXTRA, repr=False)
+    max_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         arr = np.asarray(self.arrival_s)
@@ -136,8 +138,7 @@ class Workload:
         if not isinstance(self.name, str):
             raise SpecError(f"workload.name: {self.name!r} is not a string")
         c = self.concurrency
-        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1):
-            raise SpecError(f"workload.concurrency: {c!r} must be an integer >= 1 (or omitted)")
+        _check_clients(c, self.max_concurrency)
         for f in ("bad_rows", "failed_in_trace"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
@@ -149,6 +150,8 @@ class Workload:
         object.__setattr__(self, "output_len", out)
         if c is not None:
             object.__setattr__(self, "concurrency", int(c))
+        if self.max_concurrency is not None:
+            object.__setattr__(self, "max_concurrency", int(self.max_concurrency))
         if self.extra is not _NO_EXTRA:
             object.__setattr__(self, "extra", _check_extra(self.extra, arr.size))
 
@@ -190,6 +193,7 @@ class Workload:
             "max_input_len": int(self.input_len.max()),
             "max_output_len": int(self.output_len.max()),
             "concurrency": self.concurrency,
+            "max_concurrency": self.max_concurrency,
             "bad_rows": self.bad_rows,
             "failed_in_trace": self.failed_in_trace,
         }
@@ -200,6 +204,16 @@ class Workload:
             f"offered_rate={self.offered_rate:.4g}, mean_input_len={self.mean_input_len:.1f}, "
             f"mean_output_len={self.mean_output_len:.1f}, concurrency={self.concurrency})"
         )
+
+
+def _check_clients(concurrency: Any, max_concurrency: Any) -> None:
+    """`concurrency` (closed loop) and `max_concurrency` (cap): integers >= 1, not both."""
+    for f, v in (("concurrency", concurrency), ("max_concurrency", max_concurrency)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
+            raise SpecError(f"workload.{f}: {v!r} must be an integer >= 1 (or omitted)")
+    if concurrency is not None and max_concurrency is not None:
+        raise SpecError(f"workload.max_concurrency: {max_concurrency!r} cannot be combined with "
+                        f"concurrency {concurrency} (a closed loop); give one of them")
 
 
 def object_column(items: Any) -> np.ndarray:

@@ -87,7 +87,7 @@ def test_out_dir_files(tmp_path):
     (["-m", "llama-3.1-70b", "-H", "a100-sxm-80gb"], "smallest TP"),
     (["-w", "azure-conv", "--input-len", "4096"], "applies to --workload random only"),
     (["-w", "azure-conv", "--burstiness", "0.3"], "applies only with a rate"),
-    (["--concurrency", "3", "--rate", "5"], "cannot be combined with concurrency"),
+    (["--max-concurrency", "0", "--rate", "5"], "concurrency: 0 must be an integer >= 1"),
     (["--efficiency", "compute_eficiency=0.5"], "did you mean 'compute_efficiency'"),
 ])
 def test_bad_options_one_line_exit_2(args, word):

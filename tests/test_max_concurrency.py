@@ -1,0 +1,198 @@
+"""`--max-concurrency N` at a finite rate: an open-loop stream with at most N requests in flight,
+as `vllm bench serve` (a semaphore around each request; TTFT/E2EL from the send time, the wait
+apart as client_queue_time; see simulator/client_cap.py).
+
+Hand schedules price steps with a fake cost model, step = 1 s + 1 ms per scheduled token (as
+tests/test_schedulers.py), so every time below is a sum of such steps."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator.cli import main
+from simulator.engine import COMPLETED, REJECTED, EngineConfig, simulate
+from simulator.metrics import summarize
+from simulator.scenario import Scenario
+from simulator.specs import SpecError
+from simulator.vllm_result import result_filename, result_json
+from simulator.workload import Workload
+
+
+class _LinearCost:
+    """step_time = 1 s + 1 ms x tokens in the step (T); nothing else matters."""
+
+    model = SimpleNamespace(sliding_window=None, max_context=10**9, chars_per_token=4.0)
+    par = SimpleNamespace(num_gpus=1)
+
+    @staticmethod
+    def step_time(T, S, Ad, Ap, R, Aw=None, Rw=None, Pc=0.0):
+        return 1.0 + 0.001 * T
+
+    @staticmethod
+    def step_times(T, S, Ad, Ap, R, Aw=None, Rw=None, Pc=0.0):
+        return np.broadcast_to(1.0 + 0.001 * np.asarray(T, dtype=float), np.shape(Ad)).astype(float)
+
+
+COST = _LinearCost()
+
+
+def d(tokens):
+    return 1.0 + 0.001 * tokens
+
+
+def wl(arrivals, ins, outs, **kw):
+    return Workload(np.asarray(arrivals, dtype=float), np.asarray(ins, dtype=np.int64),
+                    np.asarray(outs, dtype=np.int64), **kw)
+
+
+def cfg(**kw):
+    kw.setdefault("kv_capacity_tokens", 100_000)
+    kw.setdefault("debug", True)
+    return EngineConfig(**kw)
+
+
+def test_three_requests_one_slot_by_hand():
+    """N = 1; prompts of 10 tokens, 2 output tokens (prefill gives token 1, one decode step).
+    A scheduled at 0: sent 0, first d(10), done d(10) + d(1) = 2.011.
+    B scheduled at 0.5: waits for A's slot, sent 2.011 (client queue 1.511), done 4.022.
+    C scheduled at 1.0: waits behind B (first come first served), sent 4.022 (queue 3.022)."""
+    res = simulate(COST, wl([0, 0.5, 1.0], [10, 10, 10], [2, 2, 2], max_concurrency=1), cfg())
+    one = d(10) + d(1)
+    send = np.array([0.0, one, 2 * one])
+    np.testing.assert_allclose(res.arrival_s, send, rtol=1e-12)
+    np.testing.assert_allclose(res.client_queue_s, send - [0, 0.5, 1.0], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(res.first_token_s, send + d(10), rtol=1e-12)
+    np.testing.assert_allclose(res.finish_s, send + one, rtol=1e-12)
+    s = summarize(res)
+    # vLLM: TTFT from the send (after the semaphore); the wait is reported apart
+    assert s["mean_ttft_ms"] == pytest.approx(d(10) * 1e3)
+    assert s["mean_client_queue_time_ms"] == pytest.approx((1.511 + 3.022) / 3 * 1e3)
+    assert s["mean_e2el_including_client_queue_ms"] == pytest.approx((3 * one + 1.511 + 3.022) / 3 * 1e3)
+    rec = res.records()
+    np.testing.assert_allclose(rec["client_queue_time_s"], res.client_queue_s)
+
+
+def test_a_late_arrival_is_sent_at_its_own_time():
+    """C scheduled at 5 s finds the slot free (B done at 4.022): no client wait."""
+    res = simulate(COST, wl([0, 0.5, 5.0], [10, 10, 10], [2, 2, 2], max_concurrency=1), cfg())
+    one = d(10) + d(1)
+    np.testing.assert_allclose(res.arrival_s, [0, one, 5.0], rtol=1e-12)
+    np.testing.assert_allclose(res.client_queue_s, [0, one - 0.5, 0], atol=1e-12)
+    np.testing.assert_allclose(res.finish_s, [one, 2 * one, 5.0 + one], rtol=1e-12)
+
+
+def test_a_cap_above_the_load_changes_nothing():
+    """N >= n: nobody waits, and the schedule is the uncapped open loop's bit for bit."""
+    w = dict(arrivals=np.arange(6) * 0.3, ins=np.full(6, 50), outs=np.full(6, 5))
+    free = simulate(COST, wl(w["arrivals"], w["ins"], w["outs"]), cfg())
+    capped = simulate(COST, wl(w["arrivals"], w["ins"], w["outs"], max_concurrency=6), cfg())
+    assert np.array_equal(free.first_token_s, capped.first_token_s)
+    assert np.array_equal(free.finish_s, capped.finish_s)
+    assert np.array_equal(capped.client_queue_s, np.zeros(6))
+
+
+def _release_times(res):
+    """When each request gave its slot back: its finish, or its send when refused at once."""
+    return np.where(res.status == COMPLETED, res.finish_s, res.arrival_s)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 25), slots=st.integers(1, 5), replicas=st.integers(1, 2),
+       gaps=st.lists(st.floats(0, 3), min_size=25, max_size=25),
+       ins=st.lists(st.integers(1, 300), min_size=25, max_size=25),
+       outs=st.lists(st.integers(1, 12), min_size=25, max_size=25))
+def test_never_more_than_n_in_flight_and_fcfs(n, slots, replicas, gaps, ins, outs):
+    sched = np.cumsum(gaps[:n])
+    w = wl(sched, ins[:n], outs[:n], max_concurrency=slots)
+    res = simulate(COST, w, cfg(max_num_seqs=8, max_num_batched_tokens=256, kv_capacity_tokens=2000),
+                   replicas=replicas)
+    assert ((res.status == COMPLETED) | (res.status == REJECTED)).all()
+    send, rel = res.arrival_s, _release_times(res)
+    # in flight over [send, release): never above the cap (releases first on ties)
+    events = sorted([(t, 1) for t in send] + [(t, -1) for t in rel])
+    level = peak = 0
+    for _, step in events:
+        level += step
+        peak = max(peak, level)
+    assert peak <= slots
+    # oracle: s_i = max(a_i, s_{i-1}, (i-N+1)-th release among requests 0..i-1)
+    for i in range(n):
+        want = max(sched[i], send[i - 1] if i else 0.0)
+        if i >= slots:
+            want = max(want, np.sort(rel[:i])[i - slots])
+        assert send[i] == pytest.approx(want, rel=1e-12, abs=1e-12)
+    np.testing.assert_allclose(res.client_queue_s, send - sched, atol=1e-9)
+
+
+@pytest.mark.parametrize("slots", [1, 3, 8])
+def test_capped_stream_at_rate_inf_is_the_closed_loop(slots):
+    """All scheduled at t = 0, the cap is N closed-loop clients, bit for bit."""
+    n = 30
+    ins, outs = np.arange(n) * 17 % 200 + 10, np.arange(n) * 7 % 20 + 1
+    a = simulate(COST, wl(np.zeros(n), ins, outs, max_concurrency=slots), cfg())
+    b = simulate(COST, wl(np.zeros(n), ins, outs, concurrency=slots), cfg())
+    for f in ("arrival_s", "first_token_s", "finish_s", "client_queue_s"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+
+
+def test_time_cap_leaves_waiting_requests_unsent():
+    """N = 1, cap 3 s: A done 2.011, B sent 2.011 (finishes past the cap: cut off), C waits
+    for B's slot past the cap: never sent, with a reason naming the slot."""
+    res = simulate(COST, wl([0, 0.5, 1.0], [10, 10, 10], [2, 2, 2], max_concurrency=1),
+                   cfg(max_duration_s=3.0, debug=False))
+    assert list(res.status) == [COMPLETED, REJECTED, REJECTED]
+    assert "free --max-concurrency slot" in res.reasons[2]
+    assert np.isnan(res.arrival_s[2])
+
+
+def test_scenario_and_workload_wiring():
+    sc = Scenario(workload="random", rate=20.0, concurrency=8, num_requests=10)
+    w = sc.make_workload()
+    assert w.max_concurrency == 8 and w.concurrency is None
+    closed = Scenario(workload="random", concurrency=8, num_requests=10).make_workload()
+    assert closed.concurrency == 8 and closed.max_concurrency is None
+    with pytest.raises(SpecError, match="max_concurrency"):
+        wl([0, 1], [5, 5], [5, 5], concurrency=2, max_concurrency=2)
+    with pytest.raises(SpecError, match="max_concurrency"):
+        wl([0, 1], [5, 5], [5, 5], max_concurrency=0)
+
+
+def test_disagg_refuses_the_cap():
+    sc = Scenario(workload="random", rate=20.0, concurrency=4, num_requests=10, disagg="1:1",
+                  input_len=64, output_len=8)
+    with pytest.raises(SpecError, match="max_concurrency.*disaggregated"):
+        sc.run()
+
+
+def test_vllm_result_carries_max_concurrency():
+    sc = Scenario(workload="random", rate=20.0, concurrency=8, num_requests=20, input_len=128, output_len=8)
+    res, summary = sc.run()
+    out = result_json(sc, res, summary, "llama-3.1-8b", version="x",
+                      percentile_metrics="ttft,client_queue_time,e2el_including_client_queue")
+    assert out["max_concurrency"] == 8 and out["request_rate"] == 20.0
+    assert out["mean_client_queue_time_ms"] == pytest.approx(float(np.nanmean(res.client_queue_s)) * 1e3)
+    assert "-concurrency8-" in result_filename(out)
+    uncapped = Scenario(workload="random", rate=20.0, num_requests=20, input_len=128, output_len=8)
+    r2, s2 = uncapped.run()
+    with pytest.raises(SpecError, match="needs --max-concurrency"):
+        result_json(uncapped, r2, s2, "llama-3.1-8b", version="x", percentile_metrics="client_queue_time")
+
+
+def test_cli_line_runs():
+    r = CliRunner().invoke(main, ["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-w", "random",
+                                  "--input-len", "512", "--output-len", "64", "-n", "200", "--request-rate", "20",
+                                  "--max-concurrency", "8", "--json"])
+    assert r.exit_code == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["completed"] == 200
+    # 8 in flight cannot keep up with 20 req/s here: the backlog waits at the client
+    assert s["mean_client_queue_time_ms"] > 0
+    assert s["mean_e2el_including_client_queue_ms"] == pytest.approx(
+        s["mean_e2el_ms"] + s["mean_client_queue_time_ms"], rel=1e-9)
