@@ -411,12 +411,15 @@ base = llmsim.Scenario(model="llama-3.1-8b", hardware="h100-sxm", workload="rand
     ("md", """\
 ## Capacity: KV tokens and concurrent sequences
 
-KV budget = 90 % of HBM - weights - activation reserve, the same for every KV format; KV tokens
+KV budget = `gpu_memory_utilization` of HBM (0.92, vLLM's default, under the default `vllm`
+engine profile) - weights - activation reserve, the same for every KV format; KV tokens
 = budget / KV bytes per token. From bf16 (2 bytes) to fp8 (1 byte) the capacity doubles."""),
     ("code", '''\
 plans = {}
 for kv in DTYPES:
-    plans[kv] = base.replace(kv_dtype=kv).cost_model().memory(0.9, 8192, 256, seq_len=IN + OUT)
+    sc = base.replace(kv_dtype=kv)
+    plans[kv] = sc.cost_model().memory(sc.gpu_memory_utilization, sc.max_num_batched_tokens, sc.max_num_seqs,
+                                       seq_len=IN + OUT)
     p = plans[kv]
     print(f"{kv:5s} KV bytes/token {p.kv_bytes_per_token/1e3:6.1f} kB  KV budget {p.kv_budget_bytes_per_gpu/1e9:5.1f} GB  "
           f"capacity {p.kv_capacity_tokens:>9,d} tokens = {p.max_concurrent_sequences:3d} sequences of {IN + OUT}")
