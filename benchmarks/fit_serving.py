@@ -15,9 +15,11 @@ same grid fitted on the other three models, error on the held-out one.
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import statistics
 import sys
+from datetime import date
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -29,9 +31,14 @@ from simulator.specs import DTypes, Parallelism  # noqa: E402
 from simulator.validate import SERVING_METRICS, Validator, load_rows  # noqa: E402
 
 DATA = Path("/work/shared/reference/measurements/dev_serving.csv")
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOC_CSV = DOCS / "dev_serving_validation.csv"
+BEGIN, END = "<!-- dev-serving-results:begin -->", "<!-- dev-serving-results:end -->"
+DOC_FIELDS = ("id", "model", "dataset", "request_rate", "metric", "measured", "predicted", "lomo_predicted")
 TARGET = ("mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "median_e2el_ms")
 STEP_GRID_S = [0.0, 5e-4]
-ALLREDUCE_GRID_S = [4e-6, 8e-6, 12e-6, 16e-6]
+ALLREDUCE_GRID_S = [0.0, 2e-6, 4e-6, 8e-6]
+LAG_STEPS = 1  # engine_specs/vllm.yaml scheduler.params.async_scheduling: true
 FRONTEND_GRID_S = [x * 1e-3 for x in range(0, 31)]
 
 
@@ -55,7 +62,7 @@ def cost_for(v: Validator, row: dict, step_s: float, allreduce_s: float) -> Cost
 def simulate_all(groups: dict[tuple, list[dict]], step_s: float, allreduce_s: float,
                  max_requests: int | None) -> dict[tuple, object]:
     v = Validator()
-    return {k: simulate_row(rs[0], cost_for(v, rs[0], step_s, allreduce_s), 0.0, max_requests)
+    return {k: simulate_row(rs[0], cost_for(v, rs[0], step_s, allreduce_s), 0.0, max_requests, LAG_STEPS)
             for k, rs in groups.items()}
 
 
@@ -80,9 +87,92 @@ def best(groups: dict, table: dict, keys: set) -> tuple[float, tuple, float]:
     return min(scored)
 
 
+def lomo(groups: dict, table: dict) -> dict[str, tuple[tuple, float]]:
+    """model -> (simulation parameters, per_request_s) fitted on the other models' runs."""
+    out = {}
+    for m in sorted({rs[0]["model"] for rs in groups.values()}):
+        train = {k for k, rs in groups.items() if rs[0]["model"] != m}
+        _, params, d = best(groups, table, train)
+        out[m] = (params, d)
+    return out
+
+
+def doc_points(groups: dict, table: dict, fits: dict) -> list[dict]:
+    """Every row: measured, predicted by `validate` (the profile as shipped) and predicted with
+    the parameters fitted without the row's model (leave-one-model-out)."""
+    v = Validator()
+    pts = []
+    for k, rs in groups.items():
+        params, d = fits[rs[0]["model"]]
+        held = summarize(with_frontend(table[params][k], d), {})
+        for r in rs:
+            key = SERVING_METRICS[r["metric"]]
+            pts.append({"id": r["id"], "model": r["model"], "dataset": r["dataset"].rsplit("-", 1)[-1],
+                        "request_rate": r["request_rate"], "metric": r["metric"], "measured": r["value"],
+                        "predicted": v.predict_row(r), "lomo_predicted": float(held[key])})
+    return pts
+
+
+def write_doc_points(pts: list[dict]) -> None:
+    with DOC_CSV.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, DOC_FIELDS)
+        w.writeheader()
+        for p in pts:
+            w.writerow({k: (f"{p[k]:.6g}" if isinstance(p[k], float) else p[k]) for k in DOC_FIELDS})
+
+
+def read_doc_points() -> list[dict]:
+    with DOC_CSV.open() as fh:
+        return [{**r, "request_rate": float(r["request_rate"]), "measured": float(r["measured"]),
+                 "predicted": float(r["predicted"]), "lomo_predicted": float(r["lomo_predicted"])}
+                for r in csv.DictReader(fh)]
+
+
+def _ape(p: dict, col: str) -> float:
+    return 100.0 * (p[col] - p["measured"]) / p["measured"]
+
+
+def _table(pts: list[dict], by: str, title: str) -> list[str]:
+    lines = [f"| {title} | rows | median APE % | mean signed % (median) | leave-one-model-out median APE % |",
+             "|---|---|---|---|---|"]
+    for name in sorted({str(p[by]) for p in pts}):
+        sub = [p for p in pts if str(p[by]) == name]
+        e = [_ape(p, "predicted") for p in sub]
+        lo = [abs(_ape(p, "lomo_predicted")) for p in sub]
+        lines.append(f"| {name} | {len(sub)} | {statistics.median(abs(x) for x in e):.1f} | "
+                     f"{statistics.median(e):+.1f} | {statistics.median(lo):.1f} |")
+    return lines
+
+
+def doc_tables(pts: list[dict]) -> str:
+    """validation.md's dev_serving tables from the per-row points (docs/dev_serving_validation.csv)."""
+    target = [p for p in pts if p["metric"] in TARGET]
+    e = [abs(_ape(p, "predicted")) for p in target]
+    lo = [abs(_ape(p, "lomo_predicted")) for p in target]
+    head = [f"Target metrics (mean/median TTFT, mean TPOT, mean/median E2E), {len(target)} rows: median APE "
+            f"{statistics.median(e):.1f} %, leave-one-model-out {statistics.median(lo):.1f} %.", ""]
+    out = head + _table(pts, "metric", "metric") + [""]
+    out += ["Target metrics only, by model and by dataset:", ""]
+    out += _table(target, "model", "model") + [""] + _table(target, "dataset", "dataset")
+    return "\n".join(out)
+
+
+def write_docs(pts: list[dict]) -> None:
+    write_doc_points(pts)
+    path = DOCS / "validation.md"
+    text = path.read_text()
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    stamp = (f"Generated {date.today().isoformat()} by `python benchmarks/fit_serving.py --write-docs` "
+             f"(per row: docs/{DOC_CSV.name}).")
+    path.write_text(f"{head}{BEGIN}\n\n{stamp}\n\n{doc_tables(read_doc_points())}\n\n{END}{tail}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="cap runs at 1,500 requests")
+    ap.add_argument("--write-docs", action="store_true",
+                    help="write docs/dev_serving_validation.csv and validation.md's dev_serving tables")
     args = ap.parse_args()
     groups = runs(DATA)
     table = {(s, a): simulate_all(groups, s, a, 1500 if args.quick else None)
@@ -90,13 +180,14 @@ def main() -> None:
     mape, params, d = best(groups, table, set(groups))
     print(f"all runs: (step_overhead_s, allreduce_latency_s)={params} per_request_s={d:.4g} "
           f"median APE={mape:.1f} %")
-    for m in sorted({rs[0]["model"] for rs in groups.values()}):
-        train = {k for k, rs in groups.items() if rs[0]["model"] != m}
-        _, s_m, d_m = best(groups, table, train)
-        held = {k: v for k, v in groups.items() if k not in train}
-        e = errors(held, table[s_m], d_m)
-        print(f"leave out {m}: fit (step, allreduce)={s_m} d={d_m:.4g}; held-out median APE "
+    fits = lomo(groups, table)
+    for m, (p_m, d_m) in fits.items():
+        held = {k: v for k, v in groups.items() if v[0]["model"] == m}
+        e = errors(held, table[p_m], d_m)
+        print(f"leave out {m}: fit (step, allreduce)={p_m} d={d_m:.4g}; held-out median APE "
               f"{statistics.median(abs(x) for _, x in e):.1f} %")
+    if args.write_docs:
+        write_docs(doc_points(groups, table, fits))
 
 
 if __name__ == "__main__":

@@ -32,10 +32,11 @@ Mapping (all documented choices, none fitted):
 * server: max_num_seqs / max_num_batched_tokens from the row's max_batch_size /
   max_num_tokens columns, max_model_len 4096, prefix caching and chunked prefill on, CPU KV
   offloading of KV_OFFLOAD_GIB (the runs' OffloadingConnector size).
-* front-end latency: vLLM's API server (HTTP, tokenisation, streaming detokenisation) adds
-  a latency d to each request outside the engine core; the engine profile's
-  `overheads.per_request_s` is d and `with_frontend` adds it to every first-token and finish
-  time (TTFT and E2E shift by d, TPOT does not change).
+* client-side times (`with_frontend`): vLLM's API server (HTTP, tokenisation, streaming
+  detokenisation) adds a latency d outside the engine core (the engine profile's
+  `overheads.per_request_s`), and async scheduling admits a request one engine step later
+  than the event engine's synchronous scheduler (`scheduler.params.async_scheduling`): both
+  shift first-token and finish times (TTFT and E2E), not TPOT.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from .engine import SimResult
 from .scenario import Scenario
@@ -135,25 +138,73 @@ def scenario_for_row(row: Mapping[str, Any], model: Any, hardware: Any,
         enable_prefix_caching=True, kv_offloading_size=KV_OFFLOAD_GIB)
 
 
-def with_frontend(res: SimResult, frontend_s: float) -> SimResult:
-    """`res` with every first-token and finish time `frontend_s` later (API-server latency
-    outside the engine core: TTFT and E2E grow by it, TPOT and ITL do not)."""
-    if frontend_s == 0:
+def with_frontend(res: SimResult, frontend_s: float, lag_steps: int = 0) -> SimResult:
+    """`res` as the client sees it: every first-token and finish time later by
+
+        frontend_s + lag_steps x tau_i,   tau_i = (finish_i - first_i) / (output_len_i - 1)
+
+    `frontend_s`: API-server latency outside the engine core. `lag_steps` = 1 under vLLM V1's
+    async scheduling: step k+1 is scheduled while step k runs, so a request that arrives
+    during step k is first scheduled into step k+2, one step later than the event engine's
+    synchronous scheduler admits it; tau_i (the request's own mean inter-token time) stands
+    for the step time around its arrival. TTFT and E2E grow, TPOT does not."""
+    if frontend_s == 0 and lag_steps == 0:
         return res
-    return dataclasses.replace(res, first_token_s=res.first_token_s + frontend_s,
-                               finish_s=res.finish_s + frontend_s)
+    shift = np.full(len(res.first_token_s), float(frontend_s))
+    if lag_steps:
+        out = np.asarray(res.output_len)
+        tau = np.where(out > 1, (res.finish_s - res.first_token_s) / np.maximum(out - 1, 1), 0.0)
+        shift = shift + lag_steps * np.nan_to_num(tau)
+    return dataclasses.replace(res, first_token_s=res.first_token_s + shift, finish_s=res.finish_s + shift)
+
+
+def lag_steps_for(profile: Any) -> int:
+    """1 under async scheduling (`scheduler.params.async_scheduling`), else 0."""
+    return 1 if profile.scheduler.params.get("async_scheduling") else 0
 
 
 def simulate_row(row: Mapping[str, Any], cost: Any, frontend_s: float = 0.0,
-                 max_requests: int | None = None) -> SimResult:
+                 max_requests: int | None = None, lag_steps: int = 0) -> SimResult:
     """Simulate the run of `row` on `cost` (a CostModel: model, hardware, engine profile)."""
     from .engine import simulate
 
     sc = scenario_for_row(row, cost.model, cost.hardware, max_requests)
     res = simulate(cost, sc.make_workload(), sc.engine_config(), sc.replicas, sc.router)
-    return with_frontend(res, frontend_s)
+    return with_frontend(res, frontend_s, lag_steps)
+
+
+
+
+def frontend_s_for(profile: Any) -> float:
+    """The engine profile's API-server latency (`overheads.per_request_s`; None -> 0)."""
+    return float(profile.overheads.per_request_s.value or 0.0)
+
+
+def predict_metric(validator: Any, row: Mapping[str, Any], frontend_s: float, lag_steps: int = 0) -> float:
+    """`row['metric']` of the simulated run of `row` (one simulation per run, cached on the
+    validator); SpecError when the simulation gives no value."""
+    from .metrics import summarize
+    from .validate import SERVING_METRICS, metric_percentile
+
+    cost = validator.cost_model(row)
+    key = ("serving-run", id(cost), frontend_s, lag_steps, validator.num_requests, *run_key(row))
+    if key not in validator._pred:
+        res = simulate_row(row, cost, frontend_s, validator.num_requests, lag_steps)
+        validator._pred[key] = (summarize(res, {}), res)
+    s, res = validator._pred[key]
+    metric = row["metric"]
+    if metric not in SERVING_METRICS and metric not in s:
+        pct = metric_percentile(metric)
+        if pct is None:
+            raise SpecError(f"metric {metric} is not a serving metric")
+        s.update(summarize(res, {}, (pct,)))
+    v = s.get(SERVING_METRICS.get(metric, metric))
+    if v is None or not math.isfinite(float(v)):
+        raise SpecError(f"simulation gave no {metric} (completed {s.get('completed')} of {s.get('num_requests')})")
+    return float(v)
 
 
 __all__ = ["KV_OFFLOAD_GIB", "SHARED_PREFIX_DATASETS", "STAGE_S", "SharedPrefixSpec", "is_serving_run_row",
            "num_requests_for", "run_key", "scenario_for_row", "shared_prefix_spec", "simulate_row",
+           "frontend_s_for", "lag_steps_for", "predict_metric",
            "with_frontend"]

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from . import serving_rows
 from .checks import (
     MAX_BATCH,
     MAX_REQUESTS,
@@ -45,6 +46,7 @@ from .checks import (
     load_json,
     show,
 )
+from .engines import engine_for_row, load_engine
 from .specs import DTYPES, HardwareSpec, SpecError, is_number
 
 SCENARIOS = ("static_batch", "offline_max_throughput", "online_poisson", "closed_loop")
@@ -563,6 +565,13 @@ class Validator:
         if metric not in SERVING_METRICS and pct is None:
             raise SkipRow(f"metric {metric} is defined for static_batch only")
         ds = (row.get("dataset") or "").strip()
+        if serving_rows.is_serving_run_row(row) and ds.lower() not in self.workloads:
+            profile = load_engine(engine_for_row(str(row.get("engine") or "")))
+            try:  # an inference-perf shared-prefix run: serving_rows maps it
+                return serving_rows.predict_metric(self, row, serving_rows.frontend_s_for(profile),
+                                                   serving_rows.lag_steps_for(profile))
+            except SpecError as e:
+                raise SkipRow(str(e)) from None
         if ds:
             if ds.lower() not in self.workloads:
                 raise SkipRow(f"dataset {ds} not available; pass --workload {ds}=FILE")
