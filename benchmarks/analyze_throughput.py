@@ -76,7 +76,7 @@ GIB = 2.0**30
 
 #: GPU memory as NVML reports it (what trtllm-bench's get_device_memory reads), GiB:
 #: A100 80 GB 81920 MiB, H100 SXM 81559 MiB, H200 143771 MiB, L40S 46068 MiB
-#: (hardware_specs/*.yaml comments; ENGINES.md section 3.2).
+#: (hardware_specs/*.yaml comments; docs/engines.md §3.2).
 NVML_GIB = {"a100-sxm-80gb": 80.0, "a100-pcie-80gb": 80.0, "h100-sxm": 81559 / 1024,
             "h200-sxm": 143771 / 1024, "l40s": 46068 / 1024}
 #: chip class for the fp8 efficiency parameter

@@ -1,12 +1,15 @@
 """Fit the vLLM V1 profile's runtime overheads on dev_serving.csv (run by hand).
 
-    python benchmarks/fit_serving.py [--quick]
+    python benchmarks/fit_serving.py [--quick] [--write-docs]
 
 Parameters (engine_specs/vllm.yaml): `overheads.step_overhead_s` (per engine step: CPU
 scheduling, input preparation and launch not hidden by async scheduling; replaces the hardware
-YAML's value, which was fitted on older static-batch engines) and `overheads.per_request_s`
-(API-server latency outside the engine core; `serving_rows.with_frontend`). Method: a grid
-over step_overhead_s (one simulation of every run per value) x per_request_s (a shift of the
+YAML's value, which was fitted on older static-batch engines), `kernels.allreduce_latency_s`
+(per all-reduce call: vLLM's custom all-reduce, replacing the hardware YAML's NCCL latency) and
+`overheads.per_request_s` (API-server latency outside the engine core;
+`serving_rows.with_frontend`, which also adds the async-scheduling admission lag of one step,
+a structural rule, not fitted). Method: a grid over step_overhead_s x allreduce_latency_s (one
+simulation of every run, as `validate` prices it, per pair) x per_request_s (a shift of the
 simulated times, no re-simulation), minimising the median absolute percentage error over the
 issue's target rows (mean/median TTFT, mean TPOT, mean/median E2E). Leave-one-model-out: the
 same grid fitted on the other three models, error on the held-out one.
@@ -24,10 +27,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from simulator.engine_setup import row_settings  # noqa: E402
+from simulator.engines import EngineProfile, Tunable, load_engine  # noqa: E402
 from simulator.metrics import summarize  # noqa: E402
-from simulator.roofline import CostModel  # noqa: E402
-from simulator.serving_rows import is_serving_run_row, run_key, simulate_row, with_frontend  # noqa: E402
-from simulator.specs import DTypes, Parallelism  # noqa: E402
+from simulator.serving_rows import (  # noqa: E402
+    is_serving_run_row,
+    lag_steps_for,
+    num_requests_for,
+    run_key,
+    simulate_row,
+    with_frontend,
+)
 from simulator.validate import SERVING_METRICS, Validator, load_rows  # noqa: E402
 
 DATA = Path("/work/shared/reference/measurements/dev_serving.csv")
@@ -38,7 +48,6 @@ DOC_FIELDS = ("id", "model", "dataset", "request_rate", "metric", "measured", "p
 TARGET = ("mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "median_e2el_ms")
 STEP_GRID_S = [0.0, 5e-4]
 ALLREDUCE_GRID_S = [0.0, 2e-6, 4e-6, 8e-6]
-LAG_STEPS = 1  # engine_specs/vllm.yaml scheduler.params.async_scheduling: true
 FRONTEND_GRID_S = [x * 1e-3 for x in range(0, 31)]
 
 
@@ -51,19 +60,27 @@ def runs(path: Path) -> dict[tuple, list[dict]]:
     return out
 
 
-def cost_for(v: Validator, row: dict, step_s: float, allreduce_s: float) -> CostModel:
-    hw = v.hardware(row["hardware"])
-    hw = dataclasses.replace(hw, efficiency=dataclasses.replace(hw.efficiency, step_overhead_s=step_s),
-                             link_latency_s=allreduce_s)
-    return CostModel(v.model(row["model"]), hw, Parallelism(row["tp"], row["pp"]),
-                     DTypes(row["weight_dtype"], row["activation_dtype"], row["kv_dtype"]))
+def profile_with(step_s: float, allreduce_s: float) -> EngineProfile:
+    """The shipped vLLM profile with these two values and no front-end latency."""
+    p = load_engine("vllm")
+    ov = dataclasses.replace(p.overheads, step_overhead_s=Tunable(step_s, "fitted"),
+                             per_request_s=Tunable(0.0, "fitted"))
+    kern = dataclasses.replace(p.kernels, allreduce_latency_s=Tunable(allreduce_s, "fitted"))
+    return dataclasses.replace(p, overheads=ov, kernels=kern)
 
 
 def simulate_all(groups: dict[tuple, list[dict]], step_s: float, allreduce_s: float,
                  max_requests: int | None) -> dict[tuple, object]:
-    v = Validator()
-    return {k: simulate_row(rs[0], cost_for(v, rs[0], step_s, allreduce_s), 0.0, max_requests, LAG_STEPS)
-            for k, rs in groups.items()}
+    """Every run simulated as `validate` does, lag included, front-end latency 0."""
+    profile = profile_with(step_s, allreduce_s)
+    v = Validator(engine=profile)
+    out = {}
+    for k, rs in groups.items():
+        cost = v.cost_model(rs[0])
+        n = num_requests_for(rs[0]["request_rate"], max_requests)
+        settings = row_settings(profile, cost, dict(rs[0]), n, offline=False)
+        out[k] = simulate_row(rs[0], cost, 0.0, max_requests, lag_steps_for(profile), settings)
+    return out
 
 
 def errors(groups: dict, sims: dict, frontend_s: float, metrics: tuple = TARGET) -> list[tuple[dict, float]]:
@@ -133,7 +150,7 @@ def _ape(p: dict, col: str) -> float:
 
 
 def _table(pts: list[dict], by: str, title: str) -> list[str]:
-    lines = [f"| {title} | rows | median APE % | mean signed % (median) | leave-one-model-out median APE % |",
+    lines = [f"| {title} | rows | median APE % | median signed error % | leave-one-model-out median APE % |",
              "|---|---|---|---|---|"]
     for name in sorted({str(p[by]) for p in pts}):
         sub = [p for p in pts if str(p[by]) == name]
@@ -157,8 +174,10 @@ def doc_tables(pts: list[dict]) -> str:
     return "\n".join(out)
 
 
-def write_docs(pts: list[dict]) -> None:
-    write_doc_points(pts)
+def write_docs(pts: list[dict] | None) -> None:
+    """The per-row CSV (unless `pts` is None: tables from the CSV as it is) and the tables."""
+    if pts is not None:
+        write_doc_points(pts)
     path = DOCS / "validation.md"
     text = path.read_text()
     head, rest = text.split(BEGIN, 1)
@@ -173,7 +192,12 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="cap runs at 1,500 requests")
     ap.add_argument("--write-docs", action="store_true",
                     help="write docs/dev_serving_validation.csv and validation.md's dev_serving tables")
+    ap.add_argument("--tables-only", action="store_true",
+                    help="rewrite validation.md's dev_serving tables from the CSV, no simulation")
     args = ap.parse_args()
+    if args.tables_only:
+        write_docs(None)
+        return
     groups = runs(DATA)
     table = {(s, a): simulate_all(groups, s, a, 1500 if args.quick else None)
              for s in STEP_GRID_S for a in ALLREDUCE_GRID_S}

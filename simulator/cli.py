@@ -32,9 +32,6 @@ def main() -> None:
 
 # [catalog commands: models, hardware, show]
 
-_HW_KEYS = {"peak_flops_per_s", "hbm_capacity_bytes", "hbm_bandwidth_bytes_per_s", "base",
-            "link_bandwidth_bytes_per_s", "link_latency_s", "vendor", "tdp_w", "efficiency",
-            "price_per_gpu_hour_usd", "form_factor"}
 
 
 @main.command("models")
@@ -57,56 +54,19 @@ def hardware_cmd(as_json: bool) -> None:
     report.echo_json(rows) if as_json else click.echo(report.table(rows))
 
 
-def _load_any(ref: str) -> Any:
-    """A model or hardware spec from an id, alias or file (a YAML's keys tell which)."""
-    from pathlib import Path
-
-    from .catalog import (
-        hardware_catalog,
-        load_hardware,
-        load_model,
-        model_catalog,
-        read_yaml,
-        resolve_hardware_id,
-    )
-    from .specs import _did_you_mean
-
-    if resolve_hardware_id(ref) is not None:
-        return load_hardware(ref)
-    path = Path(ref)
-    try:
-        is_file, exists = path.is_file(), path.exists()
-    except (OSError, ValueError):  # a name the OS refuses (too long, NUL byte): not a file
-        is_file = exists = False
-    if is_file and path.suffix.lower() in (".yaml", ".yml"):
-        data = read_yaml(path)
-        if isinstance(data, dict) and _HW_KEYS & set(map(str, data)):
-            return load_hardware(ref)
-        return load_model(ref)
-    try:
-        return load_model(ref)
-    except SpecError:
-        if exists:
-            raise
-    ids = [*model_catalog(), *hardware_catalog()]
-    from .checks import show
-
-    raise SpecError(f"show: {show(ref)} is not a model or hardware id, alias or file"
-                    f"{_did_you_mean(ref, ids)}; see `llmsim models` and `llmsim hardware`")
-
-
 @main.command("show")
 @click.argument("ref")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: kind, spec, derived.")
 def show_cmd(ref: str, as_json: bool) -> None:
     """Show one model or accelerator in full (REF: id, alias, YAML or config.json path)."""
     from .catalog import spec_to_dict
+    from .resolve import load_any_spec
     from .specs import HardwareSpec
 
-    spec = _load_any(ref)
+    spec = load_any_spec(ref)
     if isinstance(spec, HardwareSpec):
         kind = "hardware"
-        derived = {f"ridge_point_{d}_flop_per_byte": round(spec.ridge_point(d), 2)
+        derived: dict[str, Any] = {f"ridge_point_{d}_flop_per_byte": round(spec.ridge_point(d), 2)
                    for d in ("bf16", "fp8")}
         derived["fp8_gemms_run_at"] = spec.gemm_dtype("fp8")
     else:
@@ -244,8 +204,7 @@ def sharegpt_table_cmd(dataset_path: str | None, out: str) -> None:
 
     table = build_table(dataset_path)
     save_table(table, out)
-    click.echo(f"wrote {out}: {len(table.prompt_chars)} conversations"
-               + (" (source file truncated: read up to its last complete entry)" if table.truncated else ""))
+    report.print_sharegpt_table(table, out)
 
 
 @main.command("sweep")
@@ -396,13 +355,7 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
                         num_requests=num_requests, progress=report.Progress("validating", quiet or as_json))
     result["file"] = str(file)
     if out_dir:
-        from . import plots
-
-        with OutputSet(Path(out_dir)) as d:
-            report.write_csv(d / "validation.csv", V.points_frame(result))
-            report.write_atomic(d / "scatter.png", plots.validation_scatter_png(
-                result["points"], f"llmsim vs {Path(file).name}: median APE {report.pct(result['median_ape'])}, "
-                                  f"p90 {report.pct(result['p90_ape'])} ({result['predicted']} rows)"))
+        report.write_validation_files(out_dir, result, file)
     if as_json:
         report.echo_json(result)
     else:
@@ -537,7 +490,7 @@ def whatif_kv_cmd(values: str, seq_len: int | None, static_only: bool, slo_targe
     opts = opt.pop_scenario_opts(kw)
     slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
     sc = opt.scenario_from_options(opts)
-    vals = opt.csv_list(values, "--values")
+    vals = opt.csv_list(values, "--values") or []  # never None: the option has a default
     with sw.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
         r = wi.kv_dtype_whatif(sc, vals, seq_len=seq_len, load=not static_only, executor=ex,
                                progress=report.Progress("what-if", quiet or as_json), slo_target=slo_target, tol=tol)
@@ -607,7 +560,8 @@ def whatif_hw_cmd(hw_list: str, price_items: tuple[str, ...], static_only: bool,
     slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
     sc = opt.scenario_from_options(opts)
     with sw.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
-        r = wi.hardware_whatif(sc, opt.csv_list(hw_list, "--hardware"), prices=opt.prices(price_items),
+        r = wi.hardware_whatif(sc, opt.csv_list(hw_list, "--hardware") or [],  # required option: never None
+                               prices=opt.prices(price_items),
                                load=not static_only, executor=ex, progress=report.Progress("what-if", quiet or as_json),
                                slo_target=slo_target, tol=tol)
     if out_dir:

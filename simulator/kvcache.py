@@ -16,7 +16,7 @@ reference count: `share(slot, block_id)` references a block, allocating it from 
 on its first reference; `free(slot)` drops the slot's references and returns a shared block
 to the pool when its count reaches 0. Prefix caching (`prefixcache.PrefixKVCache`) extends
 this class: a shared block's id is its prefix hash, and a block whose count reaches 0 stays
-cached in an LRU free queue (still counted as free for admission, ENGINES.md §1.6).
+cached in an LRU free queue (still counted as free for admission, docs/engines.md §1.6).
 """
 
 from __future__ import annotations

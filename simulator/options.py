@@ -74,6 +74,7 @@ SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--kv-dtype", "--kv-cache-dtype"), {"help": "KV-cache format (vLLM: --kv-cache-dtype), independent of --activation-dtype. [default: bf16]"}),
     (("--ideal",), {"is_flag": True, "default": None, "help": "Pure roofline: efficiencies 1, overheads 0."}),
     (("--efficiency",), {"multiple": True, "help": "Override an efficiency field, KEY=VALUE (repeatable)."}),
+    (("--engine",), {"help": "Engine profile: vllm | vllm-v0 | trtllm | trtllm-pytorch | sglang | generic, or a profile YAML; its limits, scheduler and overheads apply where flags leave them unset. [default: none: llmsim's historical limits]"}),
     (("--replicas",), {"type": int, "help": "Replicas behind the router. [default: 1]"}),
     (("--router",), {"help": "round-robin | least-outstanding | least-kv. [default: round-robin]"}),
     (("--disagg",), {"metavar": "P:D", "help": "Disaggregated serving: P prefill and D decode replicas, KV moved between them (docs/deployments.md)."}),
@@ -302,7 +303,7 @@ def prices(items: tuple[str, ...]) -> dict[str, float]:
 
 
 def executor_options(fn: Any) -> Any:
-    for decls, kw in reversed([
+    options: list[tuple[tuple[str, ...], dict[str, Any]]] = [
         (("--slo-target",), {"type": float, "default": None,
                              "help": "SLO capacity: the good fraction (--goodput) that must be met. [default: the --slo preset's, else 0.99]"}),
         (("--tol",), {"type": float, "default": 0.02, "show_default": True,
@@ -310,7 +311,8 @@ def executor_options(fn: Any) -> Any:
         (("--workers",), {"type": int, "default": None, "help": "Process-pool size. [default: serial, or one per CPU once a pool pays off]"}),
         (("--serial",), {"is_flag": True, "help": "Run every simulation in this process."}),
         (("--dask", "dask_address"), {"metavar": "ADDRESS", "help": "Run simulations on a Dask scheduler."}),
-    ]):
+    ]
+    for decls, kw in reversed(options):
         fn = click.option(*decls, **kw)(fn)
     return fn
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from .catalog import load_hardware
 from .scenario import Scenario
@@ -42,7 +42,7 @@ from .sweep import Executor, sweep
 LOW_LOAD_FRACTIONS = (0.001, 0.01, 0.03, 0.1)
 
 
-def _num(v: Any) -> bool:
+def _num(v: Any) -> TypeGuard[float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -91,14 +91,14 @@ def _blocks(keys: list[tuple[str, int, str, str]]) -> list[tuple[list[str], list
     stage1: dict[tuple[tuple[str, ...], tuple[int, ...], str], list[str]] = {}
     for (wd, kv), per_hw in by_dtype.items():
         groups: dict[tuple[int, ...], list[str]] = {}
-        for hw, tps in per_hw.items():
-            groups.setdefault(tuple(tps), []).append(hw)
-        for tps, hws in groups.items():
-            stage1.setdefault((tuple(hws), tps, wd), []).append(kv)
+        for hw, tp_list in per_hw.items():
+            groups.setdefault(tuple(tp_list), []).append(hw)
+        for tp_set, hw_list in groups.items():
+            stage1.setdefault((tuple(hw_list), tp_set, wd), []).append(kv)
     # merge weight dtypes that share (hardware, tps, kv set)
     stage2: dict[tuple[tuple[str, ...], tuple[int, ...], tuple[str, ...]], list[str]] = {}
-    for (hws, tps, wd), kvs in stage1.items():
-        stage2.setdefault((hws, tps, tuple(kvs)), []).append(wd)
+    for (hw_set, tp_set, wd), kvs in stage1.items():
+        stage2.setdefault((hw_set, tp_set, tuple(kvs)), []).append(wd)
     return [(list(h), list(t), list(w), list(k)) for (h, t, k), w in stage2.items()]
 
 

@@ -2,7 +2,7 @@
 static batching), TensorRT-LLM's and SGLang's. Each is a `policy_base.SchedulerPolicy`; the
 registry and the vLLM policies' behaviour are described in `schedulers.py`.
 
-* `trtllm` — TensorRT-LLM in-flight batching (ENGINES.md §2; `capacityScheduler.cpp`,
+* `trtllm` — TensorRT-LLM in-flight batching (docs/engines.md §2; `capacityScheduler.cpp`,
   `microBatchScheduler.cpp`). `max_batch_size` is `max_num_seqs`, `max_num_tokens` is
   `max_num_batched_tokens`. Capacity policy `guaranteed_no_evict` (default): every running
   request keeps a reservation for its whole sequence, so with b = block_size
@@ -20,7 +20,7 @@ registry and the vLLM policies' behaviour are described in `schedulers.py`.
   when a running request needs a block and none is free, the last started request is paused
   (recompute, back to the queue head) and nothing is admitted that step. Here it runs vLLM
   V1's running loop (admission order) rather than decodes-first; block-rounded chunks too.
-* `sglang` — SGLang 0.5 (ENGINES.md §3; `managers/scheduler.py`, `schedule_policy.py`
+* `sglang` — SGLang 0.5 (docs/engines.md §3; `managers/scheduler.py`, `schedule_policy.py`
   `PrefillAdder`, `NewTokenRatioTracker`): a step is a prefill batch or a decode batch,
   prefill first. Prefill admission (FCFS, seats `max_running_requests` = max_num_seqs,
   prefill tokens <= max_num_batched_tokens, one request mid-chunk at a time) needs, in tokens,
@@ -159,8 +159,8 @@ class VllmV0(PrefillPriority):
 
 
 class VllmMultiStep(VllmV0):
-    """vLLM 0.6 multi-step scheduling (`--num-scheduler-steps N`, V0 engine, ENGINES.md §1 and
-    engine notes §2): a prefill step whenever the queue head fits (single step, as V0);
+    """vLLM 0.6 multi-step scheduling (`--num-scheduler-steps N`, V0 engine, docs/engines.md §1.11 and
+    §1.14): a prefill step whenever the queue head fits (single step, as V0);
     otherwise a round of n = min(N, most outputs left in the batch) decode steps of the whole
     running batch, with the KV blocks of each sequence's next min(N, outputs left) tokens
     (the lookahead slots) checked at the round's start, preempting the newest while short.
@@ -204,7 +204,7 @@ class VllmMultiStep(VllmV0):
 class TrtllmCapacity(SchedulerPolicy):
     """TensorRT-LLM capacity + micro-batch scheduling (module docstring)."""
 
-    name = "trtllm"
+    name: ClassVar[str] = "trtllm"
     PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {
         "capacity_policy": ("guaranteed_no_evict", ("guaranteed_no_evict", "max_utilization")),
         "chunked_context": (True, (True, False)),
@@ -292,7 +292,7 @@ class SGLang(SchedulerPolicy):
     """SGLang: prefill batch or decode batch, new-token-ratio admission, retraction (module
     docstring)."""
 
-    name = "sglang"
+    name: ClassVar[str] = "sglang"
     PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {
         "ignore_eos": (False, (False, True)),
         "init_new_token_ratio": (0.7, (0.0, 1.0)),

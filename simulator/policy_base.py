@@ -212,7 +212,7 @@ class SchedulerPolicy:
         """Queue head first (FCFS) while budget, seats and KV blocks for the first chunk (the
         whole prompt if it may not split) remain; stop at the first that does not fit. With
         `gate_whole` the blocks of the whole remaining prompt net of prefix-cache hits, plus
-        the watermark, must be free (vLLM V33 `KVCacheManager.allocate_slots`, ENGINES.md §1.4)."""
+        the watermark, must be free (vLLM V33 `KVCacheManager.allocate_slots`, docs/engines.md §1.4)."""
         seats = self.cfg.max_num_seqs - len(view.active)
         whole = self.whole_prompts
         gate = self.gate_whole

@@ -574,3 +574,24 @@ def save_vllm_result(sc: Any, res: Any, summary: dict[str, Any], result_dir: str
     path = Path(result_dir or ".") / (result_filename or vr.result_filename(result))
     write_json(path, result)
     return path
+
+
+def write_validation_files(out_dir: str, result: dict[str, Any], file: str) -> None:
+    """`llmsim validate --out DIR`: validation.csv (one row per predicted point) and scatter.png."""
+    from pathlib import Path
+
+    from . import plots
+    from .outputs import OutputSet
+    from .validate import points_frame
+
+    with OutputSet(Path(out_dir)) as d:
+        write_csv(d / "validation.csv", points_frame(result))
+        write_atomic(d / "scatter.png", plots.validation_scatter_png(
+            result["points"], f"llmsim vs {Path(file).name}: median APE {pct(result['median_ape'])}, "
+                              f"p90 {pct(result['p90_ape'])} ({result['predicted']} rows)"))
+
+
+def print_sharegpt_table(table: Any, out: str) -> None:
+    """`llmsim sharegpt-table`: one line saying what was written."""
+    click.echo(f"wrote {out}: {len(table.prompt_chars)} conversations"
+               + (" (source file truncated: read up to its last complete entry)" if table.truncated else ""))

@@ -3,7 +3,8 @@
 `roofline.CostModel` takes specs only; this module resolves a catalog id, alias or file path
 (`catalog.load_model`, `catalog.load_hardware`) and fills the defaults the CLI, scenarios and
 notebooks share: the weight dtype is the model's own, and the KV cache is bf16 unless the
-activations are narrower (then it follows them).
+activations are narrower (then it follows them). `load_any_spec` (`llmsim show`) takes a
+reference that may name either a model or an accelerator.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 
 from .catalog import load_hardware, load_model
 from .roofline import CostModel
-from .specs import DTYPES, DTypes, HardwareSpec, ModelSpec, Parallelism, check_choice
+from .specs import DTYPES, DTypes, HardwareSpec, ModelSpec, Parallelism, SpecError, check_choice
 
 
 def make_cost_model(model: str | os.PathLike | ModelSpec, hardware: str | os.PathLike | HardwareSpec, tp: int = 1, pp: int = 1,
@@ -38,4 +39,40 @@ def make_cost_model(model: str | os.PathLike | ModelSpec, hardware: str | os.Pat
                      ideal=ideal, efficiency=efficiency, link_dtype=link_dtype)
 
 
-__all__ = ["make_cost_model"]
+__all__ = ["load_any_spec", "make_cost_model"]
+
+
+#: keys only a hardware YAML has (a YAML with any of them is read as hardware by `load_any_spec`)
+HARDWARE_KEYS = {"peak_flops_per_s", "hbm_capacity_bytes", "hbm_bandwidth_bytes_per_s", "base",
+                 "link_bandwidth_bytes_per_s", "link_latency_s", "vendor", "tdp_w", "efficiency",
+                 "price_per_gpu_hour_usd", "form_factor"}
+
+
+def load_any_spec(ref: str) -> ModelSpec | HardwareSpec:
+    """A model or hardware spec from an id, alias or file (a YAML's keys tell which)."""
+    from pathlib import Path
+
+    from .catalog import hardware_catalog, model_catalog, read_yaml, resolve_hardware_id
+    from .checks import show
+    from .specs import _did_you_mean
+
+    if resolve_hardware_id(ref) is not None:
+        return load_hardware(ref)
+    path = Path(ref)
+    try:
+        is_file, exists = path.is_file(), path.exists()
+    except (OSError, ValueError):  # a name the OS refuses (too long, NUL byte): not a file
+        is_file = exists = False
+    if is_file and path.suffix.lower() in (".yaml", ".yml"):
+        data = read_yaml(path)
+        if isinstance(data, dict) and HARDWARE_KEYS & set(map(str, data)):
+            return load_hardware(ref)
+        return load_model(ref)
+    try:
+        return load_model(ref)
+    except SpecError:
+        if exists:
+            raise
+    ids = [*model_catalog(), *hardware_catalog()]
+    raise SpecError(f"show: {show(ref)} is not a model or hardware id, alias or file"
+                    f"{_did_you_mean(ref, ids)}; see `llmsim models` and `llmsim hardware`")

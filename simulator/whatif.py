@@ -434,7 +434,7 @@ def hardware_whatif(base: Scenario, hardware: Sequence[str], prices: dict[str, f
     }
 
 
-WHATIFS = {"kv-dtype": kv_dtype_whatif, "speculative": speculative_whatif, "hardware": hardware_whatif}
+WHATIFS: dict[str, Callable[..., dict[str, Any]]] = {"kv-dtype": kv_dtype_whatif, "speculative": speculative_whatif, "hardware": hardware_whatif}
 
 
 def whatif(kind: str, base: Scenario, *args: Any, **kw: Any) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 `engine` mapping, the engines' own limit rules worked out by hand, and the cost-model hook.
 
 Every expected number is computed in the comment beside it from the engine's published rule
-(ENGINES.md, engine_specs/*.yaml sources), never taken from the code under test.
+(docs/engines.md, engine_specs/*.yaml sources), never taken from the code under test.
 """
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ def test_finetune_setting_rounding_rules() -> None:
 
 
 def test_trtllm_bench_worked_example_llama8b_bf16_h100() -> None:
-    # ENGINES.md 2.7 example 1: Llama-3.1-8B BF16, H100 (NVML 79.65 GiB), ISL = OSL = 1024, 0.14 (f 0.95).
+    # docs/engines.md §2.7 example 1: Llama-3.1-8B BF16, H100 (NVML 79.65 GiB), ISL = OSL = 1024, 0.14 (f 0.95).
     # bytes/token = 2*32*8*128*2 / 2^30 = 1.220703125e-4 GiB; engine = 8.030261248 * 2 = 16.060522496
     # requests = (79.65 - 16.060522496) * 0.95 / 1.220703125e-4 / 2048 = 241.64 -> batch 256, tokens 2048
     m = load_model("llama-3.1-8b")
@@ -251,7 +251,7 @@ def test_trtllm_bench_worked_example_llama8b_bf16_h100() -> None:
 
 
 def test_trtllm_bench_worked_example_llama70b_fp8_h200_no_chunking() -> None:
-    # ENGINES.md 2.7 example 2 (PyTorch flow: f 0.90, no chunked context): Llama-3.1-70B FP8 + FP8 KV,
+    # docs/engines.md §2.7 example 2 (PyTorch flow: f 0.90, no chunked context): Llama-3.1-70B FP8 + FP8 KV,
     # H200 (140.40 GiB), ISL 20000 / OSL 2000. bytes/token = 2*80*8*128*1/2^30 = 1.52587890625e-4;
     # engine 70.553706496 GB; requests = (140.40 - 70.5537) * 0.9 / 1.52588e-4 / 22000 = 18.726
     # -> batch 64, tokens 2048 raised to 20000 + 64 = 20064
@@ -282,7 +282,7 @@ def test_trtllm_bench_kv_heads_at_least_tp() -> None:
 
 
 def test_vllm_v1_defaults_by_gpu_and_entry_point() -> None:
-    # ENGINES.md 1.2 (V33): >=160 GiB 16384/1024 both; >=70 GiB non-A100 server 8192/1024, LLM 16384/1024;
+    # docs/engines.md §1.2 (V33): >=160 GiB 16384/1024 both; >=70 GiB non-A100 server 8192/1024, LLM 16384/1024;
     # else server 2048/256, LLM 8192/256
     tiers = load_engine("vllm").limits.tables["batch_defaults"]
     assert vllm_v1_batch_defaults(80, "h100-sxm", tiers) == (8192, 1024)
@@ -324,7 +324,7 @@ def test_sglang_gpu_tiers_and_mem_fraction() -> None:
     assert sglang_gpu_defaults(140.4, tiers) == (8192, 256)
     assert sglang_gpu_defaults(44.99, tiers) == (4096, 32)
     assert sglang_gpu_defaults(180, tiers) == (16384, 512)
-    # ENGINES.md 3.2: reserved = 512 + 1.5*8192 + 1*1/8*1024 + 2*256 + 8*58 = 13904 MiB (>= 10240)
+    # docs/engines.md §3.2: reserved = 512 + 1.5*8192 + 1*1/8*1024 + 2*256 + 8*58 = 13904 MiB (>= 10240)
     # H100 81559 MiB: (81559 - 13904)/81559 = 0.8295 -> 0.830; H200 143771: 0.90329 -> 0.903
     assert sglang_mem_fraction_static(81559, 8192, 256, 58) == 0.830
     assert sglang_mem_fraction_static(143771, 8192, 256, 58) == 0.903
@@ -379,7 +379,7 @@ def test_profile_step_overhead_shows_up_exactly_in_a_step_price() -> None:
     assert with_prof.efficiency.step_overhead_s == 0.00322
     assert _one_step(with_prof) - _one_step(base) == pytest.approx(0.00322, abs=1e-12)
     # a profile without overheads changes nothing
-    assert apply_profile(hw, load_engine("vllm")) is hw
+    assert apply_profile(hw, load_engine("generic")) is hw
 
 
 def test_profile_allreduce_latency_per_call() -> None:

@@ -479,7 +479,7 @@ def test_fuzz_vllm_result_reader(tmp_path_factory, changes):
 
 
 def test_show_with_a_file_name_the_os_refuses_is_one_line():
-    """`show` probes `Path(ref).is_file()` in cli._load_any, which raises OSError (ENAMETOOLONG)
+    """`show` probes `Path(ref).is_file()` in resolve.load_any_spec, which raises OSError (ENAMETOOLONG)
     for a 5,000-character name; catalog's loaders already treat such names as "not a file"."""
     one_line_error(invoke("show", "x" * 5000), "is not a model or hardware id")
 

@@ -343,7 +343,7 @@ def test_cli_validate_out_and_json(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert "overall" in r.stdout and "median_ape_%" in r.stdout and "skipped x1: unknown model" in r.stdout
     csv_lines = (out / "validation.csv").read_text().splitlines()
-    assert csv_lines[0] == "id,source,scenario,hardware,model,metric,measured,predicted,error_pct"
+    assert csv_lines[0] == "id,source,engine,scenario,hardware,model,metric,measured,predicted,error_pct"
     assert len(csv_lines) == 3
     assert (out / "scatter.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     r = _runner().invoke(main, ["validate", str(p), "--json"])
