@@ -24,6 +24,7 @@ import statistics
 import sys
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -70,7 +71,7 @@ def profile_with(step_s: float, allreduce_s: float) -> EngineProfile:
 
 
 def simulate_all(groups: dict[tuple, list[dict]], step_s: float, allreduce_s: float,
-                 max_requests: int | None) -> dict[tuple, object]:
+                 max_requests: int | None) -> dict[tuple, Any]:
     """Every run simulated as `validate` does, lag included, front-end latency 0."""
     profile = profile_with(step_s, allreduce_s)
     v = Validator(engine=profile)
