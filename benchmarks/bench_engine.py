@@ -5,12 +5,21 @@
 2. `--big`: 1,000,000 requests of a steady synthetic workload (target: < 60 s).
 
 Run: python benchmarks/bench_engine.py [--big]
+     python benchmarks/bench_engine.py --compare REF [--runs N]
+       side by side with git revision REF (a temporary worktree): N runs of each (default 3),
+       alternating, each in a fresh process; prints min and median wall and CPU seconds.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from simulator import workload as W
 from simulator.engine import EngineConfig, simulate
@@ -31,7 +40,44 @@ def run(label: str, cost, wl, cfg) -> None:
           f"mean TPOT {s['mean_tpot_ms']:.2f} ms, unstable={s['unstable']}")
 
 
+def _timed_run(root: Path) -> tuple[float, float]:
+    """(wall s, cpu s) of one 10k run of root's own bench_engine.py, in a fresh process."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    text = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_engine.py")], cwd=root, env=env,
+                          check=True, capture_output=True, text=True).stdout
+    m = re.search(r"wall ([0-9.]+) s, cpu ([0-9.]+) s", text)
+    if m is None:
+        raise SystemExit(f"bench_engine.py in {root} printed no timing:\n{text}")
+    return float(m.group(1)), float(m.group(2))
+
+
+def compare(ref: str, runs: int) -> None:
+    """This tree against git revision `ref`, runs alternating (shared machines drift)."""
+    here = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        other = Path(tmp) / "ref"
+        subprocess.run(["git", "-C", str(here), "worktree", "add", "--detach", "-q", str(other), ref], check=True)
+        try:
+            times: dict[str, list[tuple[float, float]]] = {ref: [], "this tree": []}
+            for _ in range(runs):
+                times[ref].append(_timed_run(other))
+                times["this tree"].append(_timed_run(here))
+        finally:
+            subprocess.run(["git", "-C", str(here), "worktree", "remove", "--force", str(other)], check=False)
+    print(f"azure-conv 10k, {runs} runs each, alternating (seconds)")
+    print(f"{'':>12} {'wall min':>9} {'wall med':>9} {'cpu min':>8} {'cpu med':>8}")
+    for name, t in times.items():
+        wall, cpu = [w for w, _ in t], [c for _, c in t]
+        print(f"{name[:12]:>12} {min(wall):9.3f} {statistics.median(wall):9.3f} "
+              f"{min(cpu):8.3f} {statistics.median(cpu):8.3f}")
+
+
 def main() -> None:
+    if "--compare" in sys.argv:
+        i = sys.argv.index("--compare")
+        runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 3
+        compare(sys.argv[i + 1], runs)
+        return
     cost = make_cost_model("codellama-34b", "a100-sxm-80gb", tp=2)
     cfg = EngineConfig(max_num_seqs=128, max_num_batched_tokens=4096)
     wl = W.scale_to_rate(W.take(W.builtin("azure-conv"), 10_000), 2.0)

@@ -9,8 +9,8 @@ Layers, one concept each:
 * `kvcache.py`   paged KV blocks of one replica (allocate, free, reference counts);
 * `schedulers.py` `EngineConfig` and the scheduler policies (`SCHEDULERS`): each turns a
   read-only view of a replica into the plan of its next step;
-* `replica.py`   executes step plans, prices steps (roofline `CostModel.step_time`) and runs
-  the closed-form decode fast path;
+* `replica.py`   executes step plans and prices steps (roofline `CostModel.step_time`);
+* `segments.py`  the closed-form decode fast path (runs of identical decode steps at once);
 * `steplog.py`   pooled inter-token gaps and the timeline;
 * this module    the event loop, the routers (`ROUTERS`) and the result.
 
@@ -412,12 +412,16 @@ def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: in
     n = len(arrivals)
     cap = cfg.max_duration_s
     report_every = max(1, n // 100)
+    # open loop: the events are the sorted arrivals alone (nothing pushes to the heap), so
+    # read them as Python floats in order; one replica: every router picks it
+    times = arrivals.tolist() if closed is None else None
+    only = pool.replicas[0] if len(pool.replicas) == 1 else None
     for r in range(n):
-        if closed is not None:
+        if times is None:
             t = _next_release(pool, events)
             arrivals[r] = t
         else:
-            t = events.pop()[0]
+            t = times[r]
         if cap is not None and t > cap:
             # past the cap nothing more is served: the rest are cut off, with a reason
             # a closed loop never sent these: no arrival time (not one after the cap)
@@ -429,9 +433,13 @@ def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: in
             if closed is not None:
                 arrivals[r:] = np.nan
             break
-        pool.advance_until(t)
-        pool.route(r, t)
-        if out["status"][r] == REJECTED and closed is not None:
+        if only is not None:
+            only.advance_until(t)
+            only.enqueue(r, t)
+        else:
+            pool.advance_until(t)
+            pool.route(r, t)
+        if closed is not None and out["status"][r] == REJECTED:
             events.push(t, RELEASE)
         if progress is not None and (r % report_every == 0 or r == n - 1):
             progress(r + 1, n)

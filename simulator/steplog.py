@@ -65,6 +65,7 @@ class StepLog:
                   "busy_s", "steps", "decode_tokens", "T", "S", "Ad", "Ap", "R", "Aw", "Rw", "Pc")
     _NCOL = len(TL_COLUMNS) - 8  # in `tl`; the 8 statistics of each row in `tw`
     _NO_STATS = (0.0,) * 8
+    _INT_COLUMNS = frozenset(("replica", "batch_size", "queue_length", "steps"))
 
     def record(self, t: float, replica: int, batch: int, kv: float, queue: int, busy_s: float = 0.0,
                steps: int = 0, decode_tokens: float = 0, stats: tuple = _NO_STATS) -> None:
@@ -89,10 +90,11 @@ class StepLog:
         n = self._NCOL
         rows = np.frombuffer(self.tl, dtype=float).reshape(-1, n) if len(self.tl) else np.zeros((0, n))
         work = np.frombuffer(self.tw, dtype=float).reshape(-1, 8) if len(self.tw) else np.zeros((0, 8))
-        rows = np.hstack([rows, work])
-        df = pd.DataFrame(rows, columns=list(self.TL_COLUMNS))
-        return df.astype({"replica": np.int64, "batch_size": np.int64, "queue_length": np.int64,
-                          "steps": np.int64})
+        # one contiguous array per column, built once (no hstack, no astype copy of the frame)
+        cols = {c: rows[:, i].astype(np.int64) if c in self._INT_COLUMNS else rows[:, i].copy()
+                for i, c in enumerate(self.TL_COLUMNS[:n])}
+        cols.update({c: work[:, i].copy() for i, c in enumerate(self.TL_COLUMNS[n:])})
+        return pd.DataFrame(cols, copy=False)
 
     def segment(self, dts: np.ndarray, weight: int) -> None:
         """A run of decode steps: every one of `weight` sequences saw each step's duration."""

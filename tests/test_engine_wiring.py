@@ -40,7 +40,7 @@ def test_trtllm_profile_sets_limits_policy_and_cost() -> None:
     # engine_specs/trtllm.yaml: BuildConfig 2048 seats / 8192 tokens, 64-token blocks, 0.9 free fraction
     assert (sc.max_num_seqs, sc.max_num_batched_tokens, sc.block_size) == (2048, 8192, 64)
     assert sc.scheduler == "trtllm" and sc.gpu_memory_utilization == 0.9
-    assert sc.policy_params == {"capacity_policy": "guaranteed_no_evict", "chunked_context": False}
+    assert sc.policy_params == {"capacity_policy": "guaranteed_no_evict", "chunked_context": True}  # as trtllm-bench runs it
     cost = sc.cost_model()
     prof = load_engine("trtllm")
     assert cost.hardware.efficiency.step_overhead_s == prof.step_overhead_s
