@@ -41,16 +41,14 @@ Mapping (all documented choices, none fitted):
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from .engine import SimResult
+from .engine_setup import frontend_s_for, lag_steps_for, with_frontend
 from .scenario import Scenario
 from .specs import SpecError
 
@@ -143,31 +141,6 @@ def scenario_for_row(row: Mapping[str, Any], model: Any, hardware: Any,
         enable_prefix_caching=True, kv_offloading_size=KV_OFFLOAD_GIB)
 
 
-def with_frontend(res: SimResult, frontend_s: float, lag_steps: int = 0) -> SimResult:
-    """`res` as the client sees it: every first-token and finish time later by
-
-        frontend_s + lag_steps x tau_i,   tau_i = (finish_i - first_i) / (output_len_i - 1)
-
-    `frontend_s`: API-server latency outside the engine core. `lag_steps` = 1 under vLLM V1's
-    async scheduling: step k+1 is scheduled while step k runs, so a request that arrives
-    during step k is first scheduled into step k+2, one step later than the event engine's
-    synchronous scheduler admits it; tau_i (the request's own mean inter-token time) stands
-    for the step time around its arrival. TTFT and E2E grow, TPOT does not."""
-    if frontend_s == 0 and lag_steps == 0:
-        return res
-    shift = np.full(len(res.first_token_s), float(frontend_s))
-    if lag_steps:
-        out = np.asarray(res.output_len)
-        tau = np.where(out > 1, (res.finish_s - res.first_token_s) / np.maximum(out - 1, 1), 0.0)
-        shift = shift + lag_steps * np.nan_to_num(tau)
-    return dataclasses.replace(res, first_token_s=res.first_token_s + shift, finish_s=res.finish_s + shift)
-
-
-def lag_steps_for(profile: Any) -> int:
-    """1 under async scheduling (`scheduler.params.async_scheduling`), else 0."""
-    return 1 if profile.scheduler.params.get("async_scheduling") else 0
-
-
 def simulate_row(row: Mapping[str, Any], cost: Any, frontend_s: float = 0.0,
                  max_requests: int | None = None, lag_steps: int = 0,
                  settings: Mapping[str, Any] | None = None) -> SimResult:
@@ -179,11 +152,6 @@ def simulate_row(row: Mapping[str, Any], cost: Any, frontend_s: float = 0.0,
     return with_frontend(res, frontend_s, lag_steps)
 
 
-
-
-def frontend_s_for(profile: Any) -> float:
-    """The engine profile's API-server latency (`overheads.per_request_s`; None -> 0)."""
-    return float(profile.overheads.per_request_s.value or 0.0)
 
 
 def predict_metric(validator: Any, row: Mapping[str, Any], profile: Any) -> float:
