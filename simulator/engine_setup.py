@@ -31,7 +31,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from .engine_limits import (
     GIB,
@@ -45,6 +47,9 @@ from .engine_limits import (
 from .engines import EngineProfile, apply_profile, load_engine
 from .memory import activation_reserve_bytes, weights_bytes_per_gpu
 from .specs import HardwareSpec, ModelSpec, SpecError
+
+if TYPE_CHECKING:
+    from .engine import SimResult
 
 #: policy -> event-engine scheduler names, the engine's own first (schedulers.SCHEDULERS)
 POLICY_SCHEDULERS: dict[str, tuple[str, ...]] = {
@@ -242,6 +247,39 @@ def resolve(ref: str | EngineProfile | None) -> EngineProfile:
     return load_engine(ref)
 
 
-__all__ = ["BENCH_WAVES", "BenchSettings", "POLICY_SCHEDULERS", "PROFILE_FIELDS", "bench_num_requests",
+__all__ = ["BENCH_WAVES", "frontend_s_for", "lag_steps_for", "with_frontend", "BenchSettings", "POLICY_SCHEDULERS", "PROFILE_FIELDS", "bench_num_requests",
            "bench_settings", "policy_params_for", "profile_hardware", "profile_model", "row_settings", "profile_kv_tokens", "profile_settings", "resolve",
            "scheduler_for", "sglang_seats"]
+
+
+# ------------------------------------------------------------------ the client's view
+
+
+def with_frontend(res: SimResult, frontend_s: float, lag_steps: int = 0) -> SimResult:
+    """`res` as the client sees it: every first-token and finish time later by
+
+        frontend_s + lag_steps x tau_i,   tau_i = (finish_i - first_i) / (output_len_i - 1)
+
+    `frontend_s`: API-server latency outside the engine core. `lag_steps` = 1 under vLLM V1's
+    async scheduling: step k+1 is scheduled while step k runs, so a request that arrives
+    during step k is first scheduled into step k+2, one step later than the event engine's
+    synchronous scheduler admits it; tau_i (the request's own mean inter-token time) stands
+    for the step time around its arrival. TTFT and E2E grow, TPOT does not."""
+    if frontend_s == 0 and lag_steps == 0:
+        return res
+    shift = np.full(len(res.first_token_s), float(frontend_s))
+    if lag_steps:
+        out = np.asarray(res.output_len)
+        tau = np.where(out > 1, (res.finish_s - res.first_token_s) / np.maximum(out - 1, 1), 0.0)
+        shift = shift + lag_steps * np.nan_to_num(tau)
+    return dataclasses.replace(res, first_token_s=res.first_token_s + shift, finish_s=res.finish_s + shift)
+
+
+def lag_steps_for(profile: Any) -> int:
+    """1 under async scheduling (`scheduler.params.async_scheduling`), else 0."""
+    return 1 if profile.scheduler.params.get("async_scheduling") else 0
+
+
+def frontend_s_for(profile: Any) -> float:
+    """The engine profile's API-server latency (`overheads.per_request_s`; None -> 0)."""
+    return float(profile.overheads.per_request_s.value or 0.0)

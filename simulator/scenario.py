@@ -39,12 +39,15 @@ from .catalog import load_hardware, load_model, read_yaml
 from .energy import run_energy
 from .engine import ROUTERS, SCHEDULERS, EngineConfig, SimResult, simulate
 from .engine_setup import (
+    frontend_s_for,
+    lag_steps_for,
     policy_params_for,
     profile_hardware,
     profile_kv_tokens,
     profile_model,
     profile_settings,
     sglang_seats,
+    with_frontend,
 )
 from .engines import load_engine
 from .metrics import summarize
@@ -391,6 +394,11 @@ class Scenario:
         except MemoryError:
             raise SpecError(f"num_requests: {self.num_requests} requests do not fit in this machine's "
                             "memory (about 80 bytes each); simulate fewer") from None
+        if self.engine is not None:
+            # what the client sees: the profile's API-server latency and async scheduling's
+            # one-step admission lag (engine_setup.with_frontend; fitted on dev_serving.csv)
+            profile = load_engine(self.engine)
+            res = with_frontend(res, frontend_s_for(profile), lag_steps_for(profile))
         summary = summarize(res, self.slos_s)
         summary.update(run_energy(cost.hardware, res.meta, summary["duration"], summary["total_output_tokens"]))
         summary["workload"] = w.name or str(self.workload)

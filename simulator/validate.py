@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from . import serving_rows
 from .checks import (
     MAX_BATCH,
     MAX_REQUESTS,
@@ -578,6 +579,11 @@ class Validator:
         if metric not in SERVING_METRICS and pct is None:
             raise SkipRow(f"metric {metric} is defined for static_batch only")
         ds = (row.get("dataset") or "").strip()
+        if serving_rows.is_serving_run_row(row) and ds.lower() not in self.workloads:
+            try:  # an inference-perf shared-prefix run: serving_rows maps it
+                return serving_rows.predict_metric(self, row, self.profile_of(row))
+            except SpecError as e:
+                raise SkipRow(str(e)) from None
         if ds:
             if ds.lower() not in self.workloads:
                 raise SkipRow(f"dataset {ds} not available; pass --workload {ds}=FILE")

@@ -379,7 +379,7 @@ def test_profile_step_overhead_shows_up_exactly_in_a_step_price() -> None:
     assert with_prof.efficiency.step_overhead_s == 0.00322
     assert _one_step(with_prof) - _one_step(base) == pytest.approx(0.00322, abs=1e-12)
     # a profile without overheads changes nothing
-    assert apply_profile(hw, load_engine("vllm")) is hw
+    assert apply_profile(hw, load_engine("generic")) is hw
 
 
 def test_profile_allreduce_latency_per_call() -> None:

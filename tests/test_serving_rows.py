@@ -1,0 +1,121 @@
+"""dev_serving.csv runs (vLLM v0.15.1, inference-perf shared prefix) -> Scenario, and the
+accuracy of their simulation (issues 13 and 14).
+
+The mapping is checked field by field against the row's notes read by hand; the accuracy
+test simulates one run per model (about 10 s) and holds the median absolute error of the
+issue's metrics under its 15 % target.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulator import serving_rows as sr
+from simulator.engine import SimResult
+from simulator.metrics import summarize
+from simulator.specs import SpecError
+from simulator.validate import Validator, load_rows
+
+DATA = Path("/work/shared/reference/measurements/dev_serving.csv")
+needs_data = pytest.mark.skipif(not DATA.is_file(), reason="shared/reference not present")
+
+# blistrain-h100-sxm-0001 .. 0008 as validate parses them (run 20260217-155451-llama-2-7b-tp1-codegen)
+ROW = {"model": "llama-2-7b", "hardware": "h100-sxm", "tp": 1, "pp": 1, "weight_dtype": "fp16",
+       "activation_dtype": "fp16", "kv_dtype": "fp16", "scenario": "online_poisson", "request_rate": 5.0,
+       "num_requests": 3000, "input_len": 592, "output_len": 247,
+       "dataset": "inference-perf-shared-prefix-codegen", "max_batch_size": 128, "max_num_tokens": 2048,
+       "engine": "vLLM v0.15.1 (OpenAI server, streaming /v1/completions; client kubernetes-sigs/inference-perf)",
+       "metric": "mean_ttft_ms", "value": 25.036599272001393,
+       "notes": "successes.latency.time_to_first_token.mean (s) x 1000; run 20260217-155451-llama-2-7b-tp1-codegen, "
+                "stage 0 of 2 (5 req/s for 600 s; achieved 5.0001 req/s)."}
+
+
+def test_codegen_row_maps_to_the_run_by_hand() -> None:
+    sc = sr.scenario_for_row(ROW, "llama-2-7b", "h100-sxm")
+    # notes: "11 system prompts x 4 users, system_prompt_len=100, question_len=466"
+    assert (sc.workload, sc.num_groups, sc.prompts_per_group, sc.system_prompt_len) == ("shared-prefix", 11, 4, 100)
+    # measured prompt mean 592 = 100 system + 492 per-prompt tokens (466 + chat template)
+    assert sc.question_len == 492 and sc.output_len == 247
+    assert not sc.multi_turn  # prompt lengths stay flat (min 580, max 604): no re-sent history
+    # 5 req/s for the 600 s stage
+    assert sc.rate == 5.0 and sc.num_requests == 3000 and sc.burstiness == 1.0
+    assert (sc.max_num_seqs, sc.max_num_batched_tokens, sc.max_model_len) == (128, 2048, 4096)
+    assert sc.enable_prefix_caching and sc.kv_offloading_size == 8.0
+    assert (sc.tp, sc.weight_dtype, sc.kv_dtype) == (1, "fp16", "fp16")
+    w = sc.make_workload()
+    # constant rate: request i at i / 5 s; each prompt 592 tokens, 44 distinct prompts
+    np.testing.assert_allclose(w.arrival_s[:4], [0.0, 0.2, 0.4, 0.6])
+    assert set(w.input_len.tolist()) == {592} and set(w.output_len.tolist()) == {247}
+    assert sr.scenario_for_row(ROW, "llama-2-7b", "h100-sxm", max_requests=500).num_requests == 500
+
+
+def test_bad_rows_are_refused_in_one_line() -> None:
+    with pytest.raises(SpecError, match="inference-perf-shared-prefix-chat"):
+        sr.scenario_for_row({**ROW, "dataset": "inference-perf-shared-prefix-chat"}, "llama-2-7b", "h100-sxm")
+    with pytest.raises(SpecError, match="request_rate"):
+        sr.scenario_for_row({**ROW, "request_rate": None}, "llama-2-7b", "h100-sxm")
+    assert not sr.is_serving_run_row({**ROW, "dataset": "sharegpt"})
+
+
+def test_run_key_groups_the_metrics_of_one_stage() -> None:
+    other_stage = {**ROW, "notes": ROW["notes"].replace("stage 0 of 2", "stage 1 of 2"), "request_rate": 10.0}
+    assert sr.run_key(ROW) == sr.run_key({**ROW, "metric": "mean_tpot_ms", "value": 7.3})
+    assert sr.run_key(ROW) != sr.run_key(other_stage)
+
+
+def test_frontend_latency_shifts_ttft_and_e2e_not_tpot() -> None:
+    res = SimResult(arrival_s=np.array([0.0, 1.0]), input_len=np.array([10, 10]), output_len=np.array([3, 5]),
+                    first_token_s=np.array([0.1, 1.3]), finish_s=np.array([0.5, 2.1]),
+                    preemptions=np.zeros(2, int), replica=np.zeros(2, int), status=np.ones(2, int),
+                    reasons={}, itl_values_s=np.array([0.2]), itl_counts=np.array([6]), timeline=None)
+    a, b = summarize(res, {}), summarize(sr.with_frontend(res, 0.02), {})
+    assert b["mean_ttft_ms"] == pytest.approx(a["mean_ttft_ms"] + 20.0)  # (100 + 300) / 2 + 20
+    assert b["median_e2el_ms"] == pytest.approx(a["median_e2el_ms"] + 20.0)
+    assert b["mean_tpot_ms"] == pytest.approx(a["mean_tpot_ms"])  # (0.4/2 + 0.8/4) / 2 = 200 ms
+
+
+# --------------------------------------------------------------------------- accuracy
+
+#: one run per model (each model's first non-overloaded dataset in the file's order)
+SUBSET_RUNS = ("llama-2-7b-tp1-codegen", "llama-2-70b-tp4-general", "mixtral-8x7b-v0-1-tp2-codegen",
+               "codellama-34b-tp2-general")
+TARGET = ("mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "median_e2el_ms")
+
+
+@needs_data
+def test_subset_median_error_under_the_issue_target() -> None:
+    rows, _ = load_rows(DATA)
+    sub = [r for r in rows if r["metric"] in TARGET and any(f"{k}, stage 0" in r["notes"] for k in SUBSET_RUNS)]
+    assert len(sub) == 4 * len(TARGET)
+    v = Validator()
+    errs = [100.0 * (v.predict_row(r) - r["value"]) / r["value"] for r in sub]
+    mape = statistics.median(abs(e) for e in errs)
+    assert mape <= 12.0, errs  # issue target 15 %, 3 points of margin
+    # the per-row CSV behind docs/validation.md's dev_serving tables is today's simulation
+    doc = {p["id"]: p["predicted"] for p in _fit_serving().read_doc_points()}
+    for r in sub:
+        assert v.predict_row(r) == pytest.approx(doc[r["id"]], rel=1e-4), r["id"]
+
+
+def _fit_serving():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fit_serving.py"
+    spec = importlib.util.spec_from_file_location("fit_serving", path)
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_dev_serving_tables_match_csv() -> None:
+    """docs/validation.md's dev_serving tables are what fit_serving.doc_tables makes of the CSV."""
+    fs = _fit_serving()
+    text = (fs.DOCS / "validation.md").read_text()
+    block = text.split(fs.BEGIN, 1)[1].split(fs.END, 1)[0].strip()
+    pts = fs.read_doc_points()
+    assert len(pts) == 192
+    assert block.startswith("Generated ") and block.endswith(fs.doc_tables(pts))
