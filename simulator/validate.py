@@ -51,7 +51,7 @@ from .checks import (
     load_json,
     show,
 )
-from .engine_setup import profile_model, row_settings
+from .engine_setup import frontend_s_for, lag_steps_for, profile_model, row_settings, with_frontend
 from .engines import EngineProfile, apply_profile, engine_for_row, load_engine
 from .specs import DTYPES, HardwareSpec, SpecError, is_number
 
@@ -346,10 +346,14 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
     inp, out, ds, length_note = _vllm_lengths(data, input_len, output_len, dataset)
     tp_pp = tp * pp
     ngpu = num_gpus or tp_pp
+    engine = str(data.get("backend") or "vllm")
+    if engine == "llmsim":  # llmsim's own saved run: the engine profile it ran under
+        saved = data.get("llmsim_scenario")
+        engine = str((saved.get("engine") if isinstance(saved, dict) else None) or "generic")
     base = {
         "source": f"{p.name} (vllm bench serve, backend {data.get('backend', '?')}, {data.get('date', 'undated')})",
         "model": model, "hardware": hardware, "num_gpus": ngpu, "tp": tp, "pp": pp,
-        "engine": str(data.get("backend") or "vllm"), "weight_dtype": weight_dtype,
+        "engine": engine, "weight_dtype": weight_dtype,
         "activation_dtype": activation_dtype, "kv_dtype": kv_dtype, "scenario": scenario,
         "batch_size": "", "request_rate": "" if rate is None else str(rate),
         "concurrency": "" if conc is None else str(int(conc)),
@@ -613,6 +617,9 @@ class Validator:
                               output_len=row["output_len"] or 1, **limits)
                 w = sc.make_workload()
                 res = simulate(cost, w, sc.engine_config(cost), sc.replicas, sc.router)
+                # the client's view, as `Scenario.run` gives it (API-server latency, async lag)
+                prof = self.profile_of(row)
+                res = with_frontend(res, frontend_s_for(prof), lag_steps_for(prof))
                 self._pred[key] = (summarize(res, {}), res)
             except SpecError as e:
                 raise SkipRow(str(e)) from None

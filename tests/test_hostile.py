@@ -112,8 +112,10 @@ def test_6_ideal_with_efficiency_applies_the_overrides_on_top():
     for T, S, R in ((1, 1, 100), (512, 1, 512), (64, 64, 64 * 900)):
         assert both.step_time(T, S, R=R) == pytest.approx(ideal.step_time(T, S, R=R) + 0.25, rel=1e-12)
     assert both.hardware.efficiency.compute_efficiency == 1.0
+    # --engine none: the engine core's steps only (the default vllm profile adds the client's
+    # view, API-server latency and one step of async-scheduling lag, to TTFT and E2E)
     base = ["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-w", "random", "-n", "1",
-            "--input-len", "16", "--output-len", "2", "--json", "--ideal"]
+            "--input-len", "16", "--output-len", "2", "--json", "--ideal", "--engine", "none"]
     a = json.loads(invoke(*base).stdout)
     b = json.loads(invoke(*base, "--efficiency", "step_overhead_s=0.25").stdout)
     # one request, 2 output tokens: 2 steps, each 250 ms longer

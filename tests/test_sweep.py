@@ -26,9 +26,10 @@ IN_LEN, OUT_LEN = 512, 64  # fixed prompt / output lengths of the hand-checkable
 
 
 def _batch1(**kw) -> Scenario:
-    """One sequence at a time, fixed lengths, Poisson arrivals: an M/D/1 queue."""
+    """One sequence at a time, fixed lengths, Poisson arrivals: an M/D/1 queue. Engine none:
+    the oracle prices the engine core's steps only (no API-server latency or async lag)."""
     base = dict(workload="random", input_len=IN_LEN, output_len=OUT_LEN, range_ratio=0.0, max_num_seqs=1,
-                num_requests=300, seed=3)
+                num_requests=300, seed=3, engine=None)
     return Scenario(**{**base, **kw})
 
 
