@@ -51,7 +51,7 @@ from .checks import (
     load_json,
     show,
 )
-from .engine_setup import profile_model, row_settings
+from .engine_setup import frontend_s_for, lag_steps_for, profile_model, row_settings, with_frontend
 from .engines import EngineProfile, apply_profile, engine_for_row, load_engine
 from .specs import DTYPES, HardwareSpec, SpecError, is_number
 
@@ -585,9 +585,12 @@ class Validator:
             except SpecError as e:
                 raise SkipRow(str(e)) from None
         if ds:
-            if ds.lower() not in self.workloads:
+            if ds.lower() in self.workloads:
+                workload = self.workloads[ds.lower()]
+            elif ds.lower() == "sharegpt":
+                workload = "sharegpt"  # sampled as `vllm bench serve` samples it (sharegpt.py)
+            else:
                 raise SkipRow(f"dataset {ds} not available; pass --workload {ds}=FILE")
-            workload = self.workloads[ds.lower()]
         else:
             if row["input_len"] is None or row["output_len"] is None:
                 raise SkipRow("input_len/output_len not stated and no dataset named")
@@ -613,6 +616,8 @@ class Validator:
                               output_len=row["output_len"] or 1, **limits)
                 w = sc.make_workload()
                 res = simulate(cost, w, sc.engine_config(cost), sc.replicas, sc.router)
+                profile = self.profile_of(row)  # what the client sees, as Scenario.run does
+                res = with_frontend(res, frontend_s_for(profile), lag_steps_for(profile))
                 self._pred[key] = (summarize(res, {}), res)
             except SpecError as e:
                 raise SkipRow(str(e)) from None
