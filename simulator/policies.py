@@ -59,6 +59,7 @@ class ChunkedPrefill(SchedulerPolicy):
     unless the step preempted."""
 
     name = "vllm"
+    segment_when_queue_empty = True  # next_step's first branch
     PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {
         "admission_gate": ("whole_prompt", ("whole_prompt", "first_chunk")),
         "watermark": (0.0, (0.0, 1.0)),

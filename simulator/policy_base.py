@@ -85,6 +85,9 @@ class SchedulerPolicy:
     whole_prompts: bool = False
     #: True: `admission_error` may reject a request at arrival (skipped otherwise: hot path)
     checks_arrivals: ClassVar[bool] = False
+    #: next_step returns DECODE_SEGMENT whenever nothing waits and every running sequence
+    #: decodes (the replica then skips the call)
+    segment_when_queue_empty: ClassVar[bool] = False
     #: True: admission needs blocks for the whole remaining prompt (net of prefix-cache hits)
     #: plus the watermark, not only for the tokens scheduled now (set from the parameters)
     gate_whole: bool = False

@@ -157,11 +157,17 @@ class Replica(DecodeSegments):
         `max_actions` bounds the scheduling decisions taken (a step or a decode segment).
         """
         next_step = self.policy.next_step
+        # the policy answers DECODE_SEGMENT itself when nothing waits and every running
+        # sequence decodes: skip the call (the common case at low load)
+        idle_segments = self.policy.segment_when_queue_empty
         done = 0
         while (self.active or self.waiting) and self.clock < t_limit:
             if max_actions is not None and done >= max_actions:
                 return
             done += 1
+            if idle_segments and not self.waiting and not self.n_prefilling:
+                self._decode_segment(t_limit)  # active is non-empty here (loop condition)
+                continue
             plan = next_step(self)
             if plan.decode_segment:
                 self._decode_segment(t_limit)
