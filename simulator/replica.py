@@ -46,9 +46,9 @@ class Replica(DecodeSegments):
 
     # slots, not a __dict__: the hot loops read these attributes millions of times, and past
     # 30 attributes CPython 3.11 stops sharing instance-dict keys (slower attribute loads)
-    __slots__ = ("active", "bs", "cfg", "clock", "computed", "context_sum", "cost", "free_slots",
+    __slots__ = ("active", "bs", "cfg", "clock", "computed", "context_sum", "cost", "debug", "free_slots",
                  "gen_so_far", "generated", "in_step", "index", "kv", "last_tok", "last_tok_of",
-                 "log", "max_model_len", "n_prefilling", "on_finish", "out", "outlen",
+                 "log", "max_model_len", "max_segment_steps", "max_tokens", "n_prefilling", "on_finish", "out", "outlen",
                  "outstanding", "policy", "prefix", "prompt", "rid", "scheduled_s", "segment_steps",
                  "step_time", "waiting", "window", "wl_in", "wl_out")
 
@@ -59,6 +59,10 @@ class Replica(DecodeSegments):
         self.cost = cost
         self.step_time = cost.step_time
         self.cfg = cfg
+        # hot-path copies of cfg fields (one attribute load, not two, per step)
+        self.max_tokens = cfg.max_num_batched_tokens
+        self.max_segment_steps = cfg.max_segment_steps
+        self.debug = cfg.debug
         self.policy = make_policy(cfg)
         self.bs = cfg.block_size
         self.max_model_len = max_model_len
@@ -322,7 +326,7 @@ class Replica(DecodeSegments):
         kv = self.kv  # _record inline: once per step
         lg.record(t_end, self.index, batch, 1.0 - kv.free_blocks / kv.total_blocks, len(self.waiting),
                   dt, 1, n_dec, stats)
-        if self.cfg.debug:
+        if self.debug:
             self.check()
         for s in done:
             self._finish(s)

@@ -44,6 +44,9 @@ class DecodeSegments:
     log: StepLog
     bs: int
     cfg: Any
+    max_tokens: int
+    max_segment_steps: int
+    debug: bool
     cost: Any
     policy: Any
     clock: float
@@ -70,12 +73,12 @@ class DecodeSegments:
         or the last step that starts before t_limit); see the module docstring."""
         active = self.active
         batch = len(active)
-        if self.cfg.max_num_batched_tokens < batch:
+        if self.max_tokens < batch:
             self.run_plan(self.policy.next_step(self, allow_segment=False))
             return
         generated, outlen = self.generated, self.outlen
         steps_to_first_finish = min([outlen[s] - generated[s] for s in active])
-        max_steps = min(steps_to_first_finish, self.cfg.max_segment_steps)
+        max_steps = min(steps_to_first_finish, self.max_segment_steps)
         if self.kv.free_blocks < batch * (max_steps // self.bs + 1):  # else no shortage possible
             max_steps = self._steps_before_block_shortage(max_steps)
         if max_steps <= 0:
@@ -129,7 +132,7 @@ class DecodeSegments:
         kv = self.kv  # _record inline: once per segment
         lg.record(t_end, self.index, batch, 1.0 - kv.free_blocks / kv.total_blocks, len(self.waiting),
                   busy, n_steps, batch * n_steps, stats)
-        if self.cfg.debug:
+        if self.debug:
             self.check()
         for s in done:
             self._finish(s)
