@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .kvcache import KVCache
+from .kvcache import CeilKVCache, KVCache
 from .prefixcache import PrefixState, reservations_after
 from .roofline import CostModel
 from .schedulers import EngineConfig, StepPlan, make_policy
@@ -70,9 +70,9 @@ class Replica(DecodeSegments):
         # seats: never more than max_num_seqs, KV blocks (each sequence holds >= 1) or requests,
         # so a huge --max-num-seqs costs no memory
         n = max(1, min(cfg.max_num_seqs, total_blocks, wl.num_requests))
-        self.kv = KVCache(total_blocks, cfg.block_size, n)
         self.rid = [-1] * n
         self.computed = [0] * n  # tokens whose KV is in cache
+        self.kv: KVCache = CeilKVCache(total_blocks, cfg.block_size, self.computed)  # prefix caching swaps it
         self.prompt = [0] * n  # tokens to prefill before emitting (input + generated, after preemption)
         self.generated = [0] * n
         self.outlen = [0] * n
@@ -469,9 +469,9 @@ class Replica(DecodeSegments):
         done = []
         for s in self.active:
             k = min(n_steps, outlen[s] - generated[s])
+            kv.allocate(s, kv.blocks_to_grow(s, computed[s] + k))  # before computed grows (CeilKVCache)
             computed[s] += k
             self.context_sum += k
-            kv.allocate(s, kv.blocks_to_grow(s, computed[s]))
             generated[s] += k
             lg.gap(t_end - last[s], 1)
             lg.gap(0.0, k - 1)

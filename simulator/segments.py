@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .kvcache import KVCache
+from .kvcache import CeilKVCache, KVCache
 from .steplog import StepLog
 
 
@@ -268,6 +268,8 @@ class DecodeSegments:
         kv = self.kv
         active = self.active
         self.context_sum += n_steps * len(active)
+        if type(kv) is CeilKVCache:
+            return self._apply_decode_steps_derived(n_steps, t_end, min_left)
         if kv.shared_of and not kv.ceil_blocks:
             return self._apply_decode_steps_shared(n_steps, t_end)
         computed, generated, last = self.computed, self.generated, self.last_tok
@@ -296,6 +298,33 @@ class DecodeSegments:
                 generated[s] += n_steps
                 last[s] = t_end
         kv.free_blocks -= full * len(active) + crossing
+        if n_steps < min_left:
+            return []
+        outlen = self.outlen
+        return [s for s in active if generated[s] >= outlen[s]]
+
+    def _apply_decode_steps_derived(self, n_steps: int, t_end: float, min_left: int) -> list[int]:
+        """`_apply_decode_steps` with block counts derived from `computed` (CeilKVCache): only
+        the pool's free count moves, by B (n // bs) + #{slots crossing one more boundary}."""
+        computed, generated, last, bs = self.computed, self.generated, self.last_tok, self.bs
+        active = self.active
+        full, rem = divmod(n_steps, bs)
+        crossing = 0
+        if rem:
+            threshold = bs - rem  # as in _apply_decode_steps
+            for s in active:
+                c = computed[s]
+                if (c - 1) % bs >= threshold:
+                    crossing += 1
+                computed[s] = c + n_steps
+                generated[s] += n_steps
+                last[s] = t_end
+        else:
+            for s in active:
+                computed[s] += n_steps
+                generated[s] += n_steps
+                last[s] = t_end
+        self.kv.free_blocks -= full * len(active) + crossing
         if n_steps < min_left:
             return []
         outlen = self.outlen
