@@ -98,6 +98,7 @@ class SchedulerPolicy:
     def __init__(self, cfg: EngineConfig) -> None:
         self.cfg = cfg
         self.params = self.resolve_params(cfg.policy_params)
+        self._watermark_of = (-1, 0)  # (total blocks, watermark blocks) cache of _watermark_blocks
 
     @classmethod
     def resolve_params(cls, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -162,7 +163,10 @@ class SchedulerPolicy:
 
     def _watermark_blocks(self, view: ReplicaView) -> int:
         """Blocks that must stay free after an admission: int(watermark x all blocks)."""
-        return int(self.params.get("watermark", 0.0) * view.kv.total_blocks)
+        total = view.kv.total_blocks
+        if total != self._watermark_of[0]:  # one policy per replica: computed once
+            self._watermark_of = (total, int(self.params.get("watermark", 0.0) * total))
+        return self._watermark_of[1]
 
     @staticmethod
     def _decode_new_blocks(view: ReplicaView) -> list[int]:

@@ -305,13 +305,16 @@ class DecodeSegments:
 
     def _apply_decode_steps_derived(self, n_steps: int, t_end: float, min_left: int) -> list[int]:
         """`_apply_decode_steps` with block counts derived from `computed` (CeilKVCache): only
-        the pool's free count moves, by B (n // bs) + #{slots crossing one more boundary}."""
+        the pool's free count moves, by B (n // bs) + #{slots crossing one more boundary}
+        (threshold bs when n % bs == 0: never). One pass; finished slots are looked for only
+        when n_steps reaches `min_left`."""
         computed, generated, last, bs = self.computed, self.generated, self.last_tok, self.bs
         active = self.active
         full, rem = divmod(n_steps, bs)
+        threshold = bs - rem if rem else bs
         crossing = 0
-        if rem:
-            threshold = bs - rem  # as in _apply_decode_steps
+        done: list[int] = []
+        if n_steps < min_left:
             for s in active:
                 c = computed[s]
                 if (c - 1) % bs >= threshold:
@@ -320,15 +323,18 @@ class DecodeSegments:
                 generated[s] += n_steps
                 last[s] = t_end
         else:
+            outlen = self.outlen
             for s in active:
-                computed[s] += n_steps
-                generated[s] += n_steps
+                c = computed[s]
+                if (c - 1) % bs >= threshold:
+                    crossing += 1
+                computed[s] = c + n_steps
+                g = generated[s] = generated[s] + n_steps
                 last[s] = t_end
+                if g >= outlen[s]:
+                    done.append(s)
         self.kv.free_blocks -= full * len(active) + crossing
-        if n_steps < min_left:
-            return []
-        outlen = self.outlen
-        return [s for s in active if generated[s] >= outlen[s]]
+        return done
 
     def _apply_decode_steps_shared(self, n_steps: int, t_end: float) -> list[int]:
         """`_apply_decode_steps` when some blocks are shared (no ceil(c / bs) shortcut)."""
