@@ -30,6 +30,8 @@ class KVCache:
     #: True when every slot holds exactly ceil(tokens / block_size) blocks even with shared
     #: blocks (prefix caching: shared blocks are the slot's full leading blocks)
     ceil_blocks = False
+    #: True when a slot's blocks derive from its token count (CeilKVCache: no `held` kept)
+    derived_counts = False
 
     def __init__(self, total_blocks: int, block_size: int, num_slots: int) -> None:
         self.block_size = block_size
@@ -146,6 +148,7 @@ class CeilKVCache(KVCache):
     """
 
     __slots__ = ("computed",)
+    derived_counts = True
 
     def __init__(self, total_blocks: int, block_size: int, computed: list[int]) -> None:
         super().__init__(total_blocks, block_size, len(computed))

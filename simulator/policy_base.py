@@ -185,7 +185,10 @@ class SchedulerPolicy:
         Fills plan.running / plan.preempt; returns (budget left, free blocks left)."""
         active, computed, prompt, kv = view.active, view.computed, view.prompt, view.kv
         free = kv.free_blocks
-        covered, bs = kv.blocks_per_slot(), kv.block_size
+        bs = kv.block_size
+        # derived counts (CeilKVCache): a slot covers ceil(computed / bs), read per slot (no
+        # snapshot of every seat: at low load most are empty)
+        covered = None if kv.derived_counts else kv.blocks_per_slot()
         whole = self.whole_prompts
         tail = len(active)  # active[tail:] are preempted in this step (always the newest)
         i = 0
@@ -201,7 +204,8 @@ class SchedulerPolicy:
                 tokens = remaining if whole else min(remaining, budget)
                 if tokens > budget:
                     continue
-            new_blocks = -(-(computed[s] + tokens) // bs) - covered[s]
+            have = covered[s] if covered is not None else -(-computed[s] // bs)
+            new_blocks = -(-(computed[s] + tokens) // bs) - have
             while new_blocks > free:
                 tail -= 1
                 victim = active[tail]
