@@ -456,6 +456,9 @@ def expert_parallel_summary(base1: Scenario, candidates: list[dict[str, Any]],
             "the MoE all-reduce it replaces)")
     if best is best_ep:
         note = f"expert parallelism wins: the cheapest is {_shape(best)}; {cap} {link}"
+    elif (best_ep["cost_per_hour_usd"], best_ep["gpus"]) == (best["cost_per_hour_usd"], best["gpus"]):
+        note = (f"expert parallelism ties: {_shape(best_ep)} costs the same as the cheapest, {_shape(best)}, "
+                f"and ranks below it on capacity; {cap} {link}")
     else:
         note = (f"expert parallelism loses: the cheapest is {_shape(best)}, the cheapest with EP "
                 f"{_shape(best_ep)} (rank {best_ep['rank']}); {cap} {link}")
