@@ -246,6 +246,36 @@ def doc_tables(points: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+LOO_CSV = DOCS / "serving_loo.csv"
+LOO_BEGIN, LOO_END = "<!-- serving-loo:begin -->", "<!-- serving-loo:end -->"
+
+
+def loo_doc_table(points: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown table of leave-one-group-out points (benchmarks/loo_engines.py) {kind, group,
+    measured, predicted, the fold's six parameters}: a line per held-out group, then all held-out
+    rows of each kind."""
+    lines = ["| held out | group | rows | median APE % | p90 APE % | median signed error % | step overhead ms "
+             "| runtime reserve GiB | fp8 rel. hopper | fp8 rel. ada | PCIe all-reduce eff. | all-reduce latency us |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def stats(pts: Sequence[Mapping[str, Any]]) -> str:
+        e = np.array([(float(q["predicted"]) - float(q["measured"])) / float(q["measured"]) * 100 for q in pts])
+        a = np.abs(e)
+        return f"{len(pts)} | {np.median(a):.1f} | {np.percentile(a, 90):.1f} | {np.median(e):.1f}"
+
+    for kind in sorted({str(q["kind"]) for q in points}):
+        pts = [q for q in points if q["kind"] == kind]
+        for g in sorted({str(q["group"]) for q in pts}, key=lambda x: (len(x), x)):
+            grp = [q for q in pts if q["group"] == g]
+            q = grp[0]
+            lines.append(f"| {kind} | {g} | {stats(grp)} | {float(q['step_overhead_s']) * 1e3:.2f} "
+                         f"| {float(q['runtime_reserve_gib']):.2f} | {float(q['fp8_rel_hopper']):.2f} "
+                         f"| {float(q['fp8_rel_ada']):.2f} | {float(q['pcie_link_efficiency']):.2f} "
+                         f"| {float(q['allreduce_latency_s']) * 1e6:.0f} |")
+        lines.append(f"| {kind} | all held-out rows | {stats(pts)} | | | | | | |")
+    return "\n".join(lines)
+
+
 def read_doc_points(path: Path = DOC_CSV) -> list[dict[str, str]]:
     import csv
 

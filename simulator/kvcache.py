@@ -30,6 +30,8 @@ class KVCache:
     #: True when every slot holds exactly ceil(tokens / block_size) blocks even with shared
     #: blocks (prefix caching: shared blocks are the slot's full leading blocks)
     ceil_blocks = False
+    #: True when a slot's blocks derive from its token count (CeilKVCache: no `held` kept)
+    derived_counts = False
 
     def __init__(self, total_blocks: int, block_size: int, num_slots: int) -> None:
         self.block_size = block_size
@@ -132,3 +134,62 @@ class KVCache:
         if held + len(self.ref_count) + self.free_blocks != self.total_blocks:
             raise AssertionError(f"kv: blocks held {held} + shared {len(self.ref_count)} + free "
                                  f"{self.free_blocks} != {self.total_blocks}")
+
+
+class CeilKVCache(KVCache):
+    """Private blocks only (the engine without prefix caching): at every step boundary a slot
+    with c tokens in cache holds exactly blocks(c) = ceil(c / block_size) blocks (the replica's
+    debug check asserts it), so the counts derive from the replica's `computed` list and the
+    hot loops only move `free_blocks` (the engine before the KVCache split worked this way).
+
+    Callers allocate a slot's blocks before its new tokens are counted in `computed` (or, for
+    a slot seated with its tokens already counted, right after); `allocate` only takes blocks
+    from the pool, `free` returns blocks(computed[slot]) to it.
+    """
+
+    __slots__ = ("computed",)
+    derived_counts = True
+
+    def __init__(self, total_blocks: int, block_size: int, computed: list[int]) -> None:
+        super().__init__(total_blocks, block_size, len(computed))
+        self.computed = computed  # the replica's list, shared (never written here)
+
+    def blocks_of(self, slot: int) -> int:
+        return -(-self.computed[slot] // self.block_size)
+
+    def blocks_per_slot(self) -> list[int]:
+        """Blocks each slot covers (a snapshot; free slots' entries are meaningless)."""
+        bs = self.block_size
+        return [-(-c // bs) for c in self.computed]
+
+    def grow_to_cover(self, items: list[tuple[int, int]], computed: list[int]) -> None:
+        bs = self.block_size
+        taken = 0
+        for s, tokens in items:
+            c = computed[s]
+            need = -(-(c + tokens) // bs) - -(-c // bs)
+            if need > 0:
+                taken += need
+        self.free_blocks -= taken
+
+    def reclaimable(self, slot: int) -> int:
+        return self.blocks_of(slot)
+
+    def allocate(self, slot: int, blocks: int) -> None:
+        self.free_blocks -= blocks
+
+    def allocate_one_each(self, slots: list[int]) -> None:
+        self.free_blocks -= len(slots)
+
+    def share(self, slot: int, block_id: int) -> None:
+        raise TypeError("CeilKVCache holds private blocks only (use KVCache to share blocks)")
+
+    def free(self, slot: int) -> int:
+        freed = self.blocks_of(slot)
+        self.free_blocks += freed
+        return freed
+
+    def check(self, slots: list[int]) -> None:
+        held = sum(self.blocks_of(s) for s in slots)
+        if held + self.free_blocks != self.total_blocks:
+            raise AssertionError(f"kv: blocks held {held} + free {self.free_blocks} != {self.total_blocks}")

@@ -2,7 +2,7 @@
 
 `plan(base, rate, hardware=[...], tps=[...], kv_dtypes=[...], weight_dtypes=[...])` takes one
 `Scenario` (model, workload, engine limits, goodput SLOs) and, for every candidate
-replica shape (hardware x TP x weight dtype x KV dtype):
+replica shape (hardware x TP x weight dtype x KV dtype, and for MoE models x EP):
 
 1. **memory**: does the model fit (`CostModel.memory`)? If not, the candidate is listed as
    infeasible with the memory model's message and the smallest TP that fits. A workload
@@ -17,6 +17,13 @@ replica shape (hardware x TP x weight dtype x KV dtype):
 3. **replicas** = ceil(R / (capacity x (1 - headroom))), **GPUs** = replicas x tp x pp,
    **$/hour** = GPUs x $/GPU-hour (the catalog's `price_per_gpu_hour_usd`, or `prices`),
    **$ per million output tokens** = $/hour / (R x mean output tokens per request x 3600) x 1e6.
+
+**Expert parallelism.** For a MoE model each TP > 1 shape is also tried with its experts
+sharded over the TP group (ep = tp; `simulator.parallel`: the MoE layer's all-reduce becomes
+an all-to-all dispatch + combine, and each rank runs whole experts). Its rows carry `ep`
+(1 for the plain TP shape), it is ranked with the others, and `expert_parallel` says, per
+shape, how its capacity compares with the plain TP one and whether EP wins. Dense models get
+no EP variant and no `ep` field.
 
 Feasible candidates are ranked cheapest first ($/hour, then fewer GPUs, then more capacity).
 Candidates run through the sweep executor: all candidates whose shapes form a cartesian
@@ -33,7 +40,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeGuard
 
-from .catalog import load_hardware
+from .catalog import load_hardware, load_model
 from .scenario import Scenario
 from .specs import SpecError
 from .sweep import Executor, sweep
@@ -81,11 +88,15 @@ def _as_list(values: Any, default: Any) -> list[Any]:
     return out
 
 
-def _blocks(keys: list[tuple[str, int, str, str]]) -> list[tuple[list[str], list[int], list[str], list[str]]]:
-    """Partition candidate keys (hw, tp, weight, kv) into cartesian blocks (one sweep each)."""
+_Key = tuple[str, int, str, str, int]  # (hardware ref, tp, weight dtype, kv dtype, ep)
+
+
+def _blocks(keys: Sequence[_Key]) -> list[tuple[list[str], list[int], list[str], list[str]]]:
+    """Partition candidate keys (hw, tp, weight, kv, ep) of one EP rule into cartesian blocks
+    over (hw, tp, weight, kv) (one sweep each)."""
     # (weight, kv) -> hw -> tps
     by_dtype: dict[tuple[str, str], dict[str, list[int]]] = {}
-    for hw, tp, wd, kv in keys:
+    for hw, tp, wd, kv, *_ in keys:
         by_dtype.setdefault((wd, kv), {}).setdefault(hw, []).append(tp)
     # hardware sharing a TP set -> one block per (weight, kv)
     stage1: dict[tuple[tuple[str, ...], tuple[int, ...], str], list[str]] = {}
@@ -122,9 +133,6 @@ class _Offset:
         self.last = (0, 0)
 
 
-_Key = tuple[str, int, str, str]  # (hardware ref, tp, weight dtype, kv dtype)
-
-
 #: the largest target rate (req/s) plan sizes a fleet for: 10 million requests/s
 MAX_PLAN_RATE = 1e7
 
@@ -142,22 +150,24 @@ def _check_inputs(base: Scenario, rate: float, headroom: float) -> None:
         raise SpecError("concurrency: plan needs an open loop (arrivals at a rate); drop --concurrency")
 
 
-def _screen_one(base: Scenario, base1: Scenario, ref: str, hw: Any, tp: int, wd: Any, kv: Any,
+def _screen_one(base: Scenario, base1: Scenario, ref: str, hw: Any, tp: int, wd: Any, kv: Any, ep: int | None,
                 seq_len: int, longest: int) -> tuple[dict[str, Any], str | None]:
     """Step 1 for one shape: its row (memory fit, KV capacity) and why it is infeasible
     (None when it can be swept). A shape without a cost model comes back without `_key`,
-    its row complete."""
+    its row complete. `ep`: the shape's expert parallelism (MoE models; the row gets an `ep`
+    field), None for a dense model (the scenario's own)."""
     row: dict[str, Any] = {
-        "hardware": hw.id, "hardware_ref": ref, "tp": tp, "pp": base.pp,
+        "hardware": hw.id, "hardware_ref": ref, "tp": tp, **({"ep": ep} if ep is not None else {}), "pp": base.pp,
         "weight_dtype": wd, "kv_dtype": kv, "gpus_per_replica": tp * base.pp,
     }
+    ep_r = base1.ep if ep is None else ep
     try:
-        sc = base1.replace(hardware=ref, tp=tp, weight_dtype=wd, kv_dtype=kv)
+        sc = base1.replace(hardware=ref, tp=tp, weight_dtype=wd, kv_dtype=kv, ep=ep_r)
         cost = sc.cost_model()
     except SpecError as e:  # no cost model: infeasible as named (no `_key`)
         return {**row, "fits": False, "reason": str(e), "smallest_tp_that_fits": None}, str(e)
     wd_r, kv_r = cost.dtypes.weight, cost.dtypes.kv
-    row.update(weight_dtype=wd_r, kv_dtype=kv_r, _key=(ref, tp, wd_r, kv_r))
+    row.update(weight_dtype=wd_r, kv_dtype=kv_r, _key=(ref, tp, wd_r, kv_r, ep_r))
     mem = cost.memory(sc.gpu_memory_utilization, sc.max_num_batched_tokens, sc.max_num_seqs,
                       seq_len=seq_len)
     row.update(fits=mem.fits, kv_capacity_tokens=mem.kv_capacity_tokens,
@@ -173,15 +183,25 @@ def _screen_one(base: Scenario, base1: Scenario, ref: str, hw: Any, tp: int, wd:
     return row, None
 
 
+def _ep_variants(base1: Scenario, tp: int, moe: bool) -> list[int | None]:
+    """The EP degrees tried at `tp`: None (the scenario's own) for a dense model; for a MoE
+    model the scenario's ep and, when tp > 1 differs from it, ep = tp (experts over the TP group)."""
+    eps: list[int | None] = [None] if not moe else [base1.ep, *([tp] if tp > 1 and tp != base1.ep else [])]
+    return eps
+
+
 def _screen(base: Scenario, base1: Scenario, hw_specs: dict[str, Any], tp_list: list[Any],
-            wd_list: list[Any], kv_list: list[Any], seq_len: int,
-            longest: int) -> tuple[list[_Key], dict[_Key, dict[str, Any]], list[dict[str, Any]]]:
-    """Step 1: every shape's memory fit; (feasible keys, their rows, infeasible rows)."""
+            wd_list: list[Any], kv_list: list[Any], seq_len: int, longest: int,
+            moe: bool = False) -> tuple[list[_Key], dict[_Key, dict[str, Any]], list[dict[str, Any]]]:
+    """Step 1: every shape's memory fit; (feasible keys, their rows, infeasible rows).
+    `moe`: also the EP variants of each TP (`_ep_variants`)."""
     feasible_keys: list[_Key] = []
     rows: dict[_Key, dict[str, Any]] = {}
     infeasible: list[dict[str, Any]] = []
-    for ref, tp, wd, kv in itertools.product(hw_specs, tp_list, wd_list, kv_list):
-        row, reason = _screen_one(base, base1, ref, hw_specs[ref], tp, wd, kv, seq_len, longest)
+    shapes = [(ref, tp, ep, wd, kv) for ref, tp, wd, kv in itertools.product(hw_specs, tp_list, wd_list, kv_list)
+              for ep in _ep_variants(base1, tp, moe)]
+    for ref, tp, ep, wd, kv in shapes:
+        row, reason = _screen_one(base, base1, ref, hw_specs[ref], tp, wd, kv, ep, seq_len, longest)
         key = row.get("_key")
         if key is None:
             infeasible.append(row)
@@ -201,7 +221,7 @@ def _low_load_retry(base: Scenario, base1: Scenario, key: _Key, row: dict[str, A
     """Step 2b: the SLOs failed at the lowest grid rate; sweep again at LOW_LOAD_FRACTIONS of
     the offline max throughput `x` (capacity 0 with a reason when even 0.1 % fails)."""
     low = sorted({float(f"{f * x:.4g}") for f in LOW_LOAD_FRACTIONS})
-    sc = base1.replace(hardware=key[0], tp=key[1], weight_dtype=key[2], kv_dtype=key[3])
+    sc = base1.replace(hardware=key[0], tp=key[1], weight_dtype=key[2], kv_dtype=key[3], ep=key[4])
     res = sweep(sc, low, (), ex, prog, slo_target=slo_target, tol=tol)
     prog.next_call()
     info2 = res["curves"][0]
@@ -228,13 +248,19 @@ def _slo_capacities(base: Scenario, base1: Scenario, feasible_keys: list[_Key],
                     slo_target: float, tol: float) -> None:
     """Step 2: SLO capacity of one replica per candidate, one `sweep` per cartesian block."""
     curves: dict[_Key, dict[str, Any]] = {}
-    for hws, tpl, wds, kvs in _blocks(feasible_keys):
-        res = sweep(base1, "auto", [("hardware", hws), ("tp", tpl), ("weight_dtype", wds), ("kv_dtype", kvs)],
-                    ex, prog, slo_target=slo_target, tol=tol)
-        prog.next_call()
-        for info in res["curves"]:
-            v = info["values"]
-            curves[(v["hardware"], v["tp"], v["weight_dtype"], v["kv_dtype"])] = info
+    # the scenario's own ep: cartesian blocks as for a dense model; ep = tp: one group per TP
+    groups: dict[int | None, list[_Key]] = {}
+    for key in feasible_keys:
+        groups.setdefault(None if key[4] == base1.ep else key[1], []).append(key)
+    for ep, keys in groups.items():
+        for hws, tpl, wds, kvs in _blocks(keys):
+            dims: list[tuple[str, list[Any]]] = [("hardware", hws), ("tp", tpl), ("weight_dtype", wds),
+                                                 ("kv_dtype", kvs), *([("ep", [ep])] if ep is not None else [])]
+            res = sweep(base1, "auto", dims, ex, prog, slo_target=slo_target, tol=tol)
+            prog.next_call()
+            for info in res["curves"]:
+                v = info["values"]
+                curves[(v["hardware"], v["tp"], v["weight_dtype"], v["kv_dtype"], v.get("ep", base1.ep))] = info
     for key in feasible_keys:
         info = curves[key]
         row = rows[key]
@@ -287,7 +313,7 @@ def _price_candidates(feasible_keys: list[_Key], rows: dict[_Key, dict[str, Any]
             row["warnings"].append(f"{hw.id} has no catalog price; give one with --price {hw.id}=USD")
         candidates.append(row)
     candidates.sort(key=lambda r: (r["cost_per_hour_usd"] is None, r["cost_per_hour_usd"] or 0.0, r["gpus"],
-                                   -r["slo_capacity"], r["hardware"], r["tp"]))
+                                   -r["slo_capacity"], r["hardware"], r["tp"], r.get("ep", 1)))
     for i, r in enumerate(candidates, 1):
         r["rank"] = i
     return candidates
@@ -326,11 +352,14 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
     longest = int((wl.input_len + wl.output_len).max())
     seq_len = max(1, round(mean_in + mean_out))
 
-    feasible_keys, rows, infeasible = _screen(base, base1, hw_specs, tp_list, wd_list, kv_list, seq_len, longest)
+    moe = load_model(base.model).moe is not None
+    feasible_keys, rows, infeasible = _screen(base, base1, hw_specs, tp_list, wd_list, kv_list, seq_len, longest,
+                                              moe)
     _slo_capacities(base, base1, feasible_keys, rows, executor or Executor(), _Offset(progress), slo_target, tol)
     candidates = _price_candidates(feasible_keys, rows, infeasible, hw_specs, price_map, rate, headroom, mean_out)
     for r in infeasible:
         r["status"] = "infeasible"
+    ep_extra = {"expert_parallel": expert_parallel_summary(base1, candidates, infeasible)} if moe else {}
     for r in (*candidates, *infeasible):
         r.pop("_key", None)
     extra = _disaggregated(base, rate, hw_specs, price_map, tp_list, headroom, slo_target, tol, executor,
@@ -351,6 +380,7 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
         "candidates": candidates,
         "infeasible": infeasible,
         "best": candidates[0] if candidates else None,
+        **ep_extra,
         **extra,
     }
 
@@ -372,6 +402,69 @@ def _disaggregated(base: Scenario, rate: float, hw_specs: dict[str, Any], price_
     return {"disaggregated": rows, "best_disaggregated": best_dis, "winner": why.split(" ", 1)[0], "why": why}
 
 
+def _shape(r: dict[str, Any]) -> str:
+    """'3 x h100-sxm tp=4 ep=4 (12 GPUs, $30.00/h)' for a feasible candidate row."""
+    ep = f" ep={r['ep']}" if r.get("ep", 1) != 1 else ""
+    cost = f", ${r['cost_per_hour_usd']:.2f}/h" if _num(r.get("cost_per_hour_usd")) else ""
+    return f"{r['replicas']} x {r['hardware']} tp={r['tp']}{ep} ({r['gpus']} GPUs{cost})"
+
+
+def _ep_pairs(base1: Scenario, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each EP shape beside the same shape without EP: SLO capacities per replica, ranks and
+    which one the ranking prefers ("ep", "tp", or None when neither meets the SLOs)."""
+    by_key = {r["_key"]: r for r in rows if "_key" in r}
+    pairs = []
+    for key, r_ep in by_key.items():
+        if key[4] == base1.ep:
+            continue
+        r_tp = by_key.get((*key[:4], base1.ep), {})
+        rank_ep, rank_tp = r_ep.get("rank"), r_tp.get("rank")
+        winner = None if rank_ep is None and rank_tp is None else (
+            "ep" if rank_tp is None or (rank_ep is not None and rank_ep < rank_tp) else "tp")
+        pairs.append({"hardware": r_ep["hardware"], "tp": key[1], "ep": key[4], "weight_dtype": key[2],
+                      "kv_dtype": key[3], "slo_capacity_without_ep": r_tp.get("slo_capacity"),
+                      "slo_capacity_with_ep": r_ep.get("slo_capacity"), "rank_without_ep": rank_tp,
+                      "rank_with_ep": rank_ep, "winner": winner})
+    return pairs
+
+
+def expert_parallel_summary(base1: Scenario, candidates: list[dict[str, Any]],
+                            infeasible: list[dict[str, Any]]) -> dict[str, Any]:
+    """For a MoE model: `pairs` (`_ep_pairs`) and `note`, one sentence on whether expert
+    parallelism (ep = tp) wins the plan and by what per-replica capacity. The all-to-all that
+    replaces the MoE layer's all-reduce moves rho k / ep of its bytes (simulator.parallel:
+    2 rho k (ep-1)/ep^2 vs 2 (ep-1)/ep hidden states per token), so EP pays on the link when
+    rho k < ep; the step also runs whole experts per rank."""
+    pairs = _ep_pairs(base1, (*candidates, *infeasible))
+    best = candidates[0] if candidates else None
+    best_ep = next((c for c in candidates if c.get("ep", base1.ep) != base1.ep), None)
+    if best is None:
+        return {"pairs": pairs, "note": "expert parallelism: no candidate meets the SLOs"}
+    if not pairs:
+        return {"pairs": pairs, "note": "expert parallelism: not tried (no candidate TP > 1 to shard experts over)"}
+    if best_ep is None:
+        return {"pairs": pairs, "note": "expert parallelism loses: no candidate with EP (ep = tp) meets the SLOs"}
+    k = load_model(base1.model).moe.experts_per_token  # type: ignore[union-attr]
+    twin = next(p for p in pairs if (p["hardware"], p["tp"], p["weight_dtype"], p["kv_dtype"]) ==
+                (best_ep["hardware"], best_ep["tp"], best_ep["weight_dtype"], best_ep["kv_dtype"]))
+    without = twin["slo_capacity_without_ep"]
+    cap = (f"at {best_ep['hardware']} tp={best_ep['tp']} EP takes one replica's SLO capacity from "
+           f"{without:.3g} to {best_ep['slo_capacity']:.3g} req/s" if _num(without) else
+           f"without EP {best_ep['hardware']} tp={best_ep['tp']} meets no SLO capacity; with EP one replica "
+           f"serves {best_ep['slo_capacity']:.3g} req/s")
+    link = (f"(its all-to-all moves rho k / ep = {base1.expert_imbalance * k / best_ep['ep']:.3g} x the bytes of "
+            "the MoE all-reduce it replaces)")
+    if best is best_ep:
+        note = f"expert parallelism wins: the cheapest is {_shape(best)}; {cap} {link}"
+    elif (best_ep["cost_per_hour_usd"], best_ep["gpus"]) == (best["cost_per_hour_usd"], best["gpus"]):
+        note = (f"expert parallelism ties: {_shape(best_ep)} costs the same as the cheapest, {_shape(best)}, "
+                f"and ranks below it on capacity; {cap} {link}")
+    else:
+        note = (f"expert parallelism loses: the cheapest is {_shape(best)}, the cheapest with EP "
+                f"{_shape(best_ep)} (rank {best_ep['rank']}); {cap} {link}")
+    return {"pairs": pairs, "note": note}
+
+
 def _worst_slo(point: dict[str, Any], slos_ms: dict[str, float]) -> str:
     """'; p99 ttft 2400 ms vs SLO 500 ms, ...' for the SLOs the point's p99 misses."""
     bad = []
@@ -384,13 +477,15 @@ def _worst_slo(point: dict[str, Any], slos_ms: dict[str, float]) -> str:
 
 def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     """Flat rows (feasible then infeasible) for a CSV or a table."""
-    cols = ("rank", "status", "hardware", "tp", "pp", "weight_dtype", "kv_dtype", "slo_capacity", "replicas",
+    rows = (*result["candidates"], *result["infeasible"])
+    ep = ("ep",) if any("ep" in r for r in rows) else ()  # MoE models only
+    cols = ("rank", "status", "hardware", "tp", *ep, "pp", "weight_dtype", "kv_dtype", "slo_capacity", "replicas",
             "gpus", "price_per_gpu_hour_usd", "cost_per_hour_usd", "cost_per_million_output_tokens_usd",
             "kv_capacity_tokens", "max_concurrent_sequences", "offline_max_throughput", "saturation_rate",
             "joules_per_output_token",
             "smallest_tp_that_fits", "reason")
-    return [{c: r.get(c) for c in cols} for r in (*result["candidates"], *result["infeasible"])]
+    return [{c: r.get(c) for c in cols} for r in rows]
 
 
-__all__ = ["plan", "replicas_needed", "cost_per_million_tokens", "normalise_prices", "table_rows",
+__all__ = ["plan", "replicas_needed", "expert_parallel_summary", "cost_per_million_tokens", "normalise_prices", "table_rows",
            "LOW_LOAD_FRACTIONS"]

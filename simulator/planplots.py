@@ -39,7 +39,8 @@ def plan_fig(result: dict[str, Any]) -> Any:
                    color=color, edgecolor="black", zorder=4 if best else 3)
         ranks.setdefault(xy, []).append(str(n))
         handles.append(Line2D([], [], ls="", marker="*" if best else "o", color=color, markeredgecolor="black",
-                              label=f"{n}. {c['hardware']} tp{c['tp']}" + (f" pp{c['pp']}" if c.get("pp", 1) != 1 else "")
+                              label=f"{n}. {c['hardware']} tp{c['tp']}" + (f" ep{c['ep']}" if c.get("ep", 1) != 1 else "")
+                              + (f" pp{c['pp']}" if c.get("pp", 1) != 1 else "")
                               + f" w:{c['weight_dtype']} kv:{c['kv_dtype']}: {c['replicas']} x "
                               f"{c['slo_capacity']:.3g} req/s, ${c['cost_per_hour_usd']:.3g}/h"))
     labels = [ax.annotate(",".join(names), xy, xytext=(6, 4), textcoords="offset points", fontsize=8)

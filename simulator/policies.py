@@ -59,6 +59,7 @@ class ChunkedPrefill(SchedulerPolicy):
     unless the step preempted."""
 
     name = "vllm"
+    segment_when_queue_empty = True  # next_step's first branch
     PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {
         "admission_gate": ("whole_prompt", ("whole_prompt", "first_chunk")),
         "watermark": (0.0, (0.0, 1.0)),
@@ -86,6 +87,9 @@ class ChunkedPrefill(SchedulerPolicy):
                 self._plan_admission(view, plan, budget - batch, view.kv.free_blocks - len(needy))
                 return plan
         plan = StepPlan()
+        if not batch:  # an empty replica (often, at low load): nothing running to plan
+            self._plan_admission(view, plan, budget, view.kv.free_blocks)
+            return plan
         budget, free = self._plan_running(view, plan, budget)
         if not plan.preempt:
             self._plan_admission(view, plan, budget, free)

@@ -85,6 +85,9 @@ class SchedulerPolicy:
     whole_prompts: bool = False
     #: True: `admission_error` may reject a request at arrival (skipped otherwise: hot path)
     checks_arrivals: ClassVar[bool] = False
+    #: next_step returns DECODE_SEGMENT whenever nothing waits and every running sequence
+    #: decodes (the replica then skips the call)
+    segment_when_queue_empty: ClassVar[bool] = False
     #: True: admission needs blocks for the whole remaining prompt (net of prefix-cache hits)
     #: plus the watermark, not only for the tokens scheduled now (set from the parameters)
     gate_whole: bool = False
@@ -95,6 +98,7 @@ class SchedulerPolicy:
     def __init__(self, cfg: EngineConfig) -> None:
         self.cfg = cfg
         self.params = self.resolve_params(cfg.policy_params)
+        self._watermark_of = (-1, 0)  # (total blocks, watermark blocks) cache of _watermark_blocks
 
     @classmethod
     def resolve_params(cls, given: Mapping[str, Any]) -> dict[str, Any]:
@@ -159,7 +163,10 @@ class SchedulerPolicy:
 
     def _watermark_blocks(self, view: ReplicaView) -> int:
         """Blocks that must stay free after an admission: int(watermark x all blocks)."""
-        return int(self.params.get("watermark", 0.0) * view.kv.total_blocks)
+        total = view.kv.total_blocks
+        if total != self._watermark_of[0]:  # one policy per replica: computed once
+            self._watermark_of = (total, int(self.params.get("watermark", 0.0) * total))
+        return self._watermark_of[1]
 
     @staticmethod
     def _decode_new_blocks(view: ReplicaView) -> list[int]:
@@ -178,7 +185,10 @@ class SchedulerPolicy:
         Fills plan.running / plan.preempt; returns (budget left, free blocks left)."""
         active, computed, prompt, kv = view.active, view.computed, view.prompt, view.kv
         free = kv.free_blocks
-        covered, bs = kv.blocks_per_slot(), kv.block_size
+        bs = kv.block_size
+        # derived counts (CeilKVCache): a slot covers ceil(computed / bs), read per slot (no
+        # snapshot of every seat: at low load most are empty)
+        covered = None if kv.derived_counts else kv.blocks_per_slot()
         whole = self.whole_prompts
         tail = len(active)  # active[tail:] are preempted in this step (always the newest)
         i = 0
@@ -194,7 +204,8 @@ class SchedulerPolicy:
                 tokens = remaining if whole else min(remaining, budget)
                 if tokens > budget:
                     continue
-            new_blocks = -(-(computed[s] + tokens) // bs) - covered[s]
+            have = covered[s] if covered is not None else -(-computed[s] // bs)
+            new_blocks = -(-(computed[s] + tokens) // bs) - have
             while new_blocks > free:
                 tail -= 1
                 victim = active[tail]

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .kvcache import KVCache
+from .kvcache import CeilKVCache, KVCache
 from .prefixcache import PrefixState, reservations_after
 from .roofline import CostModel
 from .schedulers import EngineConfig, StepPlan, make_policy
@@ -46,9 +46,9 @@ class Replica(DecodeSegments):
 
     # slots, not a __dict__: the hot loops read these attributes millions of times, and past
     # 30 attributes CPython 3.11 stops sharing instance-dict keys (slower attribute loads)
-    __slots__ = ("active", "bs", "cfg", "clock", "computed", "context_sum", "cost", "free_slots",
+    __slots__ = ("active", "bs", "cfg", "clock", "computed", "context_sum", "cost", "debug", "free_slots",
                  "gen_so_far", "generated", "in_step", "index", "kv", "last_tok", "last_tok_of",
-                 "log", "max_model_len", "n_prefilling", "on_finish", "out", "outlen",
+                 "log", "max_model_len", "max_segment_steps", "max_tokens", "n_prefilling", "on_finish", "out", "outlen",
                  "outstanding", "policy", "prefix", "prompt", "rid", "scheduled_s", "segment_steps",
                  "step_time", "waiting", "window", "wl_in", "wl_out")
 
@@ -59,6 +59,10 @@ class Replica(DecodeSegments):
         self.cost = cost
         self.step_time = cost.step_time
         self.cfg = cfg
+        # hot-path copies of cfg fields (one attribute load, not two, per step)
+        self.max_tokens = cfg.max_num_batched_tokens
+        self.max_segment_steps = cfg.max_segment_steps
+        self.debug = cfg.debug
         self.policy = make_policy(cfg)
         self.bs = cfg.block_size
         self.max_model_len = max_model_len
@@ -66,9 +70,9 @@ class Replica(DecodeSegments):
         # seats: never more than max_num_seqs, KV blocks (each sequence holds >= 1) or requests,
         # so a huge --max-num-seqs costs no memory
         n = max(1, min(cfg.max_num_seqs, total_blocks, wl.num_requests))
-        self.kv = KVCache(total_blocks, cfg.block_size, n)
         self.rid = [-1] * n
         self.computed = [0] * n  # tokens whose KV is in cache
+        self.kv: KVCache = CeilKVCache(total_blocks, cfg.block_size, self.computed)  # prefix caching swaps it
         self.prompt = [0] * n  # tokens to prefill before emitting (input + generated, after preemption)
         self.generated = [0] * n
         self.outlen = [0] * n
@@ -157,11 +161,17 @@ class Replica(DecodeSegments):
         `max_actions` bounds the scheduling decisions taken (a step or a decode segment).
         """
         next_step = self.policy.next_step
+        # the policy answers DECODE_SEGMENT itself when nothing waits and every running
+        # sequence decodes: skip the call (the common case at low load)
+        idle_segments = self.policy.segment_when_queue_empty
         done = 0
         while (self.active or self.waiting) and self.clock < t_limit:
             if max_actions is not None and done >= max_actions:
                 return
             done += 1
+            if idle_segments and not self.waiting and not self.n_prefilling:
+                self._decode_segment(t_limit)  # active is non-empty here (loop condition)
+                continue
             plan = next_step(self)
             if plan.decode_segment:
                 self._decode_segment(t_limit)
@@ -316,7 +326,7 @@ class Replica(DecodeSegments):
         kv = self.kv  # _record inline: once per step
         lg.record(t_end, self.index, batch, 1.0 - kv.free_blocks / kv.total_blocks, len(self.waiting),
                   dt, 1, n_dec, stats)
-        if self.cfg.debug:
+        if self.debug:
             self.check()
         for s in done:
             self._finish(s)
@@ -459,9 +469,9 @@ class Replica(DecodeSegments):
         done = []
         for s in self.active:
             k = min(n_steps, outlen[s] - generated[s])
+            kv.allocate(s, kv.blocks_to_grow(s, computed[s] + k))  # before computed grows (CeilKVCache)
             computed[s] += k
             self.context_sum += k
-            kv.allocate(s, kv.blocks_to_grow(s, computed[s]))
             generated[s] += k
             lg.gap(t_end - last[s], 1)
             lg.gap(0.0, k - 1)

@@ -363,6 +363,11 @@ def fmt(v: Any, spec: str, dash: str = "-") -> str:
     return format(v, spec) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else dash
 
 
+def _ep(c: dict[str, Any]) -> str:
+    """' ep=4' for a plan row with expert parallelism, else ''."""
+    return f" ep={c['ep']}" if c.get("ep", 1) != 1 else ""
+
+
 def print_plan(r: dict[str, Any]) -> None:
     slos = " ".join(f"{k}:{v:g}ms" for k, v in r["goodput_slos_ms"].items())
     click.echo(f"plan: {r['model']} at {r['rate']:g} req/s of {r['workload']} "
@@ -370,6 +375,7 @@ def print_plan(r: dict[str, Any]) -> None:
                f"SLOs {slos} for >= {r['slo_target']:g} of requests, headroom {r['headroom']:.0%}, "
                f"{r['num_requests_per_point']} requests per simulation")
     rows = [{"rank": c["rank"], "hardware": c["hardware"], "tp": c["tp"],
+             **({"ep": c["ep"]} if "ep" in c else {}),  # MoE models: the EP variants (plan.py)
              **({"pp": c["pp"]} if c["pp"] != 1 else {}),
              "weights": c["weight_dtype"], "kv": c["kv_dtype"],
              "req/s/replica": fmt(c["slo_capacity"], ".3g"), "replicas": c["replicas"], "GPUs": c["gpus"],
@@ -381,15 +387,18 @@ def print_plan(r: dict[str, Any]) -> None:
         click.echo("")
         click.echo("infeasible:")
         for c in r["infeasible"]:
-            click.echo(f"  {c['hardware']} tp={c['tp']} weights {c['weight_dtype']} kv {c['kv_dtype']}: {c['reason']}")
+            click.echo(f"  {c['hardware']} tp={c['tp']}{_ep(c)} weights {c['weight_dtype']} kv {c['kv_dtype']}: "
+                       f"{c['reason']}")
     for c in r["candidates"]:
         for w in c.get("warnings") or []:
-            click.echo(f"warning: {c['hardware']} tp={c['tp']}: {w}")
+            click.echo(f"warning: {c['hardware']} tp={c['tp']}{_ep(c)}: {w}")
     if r["best"]:
         b = r["best"]
-        click.echo(f"\ncheapest: {b['replicas']} x {b['hardware']} tp={b['tp']} ({b['gpus']} GPUs), "
+        click.echo(f"\ncheapest: {b['replicas']} x {b['hardware']} tp={b['tp']}{_ep(b)} ({b['gpus']} GPUs), "
                    f"${fmt(b['cost_per_hour_usd'], '.2f')}/h, "
                    f"${fmt(b['cost_per_million_output_tokens_usd'], '.3f')} per million output tokens")
+    if r.get("expert_parallel"):  # MoE models: does EP (ep = tp) win?
+        click.echo(r["expert_parallel"]["note"])
 
 
 def write_whatif_files(out_dir: str | None, stem: str, result: dict[str, Any], rows: list[dict[str, Any]], png: bytes) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .kvcache import KVCache
+from .kvcache import CeilKVCache, KVCache
 from .steplog import StepLog
 
 
@@ -44,6 +44,9 @@ class DecodeSegments:
     log: StepLog
     bs: int
     cfg: Any
+    max_tokens: int
+    max_segment_steps: int
+    debug: bool
     cost: Any
     policy: Any
     clock: float
@@ -70,12 +73,12 @@ class DecodeSegments:
         or the last step that starts before t_limit); see the module docstring."""
         active = self.active
         batch = len(active)
-        if self.cfg.max_num_batched_tokens < batch:
+        if self.max_tokens < batch:
             self.run_plan(self.policy.next_step(self, allow_segment=False))
             return
         generated, outlen = self.generated, self.outlen
         steps_to_first_finish = min([outlen[s] - generated[s] for s in active])
-        max_steps = min(steps_to_first_finish, self.cfg.max_segment_steps)
+        max_steps = min(steps_to_first_finish, self.max_segment_steps)
         if self.kv.free_blocks < batch * (max_steps // self.bs + 1):  # else no shortage possible
             max_steps = self._steps_before_block_shortage(max_steps)
         if max_steps <= 0:
@@ -129,7 +132,7 @@ class DecodeSegments:
         kv = self.kv  # _record inline: once per segment
         lg.record(t_end, self.index, batch, 1.0 - kv.free_blocks / kv.total_blocks, len(self.waiting),
                   busy, n_steps, batch * n_steps, stats)
-        if self.cfg.debug:
+        if self.debug:
             self.check()
         for s in done:
             self._finish(s)
@@ -265,6 +268,8 @@ class DecodeSegments:
         kv = self.kv
         active = self.active
         self.context_sum += n_steps * len(active)
+        if type(kv) is CeilKVCache:
+            return self._apply_decode_steps_derived(n_steps, t_end, min_left)
         if kv.shared_of and not kv.ceil_blocks:
             return self._apply_decode_steps_shared(n_steps, t_end)
         computed, generated, last = self.computed, self.generated, self.last_tok
@@ -297,6 +302,39 @@ class DecodeSegments:
             return []
         outlen = self.outlen
         return [s for s in active if generated[s] >= outlen[s]]
+
+    def _apply_decode_steps_derived(self, n_steps: int, t_end: float, min_left: int) -> list[int]:
+        """`_apply_decode_steps` with block counts derived from `computed` (CeilKVCache): only
+        the pool's free count moves, by B (n // bs) + #{slots crossing one more boundary}
+        (threshold bs when n % bs == 0: never). One pass; finished slots are looked for only
+        when n_steps reaches `min_left`."""
+        computed, generated, last, bs = self.computed, self.generated, self.last_tok, self.bs
+        active = self.active
+        full, rem = divmod(n_steps, bs)
+        threshold = bs - rem if rem else bs
+        crossing = 0
+        done: list[int] = []
+        if n_steps < min_left:
+            for s in active:
+                c = computed[s]
+                if (c - 1) % bs >= threshold:
+                    crossing += 1
+                computed[s] = c + n_steps
+                generated[s] += n_steps
+                last[s] = t_end
+        else:
+            outlen = self.outlen
+            for s in active:
+                c = computed[s]
+                if (c - 1) % bs >= threshold:
+                    crossing += 1
+                computed[s] = c + n_steps
+                g = generated[s] = generated[s] + n_steps
+                last[s] = t_end
+                if g >= outlen[s]:
+                    done.append(s)
+        self.kv.free_blocks -= full * len(active) + crossing
+        return done
 
     def _apply_decode_steps_shared(self, n_steps: int, t_end: float) -> list[int]:
         """`_apply_decode_steps` when some blocks are shared (no ceil(c / bs) shortcut)."""

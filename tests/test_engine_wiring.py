@@ -259,6 +259,36 @@ def test_serving_tables_match_csv() -> None:
     assert block == fe.doc_tables(pts)
 
 
+def test_loo_table_matches_csv() -> None:
+    """docs/validation.md's leave-one-out table is what fit_engines.loo_doc_table makes of
+    docs/serving_loo.csv (benchmarks/loo_engines.py): every row held out once per kind."""
+    fe = _fit_engines()
+    text = (fe.DOCS / "validation.md").read_text()
+    block = text.split(fe.LOO_BEGIN, 1)[1].split(fe.LOO_END, 1)[0].strip()
+    pts = fe.read_doc_points(fe.LOO_CSV)
+    for kind in ("hardware", "shape"):
+        ids = [q["id"] for q in pts if q["kind"] == kind]
+        assert len(ids) == len(set(ids)) == 622, kind
+    assert block == fe.loo_doc_table(pts)
+
+
+def test_loo_table_by_hand() -> None:
+    """Two held-out groups of a kind: per-group median/p90/signed error and the fold's parameters,
+    then all held-out rows of that kind."""
+    fe = _fit_engines()
+    par = {"step_overhead_s": "0.003", "runtime_reserve_gib": "4", "fp8_rel_hopper": "1", "fp8_rel_ada": "0.8",
+           "pcie_link_efficiency": "0.4", "allreduce_latency_s": "5e-05"}
+    pts = [{"kind": "hardware", "group": "a", "measured": "100", "predicted": "110", **par},
+           {"kind": "hardware", "group": "a", "measured": "100", "predicted": "70", **par},
+           {"kind": "hardware", "group": "bb", "measured": "200", "predicted": "200", **par}]
+    lines = fe.loo_doc_table(pts).splitlines()
+    # group a: errors +10, -30 -> median |e| 20, p90 of (10, 30) = 28, median signed -10
+    assert lines[2] == "| hardware | a | 2 | 20.0 | 28.0 | -10.0 | 3.00 | 4.00 | 1.00 | 0.80 | 0.40 | 50 |"
+    assert lines[3].startswith("| hardware | bb | 1 | 0.0 | 0.0 | 0.0 |")
+    # all: errors +10, -30, 0 -> median |e| 10, p90 26, median signed 0
+    assert lines[4] == "| hardware | all held-out rows | 3 | 10.0 | 26.0 | 0.0 | | | | | | |"
+
+
 def test_fit_coordinate_descent_recovers_known_parameters() -> None:
     """fit_engines.fit on a synthetic predictor whose optimum is known: throughput falls as
     1/step_overhead and rises with fp8_rel_hopper; the fit lands within its finest step."""

@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from simulator import measurements
 from simulator import validate as V
 from simulator.catalog import import_hf_config, load_hardware, load_model, read_yaml
 from simulator.checks import MESSAGE_CHARS, SpecError, check_number, show
@@ -283,7 +284,7 @@ def test_12_io_error_while_reading_is_one_line(tmp_path, monkeypatch):
         def __exit__(self, *a):
             return False
 
-    monkeypatch.setattr(V, "open", Failing, raising=False)
+    monkeypatch.setattr(measurements, "open", Failing, raising=False)  # the reader lives there
     with pytest.raises(SpecError, match=r"m.csv:1: read failed \(OSError: Input/output error\)"):
         V.read_measurements(f)
     monkeypatch.undo()

@@ -245,3 +245,72 @@ def test_cli_whatif_hardware(tmp_path):
         assert (out / name).stat().st_size > 0
     text = _run(["whatif", "hardware", *SMALL, "-H", "h100-sxm", "--static-only"]).output
     assert "h100-sxm" in text
+
+
+# --------------------------------------------------------------------------- plan: expert parallelism
+
+
+@pytest.fixture(scope="module")
+def moe_plan():
+    """qwen3-30b-a3b (MoE, k = 8 of 128 experts) at TP 1 and 2 on h100-sxm, few requests."""
+    sc = Scenario(model="qwen3-30b-a3b", hardware="h100-sxm", workload="random", input_len=IN_LEN,
+                  output_len=OUT_LEN, range_ratio=0.0, num_requests=100, seed=1,
+                  goodput={"ttft": 3000, "tpot": 200})
+    return sc, plan(sc, 20.0, tps=[1, 2])
+
+
+def test_plan_moe_candidates_include_ep_equal_tp(moe_plan):
+    sc, r = moe_plan
+    rows = [*r["candidates"], *r["infeasible"]]
+    shapes = sorted((c["tp"], c["ep"]) for c in rows)
+    assert shapes == [(1, 1), (2, 1), (2, 2)]  # no EP variant at TP 1 (ep = tp = 1 is the plain shape)
+    assert [c["rank"] for c in r["candidates"]] == list(range(1, len(r["candidates"]) + 1))
+    (pair,) = r["expert_parallel"]["pairs"]
+    assert (pair["tp"], pair["ep"]) == (2, 2)
+    by_ep = {c["ep"]: c for c in r["candidates"] if c["tp"] == 2}
+    assert pair["slo_capacity_with_ep"] == by_ep[2]["slo_capacity"]
+    assert pair["slo_capacity_without_ep"] == by_ep[1]["slo_capacity"]
+    assert pair["winner"] == ("ep" if by_ep[2]["rank"] < by_ep[1]["rank"] else "tp")
+    note = r["expert_parallel"]["note"]
+    verdict = "wins" if r["best"]["ep"] == 2 else "ties" if (
+        by_ep[2]["cost_per_hour_usd"], by_ep[2]["gpus"]) == (r["best"]["cost_per_hour_usd"], r["best"]["gpus"]) else "loses"
+    assert note.startswith(f"expert parallelism {verdict}")
+    # rho k / ep of the all-reduce's bytes: 1 x 8 / 2
+    assert "rho k / ep = 4 x" in note
+
+
+def test_plan_ep_capacity_is_a_direct_ep_sweep(moe_plan):
+    from simulator.sweep import sweep
+
+    sc, r = moe_plan
+    (ep_row,) = [c for c in r["candidates"] if c["ep"] == 2]
+    direct = sweep(sc.replace(tp=2, ep=2), "auto", slo_target=0.99, tol=0.02)["curves"][0]
+    assert ep_row["slo_capacity"] == direct["slo_capacity"] > 0
+    assert ep_row["offline_max_throughput"] == direct["offline_max_throughput"]
+    # EP changes the step: the plain TP-2 replica's offline throughput differs
+    (tp_row,) = [c for c in r["candidates"] if c["tp"] == 2 and c["ep"] == 1]
+    assert tp_row["offline_max_throughput"] != ep_row["offline_max_throughput"]
+
+
+def test_plan_dense_model_has_no_ep(two_hw_plan):
+    _, r = two_hw_plan
+    assert "expert_parallel" not in r
+    assert all("ep" not in c for c in (*r["candidates"], *r["infeasible"]))
+    from simulator.plan import table_rows
+
+    assert all("ep" not in row for row in table_rows(r))
+
+
+def test_cli_plan_moe_shows_ep_column(tmp_path):
+    args = ["plan", "-m", "qwen3-30b-a3b", "-r", "20", "-w", "random", "--input-len", str(IN_LEN),
+            "--output-len", str(OUT_LEN), "-n", "100", "--tp", "1,2", "--goodput", "ttft:3000",
+            "--goodput", "tpot:200", "--serial", "-q", "--out", str(tmp_path / "p")]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    header = next(line for line in res.output.splitlines() if line.lstrip().startswith("rank"))
+    assert header.split()[:4] == ["rank", "hardware", "tp", "ep"]
+    assert "expert parallelism " in res.output
+    csv_header = (tmp_path / "p" / "plan.csv").read_text().splitlines()[0].split(",")
+    assert csv_header[3:5] == ["tp", "ep"]
+    saved = json.loads((tmp_path / "p" / "plan.json").read_text())
+    assert {c["ep"] for c in saved["candidates"]} == {1, 2}

@@ -91,7 +91,7 @@ def test_skipped_rows_have_reasons(tmp_path: Path) -> None:
                _row("fp8", "tpot_ms", 10.0, "ms", dtype="fp8"),
                _row("noout", "e2e_ms", 10.0, "ms", out=""),
                _row("ds", "mean_ttft_ms", 50.0, "ms", scenario="online_poisson", rate="2", batch="",
-                    inp="", out="", dataset="sharegpt"))
+                    inp="", out="", dataset="lmsys-chat"))
     rows, _ = V.read_measurements(p)
     res = V.validate(rows)
     reasons = {s["id"]: s["reason"] for s in res["skipped"]}
@@ -100,7 +100,28 @@ def test_skipped_rows_have_reasons(tmp_path: Path) -> None:
     assert "unknown hardware 'h999'" in reasons["hw"]
     assert "fp8" in reasons["fp8"]
     assert "output_len not stated" in reasons["noout"]
-    assert reasons["ds"] == "dataset sharegpt not available; pass --workload sharegpt=FILE"
+    assert reasons["ds"] == "dataset lmsys-chat not available; pass --workload lmsys-chat=FILE"
+
+
+def test_sharegpt_rows_are_predicted_with_vllms_sampling(tmp_path: Path) -> None:
+    """A measured ShareGPT serving row is priced on ShareGPT sampled as `vllm bench serve`
+    samples it (issue 14): the same run as `Scenario(workload="sharegpt")` with the row's
+    settings, so validate and simulate agree."""
+    from simulator.metrics import summarize
+    from simulator.scenario import Scenario
+
+    p = _write(tmp_path, _row("sg", "mean_ttft_ms", 50.0, "ms", model="llama-3.1-8b", hw="h100-sxm",
+                              dtype="bf16", scenario="online_poisson", rate="4", batch="", inp="", out="",
+                              dataset="sharegpt"))
+    rows, _ = V.read_measurements(p)
+    v = V.Validator(num_requests=200)
+    got = v.predict_row(rows[0])
+    engine = v.profile_of(rows[0]).id
+    res, summary = Scenario.from_dict(dict(model="llama-3.1-8b", hardware="h100-sxm", workload="sharegpt",
+                                           rate=4.0, num_requests=200, engine=engine)).run()
+    # ShareGPT lengths (a mean prompt of about 230 tokens), not the row's empty lengths
+    assert summary["num_requests"] == 200 and summary["total_input_tokens"] / 200 > 100
+    assert got == pytest.approx(summarize(res, {})["mean_ttft_ms"], rel=1e-9)
 
 
 def test_predictions_are_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
