@@ -80,7 +80,7 @@ ENGINE_FIELDS: dict[str, Any] = {"max_num_seqs": 256, "max_num_batched_tokens": 
                                  "scheduler": "vllm", "gpu_memory_utilization": 0.9,
                                  "enable_prefix_caching": False, "policy_params": {}}
 #: changing one of these re-derives the engine settings left unset (`Scenario.replace`)
-_ENGINE_INPUTS = ("engine", "hardware", "tp", "pp", "max_model_len", "model")
+_ENGINE_INPUTS = ("engine", "hardware", "tp", "pp", "max_model_len", "model", "weight_dtype", "kv_dtype")
 
 
 #: arrival times beyond this (s, 317 years) are refused: up to here a float64 second resolves
