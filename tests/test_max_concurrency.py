@@ -8,11 +8,11 @@ tests/test_schedulers.py), so every time below is a sum of such steps."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from fake_costs import COST, d
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,28 +23,6 @@ from simulator.scenario import Scenario
 from simulator.specs import SpecError
 from simulator.vllm_result import result_filename, result_json
 from simulator.workload import Workload
-
-
-class _LinearCost:
-    """step_time = 1 s + 1 ms x tokens in the step (T); nothing else matters."""
-
-    model = SimpleNamespace(sliding_window=None, max_context=10**9, chars_per_token=4.0)
-    par = SimpleNamespace(num_gpus=1)
-
-    @staticmethod
-    def step_time(T, S, Ad, Ap, R, Aw=None, Rw=None, Pc=0.0):
-        return 1.0 + 0.001 * T
-
-    @staticmethod
-    def step_times(T, S, Ad, Ap, R, Aw=None, Rw=None, Pc=0.0):
-        return np.broadcast_to(1.0 + 0.001 * np.asarray(T, dtype=float), np.shape(Ad)).astype(float)
-
-
-COST = _LinearCost()
-
-
-def d(tokens):
-    return 1.0 + 0.001 * tokens
 
 
 def wl(arrivals, ins, outs, **kw):

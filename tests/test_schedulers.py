@@ -1,14 +1,13 @@
 """Scheduler policies against hand-computed schedules, invariants and a no-thrash bound.
 
 The oracle tests price steps with a fake cost model, step = 1 s + 1 ms per scheduled token
-(`_LinearCost`), so every time below is a sum of such steps computed by hand."""
+(`LinearCost`), so every time below is a sum of such steps computed by hand."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
+from fake_costs import COST, d
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,28 +16,6 @@ from simulator.resolve import make_cost_model
 from simulator.schedulers import SCHEDULERS
 from simulator.specs import SpecError
 from simulator.workload import Workload, synthetic
-
-
-class _LinearCost:
-    """step_time = 1 s + 1 ms x tokens in the step (T); nothing else matters."""
-
-    model = SimpleNamespace(sliding_window=None, max_context=10**9, chars_per_token=4.0)
-    par = SimpleNamespace(num_gpus=1)
-
-    @staticmethod
-    def step_time(T, S, Ad, Ap, R, Aw=None, Rw=None, Pc=0.0):
-        return 1.0 + 0.001 * T
-
-    @staticmethod
-    def step_times(T, S, Ad, Ap, R, Aw=None, Rw=None, Pc=0.0):
-        return np.broadcast_to(1.0 + 0.001 * np.asarray(T, dtype=float), np.shape(Ad)).astype(float)
-
-
-COST = _LinearCost()
-
-
-def d(tokens):
-    return 1.0 + 0.001 * tokens
 
 
 def wl(arrivals, ins, outs):
