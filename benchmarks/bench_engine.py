@@ -13,7 +13,6 @@ Run: python benchmarks/bench_engine.py [--big]
 from __future__ import annotations
 
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -40,15 +39,32 @@ def run(label: str, cost, wl, cfg) -> None:
           f"mean TPOT {s['mean_tpot_ms']:.2f} ms, unstable={s['unstable']}")
 
 
+#: the timed 10k run, the same code for both trees (only the `simulator` package differs):
+#: a fresh process, one `simulate` call, times at ns resolution (the script prints 2 decimals)
+_TIMED = """
+import time
+from simulator import workload as W
+from simulator.engine import EngineConfig, simulate
+try:
+    from simulator.resolve import make_cost_model
+except ImportError:  # revisions before the restructuring (issue 12)
+    from simulator.roofline import make_cost_model
+cost = make_cost_model("codellama-34b", "a100-sxm-80gb", tp=2)
+cfg = EngineConfig(max_num_seqs=128, max_num_batched_tokens=4096)
+wl = W.scale_to_rate(W.take(W.builtin("azure-conv"), 10_000), 2.0)
+t0, c0 = time.perf_counter(), time.process_time()
+simulate(cost, wl, cfg)
+print(time.perf_counter() - t0, time.process_time() - c0)
+"""
+
+
 def _timed_run(root: Path) -> tuple[float, float]:
-    """(wall s, cpu s) of one 10k run of root's own bench_engine.py, in a fresh process."""
+    """(wall s, cpu s) of one 10k run of root's simulator, in a fresh process."""
     env = {**os.environ, "PYTHONPATH": str(root)}
-    text = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_engine.py")], cwd=root, env=env,
+    text = subprocess.run([sys.executable, "-c", _TIMED], cwd=root, env=env,
                           check=True, capture_output=True, text=True).stdout
-    m = re.search(r"wall ([0-9.]+) s, cpu ([0-9.]+) s", text)
-    if m is None:
-        raise SystemExit(f"bench_engine.py in {root} printed no timing:\n{text}")
-    return float(m.group(1)), float(m.group(2))
+    wall, cpu = text.split()
+    return float(wall), float(cpu)
 
 
 def compare(ref: str, runs: int) -> None:
@@ -64,12 +80,12 @@ def compare(ref: str, runs: int) -> None:
                 times["this tree"].append(_timed_run(here))
         finally:
             subprocess.run(["git", "-C", str(here), "worktree", "remove", "--force", str(other)], check=False)
-    print(f"azure-conv 10k, {runs} runs each, alternating (seconds)")
+    print(f"azure-conv 10k, {runs} runs each, alternating, one fresh process a run (seconds)")
     print(f"{'':>12} {'wall min':>9} {'wall med':>9} {'cpu min':>8} {'cpu med':>8}")
     for name, t in times.items():
         wall, cpu = [w for w, _ in t], [c for _, c in t]
-        print(f"{name[:12]:>12} {min(wall):9.3f} {statistics.median(wall):9.3f} "
-              f"{min(cpu):8.3f} {statistics.median(cpu):8.3f}")
+        print(f"{name[:12]:>12} {min(wall):9.4f} {statistics.median(wall):9.4f} "
+              f"{min(cpu):8.4f} {statistics.median(cpu):8.4f}")
 
 
 def main() -> None:

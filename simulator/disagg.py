@@ -209,7 +209,7 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
                             lambda r, t: events.push(t, PREFILL_DONE, r))
                     for i in range(min(prefill_replicas, n))], ROUTERS[prefill_router](pcfg))
     decode = Pool([DecodeReplica(i, decode_cost, dcfg, d_blocks, d_mml, workload, out, dlog,
-                                 lambda r, t: None)
+                                 None)
                    for i in range(min(decode_replicas, n))], ROUTERS[decode_router](dcfg))
     kv_tok = decode_cost.model.kv_bytes_per_token(decode_cost.dtypes.kv)
     pools = _Pools(prefill, decode, [0.0] * len(prefill.replicas), link, kv_tok)

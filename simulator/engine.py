@@ -302,7 +302,9 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
 
     # every router sends request r to one of the first r + 1 replicas (an idle replica with
     # the lowest index wins ties), so replicas beyond n would stay idle: do not build them
-    pool = Pool([Replica(i, cost, cfg, blocks, mml, workload, out, log, on_finish)
+    # an uncapped open loop reacts to no completion: no callback (one call less per request)
+    reacts = closed is not None or capped is not None or deps is not None
+    pool = Pool([Replica(i, cost, cfg, blocks, mml, workload, out, log, on_finish if reacts else None)
                  for i in range(min(replicas, n))], ROUTERS[router](cfg))
     reps = pool.replicas
     _attach_prefix_caches(reps, workload, cfg)
@@ -328,10 +330,12 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     if cfg.debug:
         _check_run(reps, out, log, arrivals, workload.output_len)
     itl_v, itl_c = log.itl()
-    from .utilization import add_utilization, utilization_summary
+    from .utilization import utilization_columns, utilization_summary
 
-    timeline = add_utilization(cost, log.timeline())  # MFU/MBU per row, from its work sums
-    util = utilization_summary(timeline)
+    columns = log.timeline_columns()
+    columns.update(utilization_columns(cost, columns))  # MFU/MBU per row, from its work sums
+    util = utilization_summary(columns)
+    timeline = pd.DataFrame(columns, copy=False)  # built once, with every column
     meta = {
         "num_replicas": replicas,
         "router": router,

@@ -58,9 +58,10 @@ class KVCache:
             return self.held
         return [self.blocks_of(s) for s in range(len(self.held))]
 
-    def grow_to_cover(self, items: list[tuple[int, int]], computed: list[int]) -> None:
+    def grow_to_cover(self, items: list[tuple[int, int]], computed: list[int], total: int = -1) -> None:
         """For each (slot, new tokens): allocate the blocks that cover computed + new tokens
-        (the caller checked they are free)."""
+        (the caller checked they are free). `total`, when >= 0, is how many that is in all
+        (the scheduler counted them): only CeilKVCache, which keeps no per-slot counts, uses it."""
         covered = self.blocks_per_slot()
         held, bs = self.held, self.block_size
         taken = 0
@@ -162,7 +163,10 @@ class CeilKVCache(KVCache):
         bs = self.block_size
         return [-(-c // bs) for c in self.computed]
 
-    def grow_to_cover(self, items: list[tuple[int, int]], computed: list[int]) -> None:
+    def grow_to_cover(self, items: list[tuple[int, int]], computed: list[int], total: int = -1) -> None:
+        if total >= 0:
+            self.free_blocks -= total
+            return
         bs = self.block_size
         taken = 0
         for s, tokens in items:
@@ -185,7 +189,7 @@ class CeilKVCache(KVCache):
         raise TypeError("CeilKVCache holds private blocks only (use KVCache to share blocks)")
 
     def free(self, slot: int) -> int:
-        freed = self.blocks_of(slot)
+        freed = -(-self.computed[slot] // self.block_size)  # blocks_of, inline: once per request
         self.free_blocks += freed
         return freed
 

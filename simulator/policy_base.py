@@ -29,12 +29,13 @@ class StepPlan:
     dataclass default factories cost more than the rest of a short step's scheduling.
     """
 
-    __slots__ = ("running", "admit", "preempt", "decode_all", "decode_new_blocks", "run_to_completion",
-                 "reject_head", "decode_segment", "preempt_to_tail", "decode_round")
+    __slots__ = ("running", "running_blocks", "admit", "preempt", "decode_all", "decode_new_blocks",
+                 "run_to_completion", "reject_head", "decode_segment", "preempt_to_tail", "decode_round")
 
     def __init__(self, decode_all: bool = False, run_to_completion: bool = False,
                  decode_segment: bool = False) -> None:
         self.running: list[tuple[int, int]] = []  # (slot, new tokens) of admitted sequences
+        self.running_blocks = -1  # new KV blocks `running` takes in all, when counted (else -1)
         self.admit: list[tuple[int, int]] = []  # (request id, new tokens) from the queue head
         self.preempt: list[int] = []  # slots, preempted in this order before anything else
         self.decode_all = decode_all  # every running sequence decodes one token (before `running`)
@@ -71,6 +72,7 @@ class ReplicaView(Protocol):
     waiting: deque[int]  # request ids, FCFS (preempted ones at the head)
     n_prefilling: int  # running slots that have not finished their prompt
     segment_steps: int  # decode steps run in closed-form segments so far
+    prefix: Any  # prefix-cache state (`prefixcache.PrefixState`), None when caching is off
 
     def prompt_of(self, r: int) -> int: ...
     def total_len(self, r: int) -> int: ...
@@ -98,6 +100,12 @@ class SchedulerPolicy:
     def __init__(self, cfg: EngineConfig) -> None:
         self.cfg = cfg
         self.params = self.resolve_params(cfg.policy_params)
+        self.watermark = float(self.params.get("watermark", 0.0))  # fraction of all blocks kept free
+        # instance copies of the class flags (subclasses may reassign them): the admission
+        # loops read them per step, and CPython 3.11 specialises instance attribute loads but
+        # not class attributes read through an instance
+        self.whole_prompts = type(self).whole_prompts
+        self.gate_whole = type(self).gate_whole
         self._watermark_of = (-1, 0)  # (total blocks, watermark blocks) cache of _watermark_blocks
 
     @classmethod
@@ -152,11 +160,13 @@ class SchedulerPolicy:
         kv = view.kv
         head = view.waiting[0]
         prompt = view.prompt_of(head)
+        bs = kv.block_size
         if self.gate_whole:
-            need = kv.blocks_for(prompt - view.prefix_hit_tokens(head)) + self._watermark_blocks(view)
+            hit = view.prefix_hit_tokens(head) if view.prefix is not None else 0
+            need = -(-(prompt - hit) // bs) + (self._watermark_blocks(view) if self.watermark else 0)
         else:
             first = prompt if self.whole_prompts else min(prompt, cfg.max_num_batched_tokens - batch)
-            need = -(-first // kv.block_size)
+            need = -(-first // bs)
         if decode_blocks is None:
             decode_blocks = len(self._decode_new_blocks(view))
         return need + decode_blocks > kv.free_blocks
@@ -165,11 +175,10 @@ class SchedulerPolicy:
         """Blocks that must stay free after an admission: int(watermark x all blocks)."""
         total = view.kv.total_blocks
         if total != self._watermark_of[0]:  # one policy per replica: computed once
-            self._watermark_of = (total, int(self.params.get("watermark", 0.0) * total))
+            self._watermark_of = (total, int(self.watermark * total))
         return self._watermark_of[1]
 
-    @staticmethod
-    def _decode_new_blocks(view: ReplicaView) -> list[int]:
+    def _decode_new_blocks(self, view: ReplicaView) -> list[int]:
         """Running slots whose next token needs a new block (their blocks are full)."""
         computed, kv = view.computed, view.kv
         bs = kv.block_size
@@ -192,6 +201,7 @@ class SchedulerPolicy:
         whole = self.whole_prompts
         tail = len(active)  # active[tail:] are preempted in this step (always the newest)
         i = 0
+        taken = 0  # new blocks of the sequences in plan.running
         while i < tail:
             s = active[i]
             i += 1
@@ -215,8 +225,10 @@ class SchedulerPolicy:
                     break
             else:
                 free -= new_blocks
+                taken += new_blocks
                 plan.running.append((s, tokens))
                 budget -= tokens
+        plan.running_blocks = taken
         return budget, free
 
     def _plan_admission(self, view: ReplicaView, plan: StepPlan, budget: int, free: int) -> None:
@@ -227,8 +239,9 @@ class SchedulerPolicy:
         seats = self.cfg.max_num_seqs - len(view.active)
         whole = self.whole_prompts
         gate = self.gate_whole
-        wm = self._watermark_blocks(view) if gate else 0
-        kv = view.kv
+        wm = self._watermark_blocks(view) if gate and self.watermark else 0
+        cached = view.prefix is not None
+        bs = view.kv.block_size
         admit = plan.admit
         for r in view.waiting:
             if budget <= 0 or seats <= 0:
@@ -240,12 +253,10 @@ class SchedulerPolicy:
             # rather than being rejected after it produced tokens
             if tokens > budget and not (whole and not admit and budget == self.cfg.max_num_batched_tokens):
                 break
-            blocks = kv.blocks_for(tokens)
-            if blocks > free or (gate and kv.blocks_for(prompt - view.prefix_hit_tokens(r)) + wm > free):
+            blocks = -(-tokens // bs)
+            if blocks > free or (gate and -(-(prompt - (view.prefix_hit_tokens(r) if cached else 0)) // bs) + wm > free):
                 break
             admit.append((r, tokens))
             budget -= tokens
             free -= blocks
             seats -= 1
-
-

@@ -18,10 +18,15 @@ after the run (`utilization`) at no cost per step beyond storing the numbers.
 
 from __future__ import annotations
 
+import struct
 from array import array
 
 import numpy as np
 import pandas as pd
+
+# module-level (a global load, specialised by CPython 3.11; a class attribute read through an
+# instance is not): packs 8 numbers of a timeline row as doubles
+_pack8 = struct.Struct("8d").pack
 
 
 class StepLog:
@@ -44,16 +49,20 @@ class StepLog:
         # decode segments whose step durations lie on a line: d0 + slope * j, j < n, seen by w
         self.line_d0, self.line_slope = array("d"), array("d")
         self.line_n, self.line_w = array("q"), array("q")
-        self.tl = array("d")  # flat rows of TL_COLUMNS[:8]
-        self.tw = array("d")  # flat rows of the step statistics (T .. Pc), TL_COLUMNS[8:]
-        self.tl_max = timeline_max_points
-        self.tl_stride = 1
-        self.tl_skip = 0
+        # rows of TL_COLUMNS as packed doubles: struct.pack of a row costs a third of
+        # array.extend of its numbers (which converts them one at a time)
+        self.tl = bytearray()
+        self.tl_full = timeline_max_points * self._ROW_BYTES  # decimate at this many bytes
+        self.tl_stride = 1  # one row stored per tl_stride records
+        self.tl_skip = 0  # records to skip before the next stored row
         self.steps = 0
         self.batch_token_sum = 0.0  # sum over steps of sequences in the step
         self.busy_s = 0.0
         self.peak_kv = 0.0
         self.cut_gaps = 0  # inter-token gaps of requests cut off by max_duration_s (debug ledger)
+        # an instance copy of the class limit: hot methods read it, and CPython 3.11 does not
+        # specialise class attributes read through an instance (tests lower it per instance)
+        self.ITL_EXACT_LIMIT = type(self).ITL_EXACT_LIMIT
 
     def gap(self, value: float, count: int) -> None:
         if count:
@@ -63,9 +72,9 @@ class StepLog:
 
     TL_COLUMNS = ("time_s", "replica", "batch_size", "kv_utilization", "queue_length",
                   "busy_s", "steps", "decode_tokens", "T", "S", "Ad", "Ap", "R", "Aw", "Rw", "Pc")
-    _NCOL = len(TL_COLUMNS) - 8  # in `tl`; the 8 statistics of each row in `tw`
     _NO_STATS = (0.0,) * 8
     _INT_COLUMNS = frozenset(("replica", "batch_size", "queue_length", "steps"))
+    _ROW_BYTES = 8 * len(TL_COLUMNS)
 
     def record(self, t: float, replica: int, batch: int, kv: float, queue: int, busy_s: float = 0.0,
                steps: int = 0, decode_tokens: float = 0, stats: tuple = _NO_STATS) -> None:
@@ -73,28 +82,29 @@ class StepLog:
         the sums over them of decode tokens and of the statistics `stats` (T .. Pc)."""
         if kv > self.peak_kv:
             self.peak_kv = kv
-        self.tl_skip += 1
-        if self.tl_skip < self.tl_stride:
+        if self.tl_skip:
+            self.tl_skip -= 1
             return
-        self.tl_skip = 0
-        if len(self.tw) >= 8 * self.tl_max:
+        tl = self.tl
+        if len(tl) >= self.tl_full:
             # decimate: keep every other row, sample half as often from now on
-            rows = np.frombuffer(self.tl, dtype=float).reshape(-1, self._NCOL)[::2]
-            self.tl = array("d", rows.ravel().tobytes())
-            self.tw = array("d", np.frombuffer(self.tw, dtype=float).reshape(-1, 8)[::2].ravel().tobytes())
+            n = len(self.TL_COLUMNS)
+            self.tl = tl = bytearray(np.frombuffer(tl, dtype=float).reshape(-1, n)[::2].tobytes())
             self.tl_stride *= 2
-        self.tl.extend((t, replica, batch, kv, queue, busy_s, steps, decode_tokens))
-        self.tw.extend(stats)  # the step's own tuple: no concatenation
+        self.tl_skip = self.tl_stride - 1
+        tl += _pack8(t, replica, batch, kv, queue, busy_s, steps, decode_tokens)
+        tl += _pack8(*stats)
+
+    def timeline_columns(self) -> dict[str, np.ndarray]:
+        """The timeline as one array per column (TL_COLUMNS; the integer ones as int64)."""
+        n = len(self.TL_COLUMNS)
+        # one transposed copy: every column is then a contiguous row of it
+        by_column = np.frombuffer(bytes(self.tl), dtype=float).reshape(-1, n).T.copy()
+        return {c: by_column[i].astype(np.int64) if c in self._INT_COLUMNS else by_column[i]
+                for i, c in enumerate(self.TL_COLUMNS)}
 
     def timeline(self) -> pd.DataFrame:
-        n = self._NCOL
-        rows = np.frombuffer(self.tl, dtype=float).reshape(-1, n) if len(self.tl) else np.zeros((0, n))
-        work = np.frombuffer(self.tw, dtype=float).reshape(-1, 8) if len(self.tw) else np.zeros((0, 8))
-        # one contiguous array per column, built once (no hstack, no astype copy of the frame)
-        cols = {c: rows[:, i].astype(np.int64) if c in self._INT_COLUMNS else rows[:, i].copy()
-                for i, c in enumerate(self.TL_COLUMNS[:n])}
-        cols.update({c: work[:, i].copy() for i, c in enumerate(self.TL_COLUMNS[n:])})
-        return pd.DataFrame(cols, copy=False)
+        return pd.DataFrame(self.timeline_columns(), copy=False)
 
     def segment(self, dts: np.ndarray, weight: int) -> None:
         """A run of decode steps: every one of `weight` sequences saw each step's duration."""
@@ -156,7 +166,13 @@ class StepLog:
             g = np.log1p(self.ITL_BIN)
             return self.ITL_MIN_S * np.exp((keys + 0.5) * g), counts
         v, c = self._exact()
-        u, inv = np.unique(v, return_inverse=True)
-        return u, np.bincount(inv, weights=c, minlength=len(u)).astype(np.int64)
+        if len(v) == 0:
+            return v, c
+        # sort once and sum the counts of equal values (np.unique's inverse pass and its
+        # stable sort cost 3x more; integer sums do not depend on the order of equal values)
+        order = np.argsort(v)
+        v, c = v[order], c[order]
+        starts = np.flatnonzero(np.concatenate(([True], v[1:] != v[:-1])))
+        return v[starts], np.add.reduceat(c, starts)
 
 

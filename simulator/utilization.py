@@ -26,6 +26,7 @@ utilisation `energy.run_energy` scales power by.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -35,10 +36,11 @@ STAT_COLUMNS = ("T", "S", "Ad", "Ap", "R", "Aw", "Rw", "Pc")
 UTIL_COLUMNS = ("mfu", "mbu", "mfu_prefill", "mfu_decode", "mbu_prefill", "mbu_decode")
 
 
-def row_work(cost: Any, timeline: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(FLOPs, bytes) per GPU of each timeline row (summed over the row's steps)."""
-    n = timeline["steps"].to_numpy(dtype=float)
-    T, S, Ad, Ap, R, Aw, Rw, Pc = (timeline[c].to_numpy(dtype=float) for c in STAT_COLUMNS)
+def row_work(cost: Any, timeline: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(FLOPs, bytes) per GPU of each timeline row (summed over the row's steps); `timeline`
+    is a DataFrame or a dict of column arrays (`StepLog.timeline_columns`)."""
+    n = np.asarray(timeline["steps"], dtype=float)
+    T, S, Ad, Ap, R, Aw, Rw, Pc = (np.asarray(timeline[c], dtype=float) for c in STAT_COLUMNS)
     X = cost.features(T, S, Ad, Ap, R, Aw, Rw, Pc)
     X[0] = n
     X[3] = n * (S > 0)
@@ -48,39 +50,46 @@ def row_work(cost: Any, timeline: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]
     return flops_form @ X, bytes_form @ X
 
 
-def add_utilization(cost: Any, timeline: pd.DataFrame) -> pd.DataFrame:
-    """The timeline with UTIL_COLUMNS (NaN on rows without busy time)."""
-    out = timeline.copy()
+def utilization_columns(cost: Any, timeline: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The UTIL_COLUMNS of a timeline (a DataFrame or a dict of column arrays), in the order
+    mfu, mbu, mfu_decode, mbu_decode, mfu_prefill, mbu_prefill; NaN on rows without busy time."""
+    if isinstance(timeline, pd.DataFrame):
+        rows = len(timeline)
+    else:
+        rows = len(next(iter(timeline.values()))) if timeline else 0
     if not hasattr(cost, "work_forms"):
         # a custom StepCost (tests, what-ifs) need not expose its work as linear forms:
         # MFU/MBU unknown (NaN), and the summary reports None rather than a made-up 0
-        for c in UTIL_COLUMNS:
-            out[c] = np.full(len(out), np.nan)
-        return out
-    if len(out) == 0 or "steps" not in out:
-        for c in UTIL_COLUMNS:
-            out[c] = np.zeros(len(out))
-        return out
-    flops, nbytes = row_work(cost, out)
-    t = out["busy_s"].to_numpy(dtype=float)
+        return {c: np.full(rows, np.nan) for c in UTIL_COLUMNS}
+    if rows == 0 or "steps" not in timeline:
+        return {c: np.zeros(rows) for c in UTIL_COLUMNS}
+    flops, nbytes = row_work(cost, timeline)
+    t = np.asarray(timeline["busy_s"], dtype=float)
     peak = cost.hardware.flops(cost.gemm_dtype)
     bw = cost.hardware.hbm_bandwidth_bytes_per_s
-    T = out["T"].to_numpy(dtype=float)
+    T = np.asarray(timeline["T"], dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         busy = t > 0
         mfu = np.where(busy, flops / (t * peak), np.nan)
         mbu = np.where(busy, nbytes / (t * bw), np.nan)
-        dec = np.where(T > 0, out["decode_tokens"].to_numpy(dtype=float) / T, 0.0)
-    out["mfu"], out["mbu"] = mfu, mbu
-    out["mfu_decode"], out["mbu_decode"] = mfu * dec, mbu * dec
-    out["mfu_prefill"], out["mbu_prefill"] = mfu - out["mfu_decode"], mbu - out["mbu_decode"]
+        dec = np.where(T > 0, np.asarray(timeline["decode_tokens"], dtype=float) / T, 0.0)
+    mfu_decode, mbu_decode = mfu * dec, mbu * dec
+    return {"mfu": mfu, "mbu": mbu, "mfu_decode": mfu_decode, "mbu_decode": mbu_decode,
+            "mfu_prefill": mfu - mfu_decode, "mbu_prefill": mbu - mbu_decode}
+
+
+def add_utilization(cost: Any, timeline: pd.DataFrame) -> pd.DataFrame:
+    """The timeline with UTIL_COLUMNS (NaN on rows without busy time)."""
+    out = timeline.copy()
+    for c, v in utilization_columns(cost, timeline).items():
+        out[c] = v
     return out
 
 
 def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float | tuple[float, ...]) -> Any:
     """The q-quantile (0..1) of `values` where each counts with its weight (the smallest v
     with cumulative weight >= q of the total); a tuple of q gives a tuple (one sort)."""
-    order = np.argsort(values, kind="stable")
+    order = np.argsort(values)  # equal values are interchangeable here: no stable sort needed
     v, cum = values[order], np.cumsum(weights[order])
     qs = q if isinstance(q, tuple) else (q,)
     idx = np.minimum(np.searchsorted(cum, np.asarray(qs) * cum[-1], side="left"), len(v) - 1)
@@ -88,15 +97,16 @@ def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float | tuple[
     return out if isinstance(q, tuple) else out[0]
 
 
-def utilization_summary(timeline: pd.DataFrame) -> dict[str, Any]:
+def utilization_summary(timeline: Mapping[str, Any]) -> dict[str, Any]:
     """Time-weighted mean, p50 and p99 of MFU and MBU, the prefill/decode means (they add up
-    to the overall mean) and busy_utilization; None when no row has busy time."""
+    to the overall mean) and busy_utilization; None when no row has busy time. `timeline` is
+    a DataFrame or a dict of column arrays with the UTIL_COLUMNS."""
     keys = [f"{m}_{s}" for m in ("mfu", "mbu") for s in ("mean", "p50", "p99")]
     keys += [f"{m}_{k}_mean" for m in ("mfu", "mbu") for k in ("prefill", "decode")]
-    t = timeline["busy_s"].to_numpy(dtype=float) if "mfu" in timeline else np.zeros(0)
+    t = np.asarray(timeline["busy_s"], dtype=float) if "mfu" in timeline else np.zeros(0)
     ok = t > 0
     if "mfu" in timeline:
-        ok &= np.isfinite(timeline["mfu"].to_numpy(dtype=float))
+        ok &= np.isfinite(np.asarray(timeline["mfu"], dtype=float))
     if not ok.any():
         return {**{k: None for k in keys}, "busy_utilization": None}
     t = t[ok]
@@ -104,15 +114,15 @@ def utilization_summary(timeline: pd.DataFrame) -> dict[str, Any]:
     out: dict[str, Any] = {}
     vals = {}
     for m in ("mfu", "mbu"):
-        v = vals[m] = timeline[m].to_numpy(dtype=float)[ok]
+        v = vals[m] = np.asarray(timeline[m], dtype=float)[ok]
         out[f"{m}_mean"] = float((v * t).sum() / total)
         out[f"{m}_p50"], out[f"{m}_p99"] = weighted_quantile(v, t, (0.50, 0.99))
-        dec = float((timeline[f"{m}_decode"].to_numpy(dtype=float)[ok] * t).sum() / total)
+        dec = float((np.asarray(timeline[f"{m}_decode"], dtype=float)[ok] * t).sum() / total)
         out[f"{m}_prefill_mean"], out[f"{m}_decode_mean"] = out[f"{m}_mean"] - dec, dec
     top = np.minimum(np.maximum(vals["mfu"], vals["mbu"]), 1.0)
     out["busy_utilization"] = float((top * t).sum() / total)
     return out
 
 
-__all__ = ["STAT_COLUMNS", "UTIL_COLUMNS", "add_utilization", "row_work", "utilization_summary",
-           "weighted_quantile"]
+__all__ = ["STAT_COLUMNS", "UTIL_COLUMNS", "add_utilization", "row_work", "utilization_columns",
+           "utilization_summary", "weighted_quantile"]

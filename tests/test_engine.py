@@ -322,6 +322,40 @@ def test_itl_store_folds_into_bounded_histogram():
         assert weighted_percentile(v2, c2, q) == pytest.approx(weighted_percentile(v1, c1, q), rel=1.5e-4)
 
 
+def test_item_view_reads_and_writes_the_array_itself():
+    """The replica's per-request reads and writes go through memoryviews of numpy arrays:
+    Python numbers out, writes visible in the array, and no silent copy of a strided one."""
+    from simulator.replica import item_view
+
+    a = np.zeros(4)
+    v = item_view(a)
+    v[2] = 1.5
+    assert a.tolist() == [0.0, 0.0, 1.5, 0.0] and type(v[2]) is float
+    n = np.array([7, 8, 9], dtype=np.int64)
+    assert item_view(n)[1] == 8 and type(item_view(n)[1]) is int
+    with pytest.raises(ValueError, match="contiguous"):
+        item_view(np.zeros(6)[::2])
+
+
+def test_itl_exact_store_sums_the_counts_of_equal_gaps():
+    """(sorted distinct gaps, tokens): gaps of 0.25 s seen by 2 and by 3 tokens, a line
+    segment of 0.25, 0.5, 0.75 s seen by 4 sequences, steps of 0.75 and 1.0 s seen by 1
+    (binary-exact values): 0.25 -> 2 + 3 + 4, 0.5 -> 4, 0.75 -> 4 + 1, 1.0 -> 1."""
+    from simulator.engine import _Log
+
+    lg = _Log()
+    lg.gap(0.25, 2)
+    lg.gap(0.25, 3)
+    lg.gap(0.6, 0)  # no token saw it: not stored
+    lg.segment_line(0.25, 0.25, 3, 4)
+    lg.segment(np.array([0.75, 1.0]), 1)
+    values, counts = lg.itl()
+    assert values.tolist() == [0.25, 0.5, 0.75, 1.0]
+    assert counts.tolist() == [9, 4, 5, 1] and counts.dtype == np.int64
+    empty_v, empty_c = _Log().itl()
+    assert len(empty_v) == len(empty_c) == 0
+
+
 def test_time_cap_bounds_an_overloaded_run(cost):
     """Far past saturation a simulated-time cap ends the run; the unfinished requests are
     rejected with the cap as their reason, and the run is still accounted for."""
@@ -341,11 +375,16 @@ def test_timeline_is_decimated_to_a_bound():
 
     lg = _Log(timeline_max_points=100)
     for i in range(1000):
-        lg.record(float(i), 0, i % 7, 0.5, 3)
+        lg.record(float(i), 0, i % 7, 0.5, 3, busy_s=0.01 * i, steps=1, stats=(float(i),) + (0.0,) * 7)
     tl = lg.timeline()
     assert len(tl) <= 100
     assert tl["time_s"].is_monotonic_increasing and tl["time_s"].iloc[0] == 0.0
     assert set(tl.columns) >= {"time_s", "replica", "batch_size", "kv_utilization", "queue_length"}
+    # each halving keeps every other row and samples half as often: records 0, 16, 32, ...
+    # (1000 records into 100 rows: 4 halvings), each row intact
+    assert tl["time_s"].tolist() == [float(i) for i in range(0, 1000, 16)]
+    assert (tl["batch_size"] == tl["time_s"].astype(int) % 7).all()
+    assert (tl["T"] == tl["time_s"]).all() and np.allclose(tl["busy_s"], 0.01 * tl["time_s"])
 
 
 # ---------------------------------------------------------------- paged KV blocks

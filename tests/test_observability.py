@@ -204,6 +204,17 @@ def test_mixed_step_split_by_tokens(cost):
     assert row["mbu_prefill"] == pytest.approx(row["mbu"] * 50 / 51)
 
 
+def test_add_utilization_on_a_frame_equals_the_engine_columns(cost):
+    """The engine computes MFU/MBU on its column arrays; `add_utilization` on a DataFrame
+    (the public path) gives the same columns, in the same order, bit for bit."""
+    from simulator.utilization import UTIL_COLUMNS, add_utilization
+
+    res = simulate(cost, wl([0.0, 0.001], [100, 50], [3, 2]), cfg())
+    again = add_utilization(cost, res.timeline.drop(columns=list(UTIL_COLUMNS)))
+    assert list(again.columns) == list(res.timeline.columns)
+    assert again.equals(res.timeline)
+
+
 def test_summary_and_energy_use_busy_utilization():
     from simulator.energy import run_energy
     from simulator.utilization import weighted_quantile
