@@ -445,6 +445,13 @@ def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: in
     # read them as Python floats in order; one replica: every router picks it
     times = arrivals.tolist() if closed is None else None
     only = pool.replicas[0] if len(pool.replicas) == 1 else None
+    if times is not None and only is not None and cap is None and progress is None:
+        # the plainest run (open loop, one replica, no cap, no progress): nothing else to check
+        advance_until, enqueue = only.advance_until, only.enqueue
+        for r, t in enumerate(times):
+            advance_until(t)
+            enqueue(r, t)
+        return
     for r in range(n):
         if times is None:
             t = _next_release(pool, events)

@@ -188,9 +188,10 @@ class Replica(DecodeSegments):
         idle_segments = self.idle_segments
         done = 0
         while (self.active or self.waiting) and self.clock < t_limit:
-            if max_actions is not None and done >= max_actions:
-                return
-            done += 1
+            if max_actions is not None:
+                if done >= max_actions:
+                    return
+                done += 1
             if idle_segments and not self.waiting and not self.n_prefilling:
                 self._decode_segment(t_limit)  # active is non-empty here (loop condition)
                 continue

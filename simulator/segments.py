@@ -77,7 +77,8 @@ class DecodeSegments:
             self.run_plan(self.policy.next_step(self, allow_segment=False))
             return
         generated, outlen = self.generated, self.outlen
-        steps_to_first_finish = min([outlen[s] - generated[s] for s in active])
+        left = [outlen[s] - generated[s] for s in active]  # outputs each slot has left
+        steps_to_first_finish = min(left)
         max_steps = min(steps_to_first_finish, self.max_segment_steps)
         kv = self.kv
         if kv.free_blocks < batch * (max_steps // self.bs + 1):  # else no shortage possible
@@ -131,9 +132,10 @@ class DecodeSegments:
             stats = self._segment_stats(batch, context_sum, n_steps)  # before the steps apply
         self.context_sum = context_sum + n_steps * batch
         if type(kv) is CeilKVCache:
-            done = self._apply_decode_steps_derived(n_steps, t_end, steps_to_first_finish)
+            self._apply_decode_steps_derived(n_steps, t_end)
         else:
-            done = self._apply_decode_steps(n_steps, t_end, steps_to_first_finish)
+            self._apply_decode_steps(n_steps, t_end)
+        done = finished_slots(active, left, n_steps) if n_steps == steps_to_first_finish else []
         lg = self.log
         lg.steps += n_steps
         self.segment_steps += n_steps
@@ -286,18 +288,24 @@ class DecodeSegments:
             Aw, Rw = Ad, R
         return self.cost.step_times(float(batch), float(batch), Ad, 0.0, R, Aw, Rw)
 
-    def _apply_decode_steps(self, n_steps: int, t_end: float, min_left: int) -> list[int]:
+    def _apply_decode_steps(self, n_steps: int, t_end: float) -> None:
         """Every running slot emits n_steps tokens (the last at t_end) and takes the blocks
-        its longer context needs; returns the slots that are done (none unless n_steps
-        reaches `min_left`, the fewest outputs any slot had left). The caller has added the
-        steps' tokens to `context_sum`."""
+        its longer context needs. The caller has added the steps' tokens to `context_sum`
+        and finds the slots that are done (`finished_slots`)."""
         kv = self.kv
         active = self.active
         if type(kv) is CeilKVCache:
-            return self._apply_decode_steps_derived(n_steps, t_end, min_left)
-        if kv.shared_of and not kv.ceil_blocks:
-            return self._apply_decode_steps_shared(n_steps, t_end)
+            self._apply_decode_steps_derived(n_steps, t_end)
+            return
         computed, generated, last = self.computed, self.generated, self.last_tok
+        if kv.shared_of and not kv.ceil_blocks:
+            # shared blocks: no ceil(c / bs) shortcut, each slot's cover is recomputed
+            for s in active:
+                computed[s] += n_steps
+                kv.allocate(s, kv.blocks_to_grow(s, computed[s]))
+                generated[s] += n_steps
+                last[s] = t_end
+            return
         held, bs = kv.held, self.bs
         # private blocks only: a slot holds ceil(c / bs) blocks, so n more tokens take
         # n // bs blocks, plus one if its last block has fewer than n % bs free places,
@@ -323,51 +331,37 @@ class DecodeSegments:
                 generated[s] += n_steps
                 last[s] = t_end
         kv.free_blocks -= full * len(active) + crossing
-        if n_steps < min_left:
-            return []
-        outlen = self.outlen
-        return [s for s in active if generated[s] >= outlen[s]]
 
-    def _apply_decode_steps_derived(self, n_steps: int, t_end: float, min_left: int) -> list[int]:
+    def _apply_decode_steps_derived(self, n_steps: int, t_end: float) -> None:
         """`_apply_decode_steps` with block counts derived from `computed` (CeilKVCache): only
         the pool's free count moves, by B (n // bs) + #{slots crossing one more boundary}
-        (threshold bs when n % bs == 0: never). One pass; finished slots are looked for only
-        when n_steps reaches `min_left`."""
+        (threshold bs when n % bs == 0: never). One pass."""
         computed, generated, last, bs = self.computed, self.generated, self.last_tok, self.bs
         active = self.active
         full, rem = divmod(n_steps, bs)
         threshold = bs - rem if rem else bs
         crossing = 0
-        done: list[int] = []
-        if n_steps < min_left:
-            for s in active:
-                c = computed[s]
-                if (c - 1) % bs >= threshold:
-                    crossing += 1
-                computed[s] = c + n_steps
-                generated[s] += n_steps
-                last[s] = t_end
-        else:
-            outlen = self.outlen
-            for s in active:
-                c = computed[s]
-                if (c - 1) % bs >= threshold:
-                    crossing += 1
-                computed[s] = c + n_steps
-                g = generated[s] = generated[s] + n_steps
-                last[s] = t_end
-                if g >= outlen[s]:
-                    done.append(s)
-        self.kv.free_blocks -= full * len(active) + crossing
-        return done
-
-    def _apply_decode_steps_shared(self, n_steps: int, t_end: float) -> list[int]:
-        """`_apply_decode_steps` when some blocks are shared (no ceil(c / bs) shortcut)."""
-        computed, generated, outlen, last = self.computed, self.generated, self.outlen, self.last_tok
-        kv = self.kv
-        for s in self.active:
-            computed[s] += n_steps
-            kv.allocate(s, kv.blocks_to_grow(s, computed[s]))
+        for s in active:
+            c = computed[s]
+            if (c - 1) % bs >= threshold:
+                crossing += 1
+            computed[s] = c + n_steps
             generated[s] += n_steps
             last[s] = t_end
-        return [s for s in self.active if generated[s] >= outlen[s]]
+        self.kv.free_blocks -= full * len(active) + crossing
+
+
+def finished_slots(active: list[int], left: list[int], n_steps: int) -> list[int]:
+    """The slots of `active` (in order) that finish after n_steps more tokens, given the
+    outputs each had `left` (n_steps never exceeds min(left), so they are the ones with
+    exactly n_steps left). The scans run in C (list.count / list.index): a segment ends at
+    its first completion most of the time, and a Python loop over the batch costs more."""
+    found = left.count(n_steps)
+    if not found:
+        return []
+    i = left.index(n_steps)
+    done = [active[i]]
+    for _ in range(found - 1):
+        i = left.index(n_steps, i + 1)
+        done.append(active[i])
+    return done

@@ -27,6 +27,9 @@ import pandas as pd
 # module-level (a global load, specialised by CPython 3.11; a class attribute read through an
 # instance is not): packs 8 numbers of a timeline row as doubles
 _pack8 = struct.Struct("8d").pack
+# a decode segment on a line: d0 and slope (doubles), steps n and weight w (int64)
+_LINE = np.dtype([("d0", "<f8"), ("slope", "<f8"), ("n", "<i8"), ("w", "<i8")])
+_pack_line = struct.Struct("<ddqq").pack
 
 
 class StepLog:
@@ -47,8 +50,8 @@ class StepLog:
         self.itl_stored = 0
         self.itl_hist: dict[int, int] | None = None  # bin index -> count, once folded
         # decode segments whose step durations lie on a line: d0 + slope * j, j < n, seen by w
-        self.line_d0, self.line_slope = array("d"), array("d")
-        self.line_n, self.line_w = array("q"), array("q")
+        # (records of _LINE, packed: one call per segment)
+        self.lines = bytearray()
         # rows of TL_COLUMNS as packed doubles: struct.pack of a row costs a third of
         # array.extend of its numbers (which converts them one at a time)
         self.tl = bytearray()
@@ -117,10 +120,7 @@ class StepLog:
     def segment_line(self, d0: float, slope: float, n: int, weight: int) -> None:
         """n decode steps lasting d0 + slope * j, each seen by `weight` sequences (4 numbers,
         not n: the common case costs no array)."""
-        self.line_d0.append(d0)
-        self.line_slope.append(slope)
-        self.line_n.append(n)
-        self.line_w.append(weight)
+        self.lines += _pack_line(d0, slope, n, weight)
         self.itl_stored += n
         if self.itl_stored > self.ITL_EXACT_LIMIT:
             self._fold()
@@ -128,13 +128,13 @@ class StepLog:
     def _exact(self) -> tuple[np.ndarray, np.ndarray]:
         vals = [np.frombuffer(self.gap_v, dtype=float) if len(self.gap_v) else np.zeros(0)]
         cnts = [np.frombuffer(self.gap_n, dtype=np.int64) if len(self.gap_n) else np.zeros(0, dtype=np.int64)]
-        if len(self.line_n):
-            n = np.frombuffer(self.line_n, dtype=np.int64)
+        if self.lines:
+            lines = np.frombuffer(bytes(self.lines), dtype=_LINE)
+            n = lines["n"]
             starts = np.cumsum(n) - n
             j = np.arange(int(n.sum()), dtype=float) - np.repeat(starts, n)
-            vals.append(np.repeat(np.frombuffer(self.line_d0, dtype=float), n)
-                        + np.repeat(np.frombuffer(self.line_slope, dtype=float), n) * j)
-            cnts.append(np.repeat(np.frombuffer(self.line_w, dtype=np.int64), n))
+            vals.append(np.repeat(lines["d0"], n) + np.repeat(lines["slope"], n) * j)
+            cnts.append(np.repeat(lines["w"], n))
         for ch, w in zip(self.itl_chunks, self.itl_weights, strict=True):
             vals.append(ch)
             cnts.append(np.full(len(ch), w, dtype=np.int64))
@@ -152,8 +152,7 @@ class StepLog:
         self.itl_hist = hist
         self.gap_v, self.gap_n = array("d"), array("q")
         self.itl_chunks, self.itl_weights = [], []
-        self.line_d0, self.line_slope = array("d"), array("d")
-        self.line_n, self.line_w = array("q"), array("q")
+        self.lines = bytearray()
         self.itl_stored = 0
 
     def itl(self) -> tuple[np.ndarray, np.ndarray]:

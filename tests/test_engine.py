@@ -322,6 +322,18 @@ def test_itl_store_folds_into_bounded_histogram():
         assert weighted_percentile(v2, c2, q) == pytest.approx(weighted_percentile(v1, c1, q), rel=1.5e-4)
 
 
+def test_finished_slots_in_batch_order():
+    """Slots 7, 3, 9, 4 with 5, 2, 2, 8 outputs left: after 2 steps slots 3 and 9 are done
+    (in batch order); after 1 step none; after 5 (were it allowed) only those with exactly 5."""
+    from simulator.segments import finished_slots
+
+    active, left = [7, 3, 9, 4], [5, 2, 2, 8]
+    assert finished_slots(active, left, 2) == [3, 9]
+    assert finished_slots(active, left, 1) == []
+    assert finished_slots(active, left, 5) == [7]
+    assert finished_slots([1], [1], 1) == [1]
+
+
 def test_item_view_reads_and_writes_the_array_itself():
     """The replica's per-request reads and writes go through memoryviews of numpy arrays:
     Python numbers out, writes visible in the array, and no silent copy of a strided one."""
