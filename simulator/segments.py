@@ -260,6 +260,9 @@ class DecodeSegments:
             return max_steps
         d0, slope = line
         clock = self.clock
+        k = max_steps - 1
+        if clock + k * d0 + slope * k * (k - 1) / 2 < t_limit:
+            return max_steps  # the last starts in time, so all do (the usual case: no root)
         delta = t_limit - clock
         h = slope / 2.0
         b = d0 - h
