@@ -5,9 +5,11 @@
 2. `--big`: 1,000,000 requests of a steady synthetic workload (target: < 60 s).
 
 Run: python benchmarks/bench_engine.py [--big]
-     python benchmarks/bench_engine.py --compare REF [--runs N]
+     python benchmarks/bench_engine.py --compare REF [--runs N] [--rate R]
        side by side with git revision REF (a temporary worktree): N runs of each (default 3),
-       alternating, each in a fresh process; prints min and median wall and CPU seconds.
+       alternating, each in a fresh process running the same timing code; prints min and
+       median wall and CPU seconds. --rate rescales the 10k run (default 2 req/s: 0.05 gives
+       a batch of about 1, 8 a batch of about 120).
 """
 
 from __future__ import annotations
@@ -51,23 +53,23 @@ except ImportError:  # revisions before the restructuring (issue 12)
     from simulator.roofline import make_cost_model
 cost = make_cost_model("codellama-34b", "a100-sxm-80gb", tp=2)
 cfg = EngineConfig(max_num_seqs=128, max_num_batched_tokens=4096)
-wl = W.scale_to_rate(W.take(W.builtin("azure-conv"), 10_000), 2.0)
+wl = W.scale_to_rate(W.take(W.builtin("azure-conv"), 10_000), RATE)
 t0, c0 = time.perf_counter(), time.process_time()
 simulate(cost, wl, cfg)
 print(time.perf_counter() - t0, time.process_time() - c0)
 """
 
 
-def _timed_run(root: Path) -> tuple[float, float]:
-    """(wall s, cpu s) of one 10k run of root's simulator, in a fresh process."""
+def _timed_run(root: Path, rate: float) -> tuple[float, float]:
+    """(wall s, cpu s) of one 10k run of root's simulator at `rate` req/s, in a fresh process."""
     env = {**os.environ, "PYTHONPATH": str(root)}
-    text = subprocess.run([sys.executable, "-c", _TIMED], cwd=root, env=env,
+    text = subprocess.run([sys.executable, "-c", f"RATE = {rate!r}\n" + _TIMED], cwd=root, env=env,
                           check=True, capture_output=True, text=True).stdout
     wall, cpu = text.split()
     return float(wall), float(cpu)
 
 
-def compare(ref: str, runs: int) -> None:
+def compare(ref: str, runs: int, rate: float = 2.0) -> None:
     """This tree against git revision `ref`, runs alternating (shared machines drift)."""
     here = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,11 +78,11 @@ def compare(ref: str, runs: int) -> None:
         try:
             times: dict[str, list[tuple[float, float]]] = {ref: [], "this tree": []}
             for _ in range(runs):
-                times[ref].append(_timed_run(other))
-                times["this tree"].append(_timed_run(here))
+                times[ref].append(_timed_run(other, rate))
+                times["this tree"].append(_timed_run(here, rate))
         finally:
             subprocess.run(["git", "-C", str(here), "worktree", "remove", "--force", str(other)], check=False)
-    print(f"azure-conv 10k, {runs} runs each, alternating, one fresh process a run (seconds)")
+    print(f"azure-conv 10k at {rate:g} req/s, {runs} runs each, alternating, one fresh process a run (seconds)")
     print(f"{'':>12} {'wall min':>9} {'wall med':>9} {'cpu min':>8} {'cpu med':>8}")
     for name, t in times.items():
         wall, cpu = [w for w, _ in t], [c for _, c in t]
@@ -92,7 +94,8 @@ def main() -> None:
     if "--compare" in sys.argv:
         i = sys.argv.index("--compare")
         runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 3
-        compare(sys.argv[i + 1], runs)
+        rate = float(sys.argv[sys.argv.index("--rate") + 1]) if "--rate" in sys.argv else 2.0
+        compare(sys.argv[i + 1], runs, rate)
         return
     cost = make_cost_model("codellama-34b", "a100-sxm-80gb", tp=2)
     cfg = EngineConfig(max_num_seqs=128, max_num_batched_tokens=4096)
