@@ -228,8 +228,11 @@ class Pool:
         return [p for p in self.replicas if p.has_work()]
 
 
-def _next_release(pool: Pool, events: EventQueue) -> float:
-    """Closed loop: the time the next client is free (the earliest release so far)."""
+def _next_release(pool: Pool, events: EventQueue, cap: float | None = None) -> float:
+    """Closed loop: the time the next client is free (the earliest release so far); inf when
+    no client is released before the simulated-time cap (nothing runs past it, as in the
+    open loop: a step that starts before the cap is the last)."""
+    limit = math.inf if cap is None else cap
     while True:
         if len(events):
             t = events.peek_time()
@@ -240,7 +243,10 @@ def _next_release(pool: Pool, events: EventQueue) -> float:
         busy = pool.busy()
         if not busy:
             return max(p.clock for p in pool.replicas)
-        min(busy, key=lambda p: p.clock).advance_until(math.inf, max_actions=1)
+        first = min(busy, key=lambda p: p.clock)
+        if first.clock >= limit:
+            return math.inf
+        first.advance_until(limit, max_actions=1)
 
 
 def kv_blocks(cost: CostModel, cfg: EngineConfig) -> tuple[int, int]:
@@ -454,7 +460,7 @@ def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: in
         return
     for r in range(n):
         if times is None:
-            t = _next_release(pool, events)
+            t = _next_release(pool, events, cap)
             arrivals[r] = t
         else:
             t = times[r]

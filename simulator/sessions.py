@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .replica import REJECTED
+from .replica import PENDING, REJECTED
 from .specs import SpecError
 from .workload import Workload
 
@@ -64,12 +64,14 @@ def run_dependent(pool: Pool, events: EventQueue, roots: np.ndarray, deps: Deps,
                   cfg: EngineConfig, out: dict[str, Any],
                   progress: Callable[[int, int], None] | None) -> None:
     """Hand every request to the pool at its release time (roots from the stream, children
-    from the heap), advancing the pool to each event; see the module docstring. Past the
-    time cap a request is cut off (with the engine's reason) and so are its later turns."""
+    from the heap), advancing the pool to each event; see the module docstring. Nothing runs
+    past the time cap: a request released after it is cut off (with the engine's reason), and
+    when nothing ends before it, the turns never released are `never sent`."""
     from .engine import _cut_reason  # the engine imports this module
 
     n = len(deps[0])
     cap = cfg.max_duration_s
+    limit = math.inf if cap is None else cap
     handled = 0
     report_every = max(1, n // 100)
     while handled < n:
@@ -77,7 +79,14 @@ def run_dependent(pool: Pool, events: EventQueue, roots: np.ndarray, deps: Deps,
             busy = pool.busy()
             if not busy:
                 break  # unreachable: every parent ends, releasing its children
-            min(busy, key=lambda p: p.clock).advance_until(math.inf, max_actions=1)
+            first = min(busy, key=lambda p: p.clock)
+            if first.clock >= limit:
+                # nothing ends before the cap (nothing runs past it): what runs or waits is
+                # cut off by the engine, the later turns of those sessions are never sent
+                _never_sent(out, arrivals, f"never sent: an earlier turn of its session did not finish "
+                                           f"within the simulated-time cap of {cap} s (max_duration_s)")
+                return
+            first.advance_until(limit, max_actions=1)
             continue
         t = events.peek_time()
         pool.advance_until(t)
@@ -95,3 +104,13 @@ def run_dependent(pool: Pool, events: EventQueue, roots: np.ndarray, deps: Deps,
             release_children(deps, r, t, arrivals, events)
         if progress is not None and (handled % report_every == 0 or handled == n):
             progress(handled, n)
+
+
+def _never_sent(out: dict[str, Any], arrivals: np.ndarray, reason: str) -> None:
+    """Requests never handed to a replica (a later turn whose parent was cut off by the time
+    cap) end rejected with `reason` and no arrival time."""
+    unsent = np.flatnonzero((out["status"] == PENDING) & (out["replica"] < 0))
+    for r in unsent.tolist():
+        out["status"][r] = REJECTED
+        out["reasons"][r] = reason
+    arrivals[unsent] = np.nan

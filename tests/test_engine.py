@@ -382,6 +382,21 @@ def test_time_cap_bounds_an_overloaded_run(cost):
     assert s["failed"] == 5000 - done.sum()
 
 
+def test_closed_loop_runs_nothing_past_the_time_cap(cost):
+    """Two clients, outputs alternating 50 and 3000 tokens, a 5 s cap. Requests 0 and 2 (50
+    tokens) finish early; 1 and 3 (3000 tokens, about 20 s of decoding) hold both clients at
+    the cap: they are cut off there, not served to completion past it, and the other 16 are
+    never sent (no arrival time)."""
+    n = 20
+    w = Workload(np.zeros(n), np.full(n, 100), np.array([50, 3000] * 10), concurrency=2)
+    res = simulate(cost, w, EngineConfig(max_duration_s=5.0, debug=True))
+    assert np.flatnonzero(res.status == COMPLETED).tolist() == [0, 2]
+    assert np.nanmax(res.finish_s) < 5.0
+    assert "not finished within" in res.reasons[1] and "not finished within" in res.reasons[3]
+    assert all("never sent" in res.reasons[r] for r in range(4, n))
+    assert np.isnan(res.arrival_s[4:]).all() and res.arrival_s[2] == res.finish_s[0]
+
+
 def test_timeline_is_decimated_to_a_bound():
     from simulator.engine import _Log
 

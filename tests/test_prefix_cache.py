@@ -125,6 +125,20 @@ def test_multi_turn_hits_whole_history(cost):
     assert np.allclose(res.arrival_s[1:], res.finish_s[:-1] + 2.0)
 
 
+def test_multi_turn_runs_nothing_past_the_time_cap(cost):
+    """Three chats of three turns, the middle answer 3000 tokens (about 20 s of decoding), a
+    5 s cap: each chat's first turn completes, its second is cut off at the cap (not served to
+    completion past it) and its third is never sent (no arrival time)."""
+    conv = [[(100, 40), (50, 3000), (50, 40)] for _ in range(3)]
+    w = multi_turn_chats(conv, rate=1.0, think_time_s=0.5).to_workload()
+    res = simulate(cost, w, cfg(max_duration_s=5.0))
+    assert np.flatnonzero(res.status == COMPLETED).tolist() == [0, 3, 6]
+    assert np.nanmax(res.finish_s) < 5.0
+    assert all("not finished within" in res.reasons[r] for r in (1, 4, 7))
+    assert all("never sent" in res.reasons[r] and np.isnan(res.arrival_s[r]) for r in (2, 5, 8))
+    assert summarize(res)["failed"] == 6
+
+
 def test_shared_prefix_multi_turn_rounds(cost):
     """inference-perf multi-turn: round 2 of a session hits round 1's prompt + answer."""
     pw = shared_prefix(2, 2, 64, 16, output_len=32, num_requests=8, rate=2.0, multi_turn=True)

@@ -94,7 +94,7 @@ def test_conservation_property(cost, case):
     else:
         assert gaps >= want  # plus the tokens of requests cut off by the cap
         if cfg["scheduler"] != "static":
-            assert np.all(e <= cfg["max_duration_s"] + 60)
+            assert np.all(e <= cfg["max_duration_s"] + 1.0)  # only a step begun before the cap ends after it
     assert (res.replica[done] >= 0).all() and (res.replica < replicas).all()
     rec = res.records()[done]
     cols = ["arrival_s", "first_token_s", "finish_s", "ttft_s", "e2el_s"]
