@@ -68,6 +68,9 @@ def run_capped(pool: Pool, events: EventQueue, scheduled_s: np.ndarray, slots: i
             continue
         t = events.peek_time()
         if cap is not None and t > cap:
+            pool.advance_until(cap)  # a completion before the cap still frees its slot in time
+            if events.peek_time() <= cap:
+                continue
             _cut_unsent(out, sent, arrived, n, cap)
             return
         pool.advance_until(t)

@@ -229,14 +229,15 @@ class Pool:
 
 
 def _next_release(pool: Pool, events: EventQueue, cap: float | None = None) -> float:
-    """Closed loop: the time the next client is free (the earliest release so far); inf when
-    no client is released before the simulated-time cap (nothing runs past it, as in the
-    open loop: a step that starts before the cap is the last)."""
+    """Closed loop: the time the next client is free (the earliest release so far). With a
+    simulated-time cap no step starts at or after it (as in the open loop: a step begun
+    before the cap is the last): a release after the cap is returned as is, and inf when
+    nothing running ends before it (the caller cuts the run off at the cap)."""
     limit = math.inf if cap is None else cap
     while True:
         if len(events):
             t = events.peek_time()
-            pool.advance_until(t)
+            pool.advance_until(min(t, limit))
             if events.peek_time() < t:
                 continue  # an earlier completion appeared
             return events.pop()[0]

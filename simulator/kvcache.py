@@ -127,7 +127,10 @@ class KVCache:
         return freed
 
     def check(self, slots: list[int]) -> None:
-        """Conservation: blocks of `slots` (the live ones) + shared + free == total."""
+        """Conservation: blocks of `slots` (the live ones) + shared + free == total, and no
+        more blocks in use than exist (free >= 0)."""
+        if self.free_blocks < 0:
+            raise AssertionError(f"kv: {-self.free_blocks} blocks more in use than the {self.total_blocks} there are")
         held = sum(self.held[s] for s in slots)
         refs = sum(len(self.shared_of.get(s, ())) for s in slots)
         if refs != sum(self.ref_count.values()):
@@ -194,6 +197,8 @@ class CeilKVCache(KVCache):
         return freed
 
     def check(self, slots: list[int]) -> None:
+        if self.free_blocks < 0:
+            raise AssertionError(f"kv: {-self.free_blocks} blocks more in use than the {self.total_blocks} there are")
         held = sum(self.blocks_of(s) for s in slots)
         if held + self.free_blocks != self.total_blocks:
             raise AssertionError(f"kv: blocks held {held} + free {self.free_blocks} != {self.total_blocks}")

@@ -7,7 +7,7 @@ registry and the vLLM policies' behaviour are described in `schedulers.py`.
   `max_num_batched_tokens`. Capacity policy `guaranteed_no_evict` (default): every running
   request keeps a reservation for its whole sequence, so with b = block_size
 
-      reserved = sum_running ceil((prompt + outlen - generated) / b) - blocks held,
+      reserved = sum_running ceil((input + outlen) / b) - blocks held,
 
   generations always continue (their blocks are reserved), and the queue is admitted in
   arrival order while ceil((input + output) / b) <= free - reserved; the first misfit stops
@@ -27,12 +27,15 @@ registry and the vLLM policies' behaviour are described in `schedulers.py`.
 
       extend + min(max_new - generated, 4096) < free - sum_running rho min(max_new - gen, 4096)
 
-  with rho the new-token ratio (1.0 with `ignore_eos`). rho starts at
+  with rho the new-token ratio (1.0 with `ignore_eos`); an admitted request's cached prefix
+  blocks that were free leave the pool too (SGLang's prefix lock). rho starts at
   `init_new_token_ratio` (0.7), decays linearly to 0.14 x init over
   `new_token_ratio_decay_steps` (600) decode steps, returns to init when the replica is idle
   and after a retraction becomes min(1, (sum gen + 20 n) / (sum max_new + 1)) over the n
   survivors. Before a decode step that lacks blocks, decodes are retracted, fewest outputs
-  first (then longest prompt), to the TAIL of the queue (recompute), keeping at least one.
+  first (then longest prompt), to the TAIL of the queue (recompute), keeping at least one. A
+  chunked request whose next chunk lacks blocks waits outside the decode batch (retracted
+  first if the decodes lack blocks too).
 """
 
 from __future__ import annotations
@@ -285,11 +288,15 @@ class TrtllmCapacity(SchedulerPolicy):
 
     @staticmethod
     def _reserved_blocks(view: ReplicaView) -> int:
-        """Blocks the running requests will still take: sum of ceil(final / b) - held."""
+        """Blocks the running requests will still take: sum of ceil(final / b) - held, with
+        final = max(computed + 1, prompt) + outlen - generated: input + output for the whole
+        life of a request (at admission prompt + outlen, as `_can_start` counts it; after
+        each token computed + 1 and generated grow together)."""
         kv = view.kv
         covered = kv.blocks_per_slot()
-        prompt, outlen, generated = view.prompt, view.outlen, view.generated
-        return sum(max(kv.blocks_for(prompt[s] + outlen[s] - generated[s]) - covered[s], 0) for s in view.active)
+        computed, prompt, outlen, generated = view.computed, view.prompt, view.outlen, view.generated
+        return sum(max(kv.blocks_for(max(computed[s] + 1, prompt[s]) + outlen[s] - generated[s]) - covered[s], 0)
+                   for s in view.active)
 
 
 class SGLang(SchedulerPolicy):
@@ -325,6 +332,20 @@ class SGLang(SchedulerPolicy):
             return plan
         kv = view.kv
         needy = self._decode_new_blocks(view)
+        if view.n_prefilling:
+            # the chunked prompt's next chunk lacks blocks (`_prefill_batch` planned nothing):
+            # it waits, holding its blocks, and the decode batch runs without it, a step at a
+            # time (decode_all and decode segments would advance it as a decode)
+            computed, prompt = view.computed, view.prompt
+            needy = [s for s in needy if computed[s] >= prompt[s]]
+            if len(needy) > kv.free_blocks:
+                # not even a block for the decodes: the chunked prompt gives its blocks back
+                # first (retracted to the tail), then the decodes as usual
+                return self._retract(view, needy, [s for s in view.active if computed[s] < prompt[s]])
+            self._decay(1)
+            plan = StepPlan()
+            plan.running = [(s, 1) for s in view.active if computed[s] >= prompt[s]]
+            return plan
         if len(needy) > kv.free_blocks:
             return self._retract(view, needy)
         if allow_segment and self._no_prefill_until_completion(view):
@@ -366,8 +387,10 @@ class SGLang(SchedulerPolicy):
         for r in view.waiting:
             if seats <= 0 or budget <= 0:
                 break
-            extend = view.prompt_of(r) - view.prefix_hit_tokens(r)
-            out = min(view.total_len(r) - view.prompt_of(r), CLIP_MAX_NEW_TOKENS)
+            prompt_len = view.prompt_of(r)
+            hit, hit_free = view.prefix_hit(r)
+            extend = prompt_len - hit
+            out = min(view.total_len(r) - prompt_len, CLIP_MAX_NEW_TOKENS)
             if extend + out >= remaining_total:
                 break
             if extend > budget:
@@ -378,8 +401,10 @@ class SGLang(SchedulerPolicy):
                     break
                 plan.admit.append((r, tokens))  # the new chunked request closes the batch
                 break
-            plan.admit.append((r, view.prompt_of(r)))
-            remaining_total -= extend + out + bs
+            plan.admit.append((r, extend))  # its cached prefix is referenced, not recomputed
+            # locking the cached prefix takes its free blocks out of the pool (SGLang
+            # `PrefillAdder._lock_node`: inc_lock_ref's delta joins rem_total_token_offset)
+            remaining_total -= extend + out + bs + hit_free * bs
             budget -= extend
             seats -= 1
         return plan
@@ -391,16 +416,21 @@ class SGLang(SchedulerPolicy):
         if not view.waiting or len(view.active) >= self.cfg.max_num_seqs:
             return True
         r = view.waiting[0]
-        need = view.prompt_of(r) + min(view.total_len(r) - view.prompt_of(r), CLIP_MAX_NEW_TOKENS)
+        prompt = view.prompt_of(r)
+        need = prompt - view.prefix_hit(r)[0] + min(view.total_len(r) - prompt, CLIP_MAX_NEW_TOKENS)
         return need >= view.kv.free_blocks * view.kv.block_size
 
-    def _retract(self, view: ReplicaView, needy: list[int]) -> StepPlan:
-        """Retract decodes (fewest outputs, then longest prompt) until the rest fit; keep one."""
+    def _retract(self, view: ReplicaView, needy: list[int], chunked: list[int] | None = None) -> StepPlan:
+        """Retract (to the tail of the queue) until the decodes' new blocks fit: the `chunked`
+        prompts waiting beside the decode batch first, then decodes, fewest outputs first
+        (then longest prompt); one request always stays."""
         kv = view.kv
-        order = sorted(view.active, key=lambda s: (view.generated[s], -view.prompt[s]))
+        first = chunked or []
+        decoding = [s for s in view.active if s not in first] if first else view.active
+        order = first + sorted(decoding, key=lambda s: (view.generated[s], -view.prompt[s]))
         needing = set(needy)
         free, need = kv.free_blocks, len(needy)
-        plan = StepPlan(decode_all=True)
+        plan = StepPlan()
         plan.preempt_to_tail = True
         for s in order[:-1]:
             if need <= free:
@@ -409,8 +439,12 @@ class SGLang(SchedulerPolicy):
             free += kv.reclaimable(s)
             need -= s in needing
         gone = set(plan.preempt)
-        plan.decode_new_blocks = [s for s in needy if s not in gone]
-        survivors = [s for s in view.active if s not in gone]
+        survivors = [s for s in decoding if s not in gone]
+        if all(s in gone for s in first):  # only decodes left: they run as one group
+            plan.decode_all = True
+            plan.decode_new_blocks = [s for s in needy if s not in gone]
+        else:  # a chunked prompt still waits beside them: the decodes one by one
+            plan.running = [(s, 1) for s in survivors]
         gen = sum(view.generated[s] for s in survivors)
         max_new = sum(view.outlen[s] for s in survivors)
         self.ratio = min(1.0, (gen + RETRACT_DECODE_STEPS * len(survivors)) / (max_new + 1))

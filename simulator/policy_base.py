@@ -77,6 +77,7 @@ class ReplicaView(Protocol):
     def prompt_of(self, r: int) -> int: ...
     def total_len(self, r: int) -> int: ...
     def prefix_hit_tokens(self, r: int) -> int: ...
+    def prefix_hit(self, r: int) -> tuple[int, int]: ...
 
 
 class SchedulerPolicy:
@@ -101,11 +102,11 @@ class SchedulerPolicy:
         self.cfg = cfg
         self.params = self.resolve_params(cfg.policy_params)
         self.watermark = float(self.params.get("watermark", 0.0))  # fraction of all blocks kept free
-        # instance copies of the class flags (subclasses may reassign them): the admission
-        # loops read them per step, and CPython 3.11 specialises instance attribute loads but
-        # not class attributes read through an instance
-        self.whole_prompts = type(self).whole_prompts
-        self.gate_whole = type(self).gate_whole
+        # instance copies of the class flags (kept if a subclass set them before calling this):
+        # the admission loops read them per step, and CPython 3.11 specialises instance
+        # attribute loads but not class attributes read through an instance
+        vars(self).setdefault("whole_prompts", type(self).whole_prompts)
+        vars(self).setdefault("gate_whole", type(self).gate_whole)
         self._watermark_of = (-1, 0)  # (total blocks, watermark blocks) cache of _watermark_blocks
 
     @classmethod

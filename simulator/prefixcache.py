@@ -233,6 +233,13 @@ class PrefixState:
     def hit_tokens(self, r: int, prompt_len: int) -> int:
         return self.kv.hit_blocks(self.hashes[r], prompt_len) * self.bs
 
+    def hit(self, r: int, prompt_len: int) -> tuple[int, int]:
+        """(cached prompt tokens of request r, free blocks they take when r references them:
+        cached blocks no request holds, and ones reloaded from the CPU tier)."""
+        h = self.hashes[r]
+        hb = self.kv.hit_blocks(h, prompt_len)
+        return hb * self.bs, self.kv.evictable_among(h[:hb]) if hb else 0
+
     def admit(self, s: int, r: int, prompt_len: int, tokens: int, reserved_after: int) -> tuple[int, int]:
         """Request r takes seat s: (cached tokens, new tokens of its first chunk)."""
         h = self.slot_hashes[s] = self.hashes[r]

@@ -45,8 +45,8 @@ def item_view(a: np.ndarray) -> Any:
     """The memory of a contiguous 1-d array as a memoryview: item reads give Python ints and
     floats and item writes land in the array, at about 15 ns each against numpy's 60-100 ns
     (scalar indexing builds numpy scalars); the hot loops read and write one item at a time."""
-    if not a.flags.c_contiguous:
-        raise ValueError("item_view needs a contiguous array")
+    if a.ndim != 1 or not a.flags.c_contiguous:
+        raise ValueError("item_view needs a contiguous 1-d array")
     return a.data
 
 
@@ -127,6 +127,11 @@ class Replica(DecodeSegments):
         """Turn on prefix caching (`prefixcache.py`) with each request's block hashes."""
         self.prefix = PrefixState(self.kv, hashes, warm, cpu_blocks, reload_s_per_block)
         self.kv = self.prefix.kv
+
+    def prefix_hit(self, r: int) -> tuple[int, int]:
+        """(prompt tokens of request r in the prefix cache now, free blocks they would take);
+        (0, 0) without caching."""
+        return (0, 0) if self.prefix is None else self.prefix.hit(r, self.prompt_of(r))
 
     def prefix_hit_tokens(self, r: int) -> int:
         """Prompt tokens of request r found in the prefix cache now (0 without caching)."""
@@ -216,6 +221,12 @@ class Replica(DecodeSegments):
             return
         kv = self.kv
         if plan.running:
+            if self.debug and plan.running_blocks >= 0 and kv.derived_counts:  # the count CeilKVCache uses
+                bs, computed = self.bs, self.computed
+                want = sum(max(-(-(computed[s] + q) // bs) - kv.blocks_of(s), 0) for s, q in plan.running)
+                if want != plan.running_blocks:
+                    raise AssertionError(f"replica {self.index}: plan counts {plan.running_blocks} new blocks, "
+                                         f"its running sequences need {want}")
             kv.grow_to_cover(plan.running, self.computed, plan.running_blocks)
         decodes = None
         if plan.decode_all:

@@ -101,7 +101,7 @@ class DecodeSegments:
             if fit < max_steps:
                 max_steps = max(1, int(fit) + 1)
         # `_decode_line`, inline (a segment per arrival at low load: the call and its argument
-        # checks measured 2 % of the 10k-request benchmark)
+        # checks measured 2 % of the 10k-request benchmark); keep the two in step
         line: tuple[float, float] | None
         if self.window is not None:
             line = None
@@ -237,7 +237,8 @@ class DecodeSegments:
     def _decode_line(self, batch: int, context_sum: int, d0: float,
                      max_steps: int) -> tuple[float, float] | None:
         """(d0, slope) when step j of the segment lasts exactly d0 + slope j (no window: only
-        the attention terms grow, linearly in j); checked by pricing the last step too."""
+        the attention terms grow, linearly in j); checked by pricing the last step too.
+        Multi-step rounds call it; `_decode_segment` has the same lines inline (keep in step)."""
         if self.window is not None:
             return None
         if max_steps == 1:
@@ -293,13 +294,11 @@ class DecodeSegments:
 
     def _apply_decode_steps(self, n_steps: int, t_end: float) -> None:
         """Every running slot emits n_steps tokens (the last at t_end) and takes the blocks
-        its longer context needs. The caller has added the steps' tokens to `context_sum`
-        and finds the slots that are done (`finished_slots`)."""
+        its longer context needs (explicit per-slot counts: prefix caching; CeilKVCache takes
+        `_apply_decode_steps_derived`). The caller has added the steps' tokens to
+        `context_sum` and finds the slots that are done (`finished_slots`)."""
         kv = self.kv
         active = self.active
-        if type(kv) is CeilKVCache:
-            self._apply_decode_steps_derived(n_steps, t_end)
-            return
         computed, generated, last = self.computed, self.generated, self.last_tok
         if kv.shared_of and not kv.ceil_blocks:
             # shared blocks: no ceil(c / bs) shortcut, each slot's cover is recomputed

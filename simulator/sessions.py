@@ -64,9 +64,10 @@ def run_dependent(pool: Pool, events: EventQueue, roots: np.ndarray, deps: Deps,
                   cfg: EngineConfig, out: dict[str, Any],
                   progress: Callable[[int, int], None] | None) -> None:
     """Hand every request to the pool at its release time (roots from the stream, children
-    from the heap), advancing the pool to each event; see the module docstring. Nothing runs
-    past the time cap: a request released after it is cut off (with the engine's reason), and
-    when nothing ends before it, the turns never released are `never sent`."""
+    from the heap), advancing the pool to each event; see the module docstring. No step starts
+    at or after the time cap: a first turn scheduled after it is cut off (the engine's
+    reason), a later turn due after it, or whose earlier turn was cut off, is `never sent`
+    (no arrival time)."""
     from .engine import _cut_reason  # the engine imports this module
 
     n = len(deps[0])
@@ -81,15 +82,17 @@ def run_dependent(pool: Pool, events: EventQueue, roots: np.ndarray, deps: Deps,
                 break  # unreachable: every parent ends, releasing its children
             first = min(busy, key=lambda p: p.clock)
             if first.clock >= limit:
-                # nothing ends before the cap (nothing runs past it): what runs or waits is
+                # nothing ends before the cap (no step starts past it): what runs or waits is
                 # cut off by the engine, the later turns of those sessions are never sent
                 _never_sent(out, arrivals, f"never sent: an earlier turn of its session did not finish "
                                            f"within the simulated-time cap of {cap} s (max_duration_s)")
+                if progress is not None:
+                    progress(n, n)
                 return
             first.advance_until(limit, max_actions=1)
             continue
         t = events.peek_time()
-        pool.advance_until(t)
+        pool.advance_until(min(t, limit))
         if events.peek_time() < t:
             continue  # a completion released an earlier child
         t, kind, payload = events.pop()
@@ -97,7 +100,12 @@ def run_dependent(pool: Pool, events: EventQueue, roots: np.ndarray, deps: Deps,
         handled += 1
         if cap is not None and t > cap:
             out["status"][r] = REJECTED
-            out["reasons"][r] = _cut_reason(cap)
+            if kind == CHILD:  # a later turn due after the cap: never sent (no arrival time)
+                out["reasons"][r] = (f"never sent: due at {t:.6g} s, after the simulated-time cap of "
+                                     f"{cap} s (max_duration_s)")
+                arrivals[r] = np.nan
+            else:  # a scheduled first turn: cut off, as in the open loop
+                out["reasons"][r] = _cut_reason(cap)
         else:
             pool.route(r, t)
         if out["status"][r] == REJECTED:

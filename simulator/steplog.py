@@ -102,7 +102,7 @@ class StepLog:
         """The timeline as one array per column (TL_COLUMNS; the integer ones as int64)."""
         n = len(self.TL_COLUMNS)
         # one transposed copy: every column is then a contiguous row of it
-        by_column = np.frombuffer(bytes(self.tl), dtype=float).reshape(-1, n).T.copy()
+        by_column = np.frombuffer(self.tl, dtype=float).reshape(-1, n).T.copy()  # the view ends here
         return {c: by_column[i].astype(np.int64) if c in self._INT_COLUMNS else by_column[i]
                 for i, c in enumerate(self.TL_COLUMNS)}
 

@@ -51,8 +51,10 @@ def row_work(cost: Any, timeline: Mapping[str, Any]) -> tuple[np.ndarray, np.nda
 
 
 def utilization_columns(cost: Any, timeline: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """The UTIL_COLUMNS of a timeline (a DataFrame or a dict of column arrays), in the order
-    mfu, mbu, mfu_decode, mbu_decode, mfu_prefill, mbu_prefill; NaN on rows without busy time."""
+    """The UTIL_COLUMNS of a timeline (a DataFrame or a dict of column arrays); NaN on rows
+    without busy time. Computed, they come in the order mfu, mbu, mfu_decode, mbu_decode,
+    mfu_prefill, mbu_prefill (as `add_utilization` always added them); without work forms
+    (NaN) or without rows (0) in UTIL_COLUMNS order."""
     if isinstance(timeline, pd.DataFrame):
         rows = len(timeline)
     else:
@@ -89,7 +91,8 @@ def add_utilization(cost: Any, timeline: pd.DataFrame) -> pd.DataFrame:
 def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float | tuple[float, ...]) -> Any:
     """The q-quantile (0..1) of `values` where each counts with its weight (the smallest v
     with cumulative weight >= q of the total); a tuple of q gives a tuple (one sort)."""
-    order = np.argsort(values)  # equal values are interchangeable here: no stable sort needed
+    # stable: the cumulative weights then do not depend on how a platform's sort orders ties
+    order = np.argsort(values, kind="stable")
     v, cum = values[order], np.cumsum(weights[order])
     qs = q if isinstance(q, tuple) else (q,)
     idx = np.minimum(np.searchsorted(cum, np.asarray(qs) * cum[-1], side="left"), len(v) - 1)

@@ -397,6 +397,43 @@ def test_closed_loop_runs_nothing_past_the_time_cap(cost):
     assert np.isnan(res.arrival_s[4:]).all() and res.arrival_s[2] == res.finish_s[0]
 
 
+def _steps_started_after(res, cap):
+    tl = res.timeline
+    return int(((tl["time_s"] - tl["busy_s"] >= cap) & (tl["busy_s"] > 0)).sum())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_closed_loop_on_several_replicas_starts_no_step_after_the_cap(cost, seed):
+    """A completion in a step begun before the cap pushes a client release after it; the
+    other replicas must not run steps that start after the cap to reach that release."""
+    rng = np.random.default_rng(seed)
+    n = 60
+    w = Workload(np.zeros(n), rng.integers(500, 4000, n), rng.integers(5, 300, n), concurrency=int(rng.integers(2, 8)))
+    cap = float(rng.uniform(0.5, 3))
+    res = simulate(cost, w, EngineConfig(max_duration_s=cap, debug=True), replicas=int(rng.integers(2, 4)),
+                   router="least-outstanding" if seed % 2 else "round-robin")
+    assert _steps_started_after(res, cap) == 0
+
+
+def test_multi_turn_starts_no_step_after_the_cap(cost):
+    """Chat A: a first turn of 600 tokens from t = 0, then a turn 20 s after it ends; chat B:
+    one turn at t = 30 s; a 2 s cap. A's first turn is cut off at the cap (not served on
+    to B's arrival), its next turn is never sent (no arrival time), B's turn is cut off as an
+    open-loop arrival after the cap; no step starts after the cap."""
+    w = Workload(np.array([0.0, 0.0, 30.0]), np.array([100, 50, 100]), np.array([600, 40, 40]),
+                 extra={"parent": np.array([-1, 0, -1]), "think_time_s": np.array([0.0, 20.0, 0.0])})
+    res = simulate(cost, w, EngineConfig(max_duration_s=2.0, debug=True))
+    assert (res.status == REJECTED).all() and _steps_started_after(res, 2.0) == 0
+    assert "not finished within" in res.reasons[0] and "not finished within" in res.reasons[2]
+    assert "never sent" in res.reasons[1] and np.isnan(res.arrival_s[1]) and res.arrival_s[2] == 30.0
+    # a later turn due after the cap (its parent done): never sent, with the time it was due
+    w2 = Workload(np.array([0.0, 0.0]), np.array([100, 50]), np.array([20, 40]),
+                  extra={"parent": np.array([-1, 0]), "think_time_s": np.array([0.0, 20.0])})
+    res2 = simulate(cost, w2, EngineConfig(max_duration_s=2.0, debug=True))
+    assert res2.status.tolist() == [COMPLETED, REJECTED] and np.isnan(res2.arrival_s[1])
+    assert res2.reasons[1].startswith("never sent: due at") and _steps_started_after(res2, 2.0) == 0
+
+
 def test_timeline_is_decimated_to_a_bound():
     from simulator.engine import _Log
 

@@ -130,6 +130,17 @@ def test_time_cap_leaves_waiting_requests_unsent():
     assert np.isnan(res.arrival_s[2])
 
 
+def test_time_cap_still_uses_a_slot_freed_before_it():
+    """N = 1, cap 10 s, C scheduled at 100 s (after the cap): A done 2.011 frees the slot in
+    time, so B (waiting since 0.1) is sent at 2.011 and done at 4.022; only C, never arrived
+    before the cap, is cut off (the run used to stop at C's arrival, leaving B unsent)."""
+    res = simulate(COST, wl([0, 0.1, 100.0], [10, 10, 10], [2, 2, 2], max_concurrency=1), cfg(max_duration_s=10.0))
+    one = d(10) + d(1)
+    assert list(res.status) == [COMPLETED, COMPLETED, REJECTED]
+    np.testing.assert_allclose(res.finish_s[:2], [one, 2 * one], rtol=1e-12)
+    assert "not finished within" in res.reasons[2]
+
+
 def test_scenario_and_workload_wiring():
     sc = Scenario(workload="random", rate=20.0, concurrency=8, num_requests=10)
     w = sc.make_workload()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.engine import COMPLETED, EngineConfig, simulate
+from simulator.engine import COMPLETED, REJECTED, EngineConfig, simulate
 from simulator.metrics import summarize
 from simulator.prefix import PrefixWorkload, Segment, multi_turn_chats, prompt_tokens, shared_prefix
 from simulator.prefixcache import PrefixKVCache
@@ -137,6 +137,30 @@ def test_multi_turn_runs_nothing_past_the_time_cap(cost):
     assert all("not finished within" in res.reasons[r] for r in (1, 4, 7))
     assert all("never sent" in res.reasons[r] and np.isnan(res.arrival_s[r]) for r in (2, 5, 8))
     assert summarize(res)["failed"] == 6
+
+
+@pytest.mark.parametrize("scheduler", ["sglang", "trtllm", "vllm"])
+def test_multi_turn_caching_under_kv_pressure_keeps_the_ledger(scheduler):
+    """Random multi-turn chats, prefix caching on, a KV cache a few long prompts fill, one and
+    two replicas, the debug ledger on (no block used twice or over-committed, every request
+    completed or rejected) and every completed request with a first token. SGLang used to
+    over-commit here (the free blocks a cached prefix takes when locked were not counted, and
+    a chunked prompt waiting for blocks was advanced as a decode), and TRT-LLM's no-evict
+    reservation shrank as tokens were generated."""
+    real = make_cost_model("llama-2-7b", "a100-sxm-80gb")
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        conv = [[(int(rng.integers(20, 600)), int(rng.integers(5, 300))) for _ in range(int(rng.integers(2, 6)))]
+                for _ in range(int(rng.integers(3, 15)))]
+        w = multi_turn_chats(conv, system_prompt_len=int(rng.integers(0, 500)), rate=float(rng.uniform(0.5, 5)),
+                             think_time_s=float(rng.uniform(0, 2))).to_workload()
+        c = cfg(scheduler=scheduler, kv_capacity_tokens=int(rng.integers(2500, 8000)),
+                max_num_seqs=int(rng.integers(1, 8)), max_num_batched_tokens=int(rng.choice([512, 2048, 8192])))
+        for replicas in (1, 2):
+            res = simulate(real, w, c, replicas=replicas)
+            done = res.status == COMPLETED
+            assert ((res.status == COMPLETED) | (res.status == REJECTED)).all()
+            assert np.isfinite(res.first_token_s[done]).all(), (seed, replicas)
 
 
 def test_shared_prefix_multi_turn_rounds(cost):

@@ -54,7 +54,7 @@ def _serving_case(draw):
     ins = draw(st.lists(st.integers(1, 400), min_size=n, max_size=n))
     outs = draw(st.lists(st.integers(1, draw(st.sampled_from([60, 300]))), min_size=n, max_size=n))
     closed = draw(st.one_of(st.none(), st.integers(1, 6)))
-    cfg = dict(scheduler=draw(st.sampled_from(["vllm", "prefill-priority", "static"])),
+    cfg = dict(scheduler=draw(st.sampled_from(["vllm", "prefill-priority", "static", "trtllm", "sglang"])),
                max_num_seqs=draw(st.sampled_from([1, 2, 3, 8, 64])),
                max_num_batched_tokens=draw(st.sampled_from([1, 7, 64, 512, 8192])),
                block_size=draw(st.sampled_from([1, 16])),
@@ -93,8 +93,10 @@ def test_conservation_property(cost, case):
         assert gaps == want  # every token of every completed request, none else
     else:
         assert gaps >= want  # plus the tokens of requests cut off by the cap
-        if cfg["scheduler"] != "static":
+        if cfg["scheduler"] != "static":  # static runs a whole batch as one action
             assert np.all(e <= cfg["max_duration_s"] + 1.0)  # only a step begun before the cap ends after it
+            tl = res.timeline
+            assert not ((tl["time_s"] - tl["busy_s"] >= cfg["max_duration_s"]) & (tl["busy_s"] > 0)).any()
     assert (res.replica[done] >= 0).all() and (res.replica < replicas).all()
     rec = res.records()[done]
     cols = ["arrival_s", "first_token_s", "finish_s", "ttft_s", "e2el_s"]

@@ -45,6 +45,19 @@ def test_trtllm_no_evict_reserves_prompt_plus_output():
     assert res.preemptions.sum() == 0
 
 
+def test_trtllm_no_evict_reservation_holds_while_decoding():
+    """10 blocks of 4. A (8 in, 24 out) keeps a reservation of ceil(32 / 4) = 8 blocks for its
+    whole life, so B (4 in, 8 out: 3 blocks), arriving at t = 10.5 while A decodes, finds
+    10 - 8 = 2 blocks unreserved and waits for A to finish (a reservation that shrank with
+    every token A generated let B in early and used blocks that did not exist). A: first
+    token at d(8), 23 decodes of d(1); then B: prefill d(4), 7 decodes."""
+    res = run("trtllm", wl([0, 10.5], [8, 4], [24, 8]), blocks=10)
+    t_a = d(8) + 23 * d(1)
+    assert res.finish_s[0] == pytest.approx(t_a, rel=1e-12)
+    assert res.first_token_s[1] == pytest.approx(t_a + d(4), rel=1e-12)
+    assert res.finish_s[1] == pytest.approx(t_a + d(4) + 7 * d(1), rel=1e-12)
+
+
 def test_trtllm_chunked_context_in_block_units():
     """Budget 6, blocks of 4. A (10 in, 2 out), B (4 in, 2 out) at t=0.
     step 1: A chunk 6 -> 4 (rounded down to a block); B's 2 leftover tokens round to 0: waits.
