@@ -215,14 +215,17 @@ def _stratified(rows: list[dict]) -> list[dict]:
 @pytest.mark.skipif(not THROUGHPUT.is_file(), reason="dev_throughput.csv not present")
 def test_dev_throughput_subset_accuracy() -> None:
     """1 row per (shape, hardware) cell of dev_throughput.csv (45 rows), event simulation under
-    the trtllm profile: median APE within a point of the issue's 12 % target (11.5 % today on
-    this subset, 10.4 % on all 622 rows) and every shape's median APE under 25 % (the
-    target is 20 % on each shape's 40+ rows; 5 rows a shape here). Fails if the model regresses."""
+    the trtllm profile: median APE within a point of today's 14.4 % on this subset (11.6 % on
+    all 622 rows, under the issue's 12 % target; docs/validation.md) and every shape's median
+    APE under 25 % (the target is 20 % on each shape's 40+ rows; 5 rows a shape here). Fails if
+    the model regresses. (The subset read 11.5 % and all rows 10.4 % while the no-evict
+    reservation shrank as tokens were generated and over-committed the KV cache; see
+    docs/validation.md.)"""
     rows, _ = V.load_rows(THROUGHPUT)
     sub = _stratified(rows)
     res = V.validate(sub)
     assert res["predicted"] == len(sub) == 45
-    assert res["median_ape"] < 13.0, res["median_ape"]
+    assert res["median_ape"] < 15.4, res["median_ape"]
     by_shape: dict[str, list[float]] = {}
     for pt, r in zip(res["points"], sub, strict=True):
         by_shape.setdefault(f"{r['input_len']}/{r['output_len']}", []).append(abs(pt["error_pct"]))
