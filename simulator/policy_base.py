@@ -102,11 +102,12 @@ class SchedulerPolicy:
         self.cfg = cfg
         self.params = self.resolve_params(cfg.policy_params)
         self.watermark = float(self.params.get("watermark", 0.0))  # fraction of all blocks kept free
-        # instance copies of the class flags (kept if a subclass set them before calling this):
-        # the admission loops read them per step, and CPython 3.11 specialises instance
-        # attribute loads but not class attributes read through an instance
-        vars(self).setdefault("whole_prompts", type(self).whole_prompts)
-        vars(self).setdefault("gate_whole", type(self).gate_whole)
+        # instance copies of the class flags (a value a subclass set before calling this is
+        # read back and kept): the admission loops read them per step, and CPython 3.11
+        # specialises instance attribute loads but not class attributes read through an
+        # instance. Not vars(self): materialising the instance dict slows every later load.
+        self.whole_prompts = self.whole_prompts
+        self.gate_whole = self.gate_whole
         self._watermark_of = (-1, 0)  # (total blocks, watermark blocks) cache of _watermark_blocks
 
     @classmethod
