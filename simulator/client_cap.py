@@ -29,7 +29,6 @@ Past the simulated-time cap (`max_duration_s`) nothing more is sent.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -57,18 +56,16 @@ def run_capped(pool: Pool, events: EventQueue, scheduled_s: np.ndarray, slots: i
     while sent < n:
         if not len(events):
             # every arrival is in and no release is pending: the earliest busy replica runs a step
-            busy = pool.busy()
-            if not busy:  # unreachable: a request in flight ends, releasing its slot
+            if pool.step_earliest():
+                continue
+            if not pool.busy():  # unreachable: a request in flight ends, releasing its slot
                 raise AssertionError("capped stream: requests wait but nothing is in flight")
-            first = min(busy, key=lambda p: p.clock)
-            if cap is not None and first.clock >= cap:
-                _cut_unsent(out, sent, arrived, n, cap)  # no slot frees within the cap
-                return
-            first.advance_until(math.inf if cap is None else cap, max_actions=1)
-            continue
+            assert cap is not None  # only the cap stops a busy replica
+            _cut_unsent(out, sent, arrived, n, cap)  # no slot frees within the cap
+            return
         t = events.peek_time()
         if cap is not None and t > cap:
-            pool.advance_until(cap)  # a completion before the cap still frees its slot in time
+            pool.advance_until(t)  # to the cap: a completion before it still frees its slot in time
             if events.peek_time() <= cap:
                 continue
             _cut_unsent(out, sent, arrived, n, cap)

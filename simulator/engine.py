@@ -209,16 +209,32 @@ class EventQueue:
 
 
 class Pool:
-    """Replicas of one kind behind one router."""
+    """Replicas of one kind behind one router; with a simulated-time cap (`max_duration_s`)
+    none of them starts a step at or after it (as in the open loop: a step begun before the
+    cap is the last)."""
 
-    def __init__(self, replicas: list[Replica], router: Router) -> None:
+    def __init__(self, replicas: list[Replica], router: Router, cap: float | None = None) -> None:
         self.replicas = replicas
         self.router = router
+        self.limit = math.inf if cap is None else cap
 
     def advance_until(self, t: float) -> None:
-        """Run every replica's steps that start before t."""
+        """Run every replica's steps that start before t (and before the cap)."""
+        t = min(t, self.limit)
         for p in self.replicas:
             p.advance_until(t)
+
+    def step_earliest(self) -> bool:
+        """One scheduling decision (a step or a decode segment) on the busy replica with the
+        earliest clock; False when no replica is busy or the earliest has reached the cap."""
+        busy = self.busy()
+        if not busy:
+            return False
+        first = min(busy, key=lambda p: p.clock)
+        if first.clock >= self.limit:
+            return False
+        first.advance_until(self.limit, max_actions=1)
+        return True
 
     def route(self, r: int, t: float) -> None:
         """Request r arrives at t (the pool has been advanced to t)."""
@@ -228,26 +244,19 @@ class Pool:
         return [p for p in self.replicas if p.has_work()]
 
 
-def _next_release(pool: Pool, events: EventQueue, cap: float | None = None) -> float:
-    """Closed loop: the time the next client is free (the earliest release so far). With a
-    simulated-time cap no step starts at or after it (as in the open loop: a step begun
-    before the cap is the last): a release after the cap is returned as is, and inf when
-    nothing running ends before it (the caller cuts the run off at the cap)."""
-    limit = math.inf if cap is None else cap
+def _next_release(pool: Pool, events: EventQueue) -> float:
+    """Closed loop: the time the next client is free (the earliest release so far); a release
+    after the pool's time cap is returned as is, and inf when nothing running ends before the
+    cap (the caller cuts the run off there)."""
     while True:
         if len(events):
             t = events.peek_time()
-            pool.advance_until(min(t, limit))
+            pool.advance_until(t)
             if events.peek_time() < t:
                 continue  # an earlier completion appeared
             return events.pop()[0]
-        busy = pool.busy()
-        if not busy:
-            return max(p.clock for p in pool.replicas)
-        first = min(busy, key=lambda p: p.clock)
-        if first.clock >= limit:
-            return math.inf
-        first.advance_until(limit, max_actions=1)
+        if not pool.step_earliest():
+            return math.inf if pool.busy() else max(p.clock for p in pool.replicas)
 
 
 def kv_blocks(cost: CostModel, cfg: EngineConfig) -> tuple[int, int]:
@@ -312,7 +321,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     # an uncapped open loop reacts to no completion: no callback (one call less per request)
     reacts = closed is not None or capped is not None or deps is not None
     pool = Pool([Replica(i, cost, cfg, blocks, mml, workload, out, log, on_finish if reacts else None)
-                 for i in range(min(replicas, n))], ROUTERS[router](cfg))
+                 for i in range(min(replicas, n))], ROUTERS[router](cfg), cfg.max_duration_s)
     reps = pool.replicas
     _attach_prefix_caches(reps, workload, cfg)
     if closed is not None:
@@ -461,7 +470,7 @@ def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: in
         return
     for r in range(n):
         if times is None:
-            t = _next_release(pool, events, cap)
+            t = _next_release(pool, events)
             arrivals[r] = t
         else:
             t = times[r]

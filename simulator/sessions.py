@@ -14,7 +14,6 @@ children are pushed into the heap when their parent ends (`CHILD`, payload = req
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -72,27 +71,23 @@ def run_dependent(pool: Pool, events: EventQueue, roots: np.ndarray, deps: Deps,
 
     n = len(deps[0])
     cap = cfg.max_duration_s
-    limit = math.inf if cap is None else cap
     handled = 0
     report_every = max(1, n // 100)
     while handled < n:
         if not len(events):
-            busy = pool.busy()
-            if not busy:
+            if pool.step_earliest():
+                continue
+            if not pool.busy():
                 break  # unreachable: every parent ends, releasing its children
-            first = min(busy, key=lambda p: p.clock)
-            if first.clock >= limit:
-                # nothing ends before the cap (no step starts past it): what runs or waits is
-                # cut off by the engine, the later turns of those sessions are never sent
-                _never_sent(out, arrivals, f"never sent: an earlier turn of its session did not finish "
-                                           f"within the simulated-time cap of {cap} s (max_duration_s)")
-                if progress is not None:
-                    progress(n, n)
-                return
-            first.advance_until(limit, max_actions=1)
-            continue
+            # nothing ends before the cap (no step starts past it): what runs or waits is
+            # cut off by the engine, the later turns of those sessions are never sent
+            _never_sent(out, arrivals, f"never sent: an earlier turn of its session did not finish "
+                                       f"within the simulated-time cap of {cap} s (max_duration_s)")
+            if progress is not None:
+                progress(n, n)
+            return
         t = events.peek_time()
-        pool.advance_until(min(t, limit))
+        pool.advance_until(t)
         if events.peek_time() < t:
             continue  # a completion released an earlier child
         t, kind, payload = events.pop()
