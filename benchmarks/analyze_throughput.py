@@ -64,12 +64,13 @@ from typing import Any
 
 import numpy as np
 
-from simulator.calibrate import nelder_mead
-from simulator.catalog import load_hardware, load_model
-from simulator.memory import activation_reserve_bytes, weights_bytes_per_gpu
+from simulator.analysis.fitting import nelder_mead
+from simulator.analysis.measurements import read_measurements
+from simulator.cost.memory import activation_reserve_bytes, weights_bytes_per_gpu
 from simulator.resolve import make_cost_model
-from simulator.specs import DTypes, Parallelism
-from simulator.validate import read_measurements
+from simulator.specs.catalog import load_hardware, load_model
+from simulator.specs.dtypes import DTypes
+from simulator.specs.parallelism import Parallelism
 
 DATA = Path("/work/shared/reference/measurements/dev_throughput.csv")
 GIB = 2.0**30

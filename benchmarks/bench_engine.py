@@ -22,10 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from simulator import workload as W
-from simulator.engine import EngineConfig, simulate
-from simulator.metrics import summarize
+from simulator.metrics.summary import summarize
 from simulator.resolve import make_cost_model
+from simulator.serving.sched.registry import EngineConfig
+from simulator.serving.simulate import simulate
+from simulator.workloads import workload as W
+from simulator.workloads.traces import builtin
 
 
 def run(label: str, cost, wl, cfg) -> None:
@@ -45,17 +47,16 @@ def run(label: str, cost, wl, cfg) -> None:
 #: a fresh process, one `simulate` call, times at ns resolution (the script prints 2 decimals)
 _TIMED = """
 import time
-from simulator import workload as W
-from simulator.engine import EngineConfig, simulate
-try:
-    from simulator.resolve import make_cost_model
-except ImportError:  # revisions before the restructuring (issue 12)
-    from simulator.roofline import make_cost_model
-cost = make_cost_model("codellama-34b", "a100-sxm-80gb", tp=2)
-cfg = EngineConfig(max_num_seqs=128, max_num_batched_tokens=4096)
-wl = W.scale_to_rate(W.take(W.builtin("azure-conv"), 10_000), RATE)
+import simulator as llmsim
+try:  # the layered package (issue 21)
+    from simulator.workloads.workload import scale_to_rate, take
+except ImportError:  # earlier revisions: one flat package
+    from simulator.workload import scale_to_rate, take
+cost = llmsim.make_cost_model("codellama-34b", "a100-sxm-80gb", tp=2)
+cfg = llmsim.EngineConfig(max_num_seqs=128, max_num_batched_tokens=4096)
+wl = scale_to_rate(take(llmsim.builtin("azure-conv"), 10_000), RATE)
 t0, c0 = time.perf_counter(), time.process_time()
-simulate(cost, wl, cfg)
+llmsim.simulate(cost, wl, cfg)
 print(time.perf_counter() - t0, time.process_time() - c0)
 """
 
@@ -99,7 +100,7 @@ def main() -> None:
         return
     cost = make_cost_model("codellama-34b", "a100-sxm-80gb", tp=2)
     cfg = EngineConfig(max_num_seqs=128, max_num_batched_tokens=4096)
-    wl = W.scale_to_rate(W.take(W.builtin("azure-conv"), 10_000), 2.0)
+    wl = W.scale_to_rate(W.take(builtin("azure-conv"), 10_000), 2.0)
     run("azure-conv 10k @ 2 req/s (target < 1 s)", cost, wl, cfg)
     if "--big" in sys.argv:
         big = W.synthetic(1_000_000, 2.0, 1024, 128, range_ratio=0.5, seed=0)

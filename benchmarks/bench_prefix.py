@@ -16,11 +16,12 @@ import time
 
 import numpy as np
 
-from simulator.engine import EngineConfig, simulate
-from simulator.metrics import summarize
-from simulator.named_workloads import sharegpt_workload
+from simulator.metrics.summary import summarize
 from simulator.resolve import make_cost_model
-from simulator.sharegpt import sharegpt_multi_turn
+from simulator.serving.sched.registry import EngineConfig
+from simulator.serving.simulate import simulate
+from simulator.workloads.named import sharegpt_workload
+from simulator.workloads.sharegpt import sharegpt_multi_turn
 
 
 def timed(cost, wl, on: bool) -> tuple[float, dict]:

@@ -71,9 +71,10 @@ def bound_mb(n: int) -> float:
 def _measure(case: str, n: int, w, t0: float, c0: float, base_rss: float, rss_loaded: float,
              **extra: float) -> dict:
     """Simulate workload `w` on llama-3.1-8b / h100-sxm and collect time, memory and results."""
-    from simulator.engine import EngineConfig, simulate
-    from simulator.metrics import summarize
+    from simulator.metrics.summary import summarize
     from simulator.resolve import make_cost_model
+    from simulator.serving.sched.registry import EngineConfig
+    from simulator.serving.simulate import simulate
 
     cost = make_cost_model("llama-3.1-8b", "h100-sxm")
     t2, c2 = time.perf_counter(), time.process_time()
@@ -90,23 +91,24 @@ def _measure(case: str, n: int, w, t0: float, c0: float, base_rss: float, rss_lo
 
 
 def case_a(n: int) -> dict:
-    from simulator import workload as W
+    from simulator.workloads import traces as T
+    from simulator.workloads import workload as W
 
     base_rss = _rss_mb()
     t0, c0 = time.perf_counter(), time.process_time()
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "trace.csv")
-        W.write_trace(W.take(W.builtin("azure-conv"), n), path)
+        T.write_trace(W.take(T.builtin("azure-conv"), n), path)
         size = os.path.getsize(path)
         t1 = time.perf_counter()
-        w = W.read_trace(path)
+        w = T.read_trace(path)
         t_read = time.perf_counter() - t1
     return _measure(f"(a) azure-conv tiled to {n:,} requests, trace file replay", n, w, t0, c0, base_rss,
                     _rss_mb(), trace_file_mb=size / 1e6, read_trace_s=t_read)
 
 
 def case_b(n: int) -> dict:
-    from simulator import workload as W
+    from simulator.workloads import workload as W
 
     base_rss = _rss_mb()
     t0, c0 = time.perf_counter(), time.process_time()

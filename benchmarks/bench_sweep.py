@@ -5,7 +5,7 @@
 
     python benchmarks/bench_sweep.py [--serial | --workers N] [-n 2000]
 
-Runs it through the Python API (`simulator.sweep.sweep`) with the same executor choice as
+Runs it through the Python API (`simulator.analysis.sweep.sweep`) with the same executor choice as
 the command (default: a process pool of os.cpu_count() workers, pool start-up included) and
 prints the seconds, the number of simulations and the per-curve results.
 """
@@ -16,8 +16,9 @@ import argparse
 import os
 import time
 
+from simulator.analysis.executors import make_executor
+from simulator.analysis.sweep import sweep
 from simulator.scenario import Scenario
-from simulator.sweep import make_executor, sweep
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ import argparse
 import json
 from typing import Any
 
-from simulator.plan_disagg import goodput_per_gpu
+from simulator.analysis.plan_disagg import goodput_per_gpu
 from simulator.scenario import Scenario
 
 CASES = {

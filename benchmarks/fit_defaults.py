@@ -3,7 +3,7 @@
     python benchmarks/fit_defaults.py            # fit, write hardware_specs/*.yaml, docs
     python benchmarks/fit_defaults.py --dry-run  # fit and print, write nothing
 
-1. `llmsim calibrate` (simulator.calibrate.calibrate) for every hardware id that has rows in
+1. `llmsim calibrate` (simulator.analysis.calibrate.calibrate) for every hardware id that has rows in
    the measurement file (dev.csv: a100-sxm-80gb, h100-sxm, l40s), with Vidur's GEMM and
    all-reduce timings where Vidur profiled that chip. Objective: mean squared log error, each
    source weighted equally. link_latency_s is a hardware field outside the `efficiency:` block
@@ -33,10 +33,11 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simulator import calibrate as C  # noqa: E402
-from simulator import plots  # noqa: E402
-from simulator import validate as V  # noqa: E402
-from simulator.catalog import hardware_catalog  # noqa: E402
+from simulator.analysis import calibrate as C  # noqa: E402
+from simulator.analysis import measurements as measurements_mod  # noqa: E402
+from simulator.analysis import validate as V  # noqa: E402
+from simulator.cli import plots  # noqa: E402
+from simulator.specs.catalog import hardware_catalog  # noqa: E402
 
 #: chip without measurements -> (measured chip whose values it takes, why)
 DERIVED = {
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     meas = ref / "measurements" / "dev.csv"
     ops = ref / "measurements" / "vidur_op_times_ms.csv"
     ar = ref / "measurements" / "vidur_allreduce_ms.csv"
-    rows, _ = V.read_measurements(meas)
+    rows, _ = measurements_mod.read_measurements(meas)
     date = datetime.date.today().isoformat()
     hw_dir = ROOT / "hardware_specs"
     measured = sorted({r["hardware"] for r in rows if r["hardware"] in hardware_catalog()})

@@ -6,7 +6,7 @@ Run by hand (not in CI):
 
 Every row of `shared/reference/measurements/dev_throughput.csv` (TensorRT-LLM v0.14
 trtllm-bench, offline max throughput) is priced as `llmsim validate` prices it: the `trtllm`
-profile (`engine_setup.row_settings`: trtllm-bench limits from ISL/OSL, KV by the
+profile (`profiles.apply.row_settings`: trtllm-bench limits from ISL/OSL, KV by the
 free-after-load rule on NVML memory, all requests at t = 0, exact lengths,
 `BENCH_WAVES` x the concurrency the run can fill) and the discrete-event engine.
 
@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from simulator import validate as V
-from simulator.engine_setup import profile_hardware  # noqa: F401  (documents what is applied)
-from simulator.engines import EngineProfile, Tunable, chip_class, load_engine
+from simulator.analysis import measurements
+from simulator.analysis import validate as V
+from simulator.profiles.profile import EngineProfile, Tunable, chip_class, load_engine
 
 DATA = Path("/work/shared/reference/measurements/dev_throughput.csv")
 GIB = 2.0**30
@@ -125,7 +125,7 @@ class Predictor:
                 r = rows[i]
                 try:
                     val = v.predict_row(r)
-                except V.SkipRow:
+                except measurements.SkipRow:
                     val = float("nan")
                 self.cache[self._key(r, p)] = val
                 out[i] = val
@@ -316,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     a = ap.parse_args(argv)
     steps = [float(x) for x in a.steps.split(",")]
     loo_steps = [float(x) for x in a.loo_steps.split(",")]
-    rows, skipped = V.load_rows(a.data)
+    rows, skipped = measurements.load_rows(a.data)
     rows = [r for r in rows if r["scenario"] == "offline_max_throughput"]
     base = load_engine("trtllm")
     p0 = start_params(base)

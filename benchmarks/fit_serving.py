@@ -7,7 +7,7 @@ scheduling, input preparation and launch not hidden by async scheduling; replace
 YAML's value, which was fitted on older static-batch engines), `kernels.allreduce_latency_s`
 (per all-reduce call: vLLM's custom all-reduce, replacing the hardware YAML's NCCL latency) and
 `overheads.per_request_s` (API-server latency outside the engine core;
-`serving_rows.with_frontend`, which also adds the async-scheduling admission lag of one step,
+`serving.client_view.ClientView`, which also adds the async-scheduling admission lag of one step,
 a structural rule, not fitted). Method: a grid over step_overhead_s x allreduce_latency_s (one
 simulation of every run, as `validate` prices it, per pair) x per_request_s (a shift of the
 simulated times, no re-simulation), minimising the median absolute percentage error over the
@@ -28,18 +28,18 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from simulator.engine_setup import row_settings  # noqa: E402
-from simulator.engines import EngineProfile, Tunable, load_engine  # noqa: E402
-from simulator.metrics import summarize  # noqa: E402
-from simulator.serving_rows import (  # noqa: E402
+from simulator.analysis.measurements import SERVING_METRICS, load_rows
+from simulator.analysis.serving_rows import (
     is_serving_run_row,
-    lag_steps_for,
     num_requests_for,
     run_key,
     simulate_row,
-    with_frontend,
 )
-from simulator.validate import SERVING_METRICS, Validator, load_rows  # noqa: E402
+from simulator.analysis.validate import Validator  # noqa: E402
+from simulator.metrics.summary import summarize  # noqa: E402
+from simulator.profiles.apply import lag_steps_for, row_settings
+from simulator.profiles.profile import EngineProfile, Tunable, load_engine  # noqa: E402
+from simulator.serving.client_view import ClientView
 
 DATA = Path("/work/shared/reference/measurements/dev_serving.csv")
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -80,14 +80,14 @@ def simulate_all(groups: dict[tuple, list[dict]], step_s: float, allreduce_s: fl
         cost = v.cost_model(rs[0])
         n = num_requests_for(rs[0]["request_rate"], max_requests)
         settings = row_settings(profile, cost, dict(rs[0]), n, offline=False)
-        out[k] = simulate_row(rs[0], cost, 0.0, max_requests, lag_steps_for(profile), settings)
+        out[k] = simulate_row(rs[0], cost, ClientView(0.0, lag_steps_for(profile)), max_requests, settings)
     return out
 
 
 def errors(groups: dict, sims: dict, frontend_s: float, metrics: tuple = TARGET) -> list[tuple[dict, float]]:
     out = []
     for k, rs in groups.items():
-        s = summarize(with_frontend(sims[k], frontend_s), {})
+        s = summarize(ClientView(frontend_s).apply(sims[k]), {})
         for r in rs:
             if r["metric"] in metrics:
                 pred = float(s[SERVING_METRICS[r["metric"]]])
@@ -122,7 +122,7 @@ def doc_points(groups: dict, table: dict, fits: dict) -> list[dict]:
     pts = []
     for k, rs in groups.items():
         params, d = fits[rs[0]["model"]]
-        held = summarize(with_frontend(table[params][k], d), {})
+        held = summarize(ClientView(d).apply(table[params][k]), {})
         for r in rs:
             key = SERVING_METRICS[r["metric"]]
             pts.append({"id": r["id"], "model": r["model"], "dataset": r["dataset"].rsplit("-", 1)[-1],

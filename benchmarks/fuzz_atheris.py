@@ -22,11 +22,11 @@ import tempfile
 import atheris
 
 with atheris.instrument_imports():
-    from simulator.catalog import import_hf_config, load_hardware, load_model
-    from simulator.catalog import read_yaml as _read_yaml
     from simulator.scenario import Scenario
-    from simulator.specs import SpecError
-    from simulator.workload import read_trace
+    from simulator.specs.catalog import import_hf_config, load_hardware, load_model
+    from simulator.specs.catalog import read_yaml as _read_yaml
+    from simulator.specs.checks import SpecError
+    from simulator.workloads.traces import read_trace
 
 _DIR = tempfile.mkdtemp(prefix="llmsim-fuzz-")
 _SEEDS = [

@@ -12,7 +12,7 @@ For every hardware (then every input/output shape) of `dev_throughput.csv` held 
    Nelder-Mead on mean squared log error, started from the all-rows analytic fit);
 2. price the held-out rows with the EVENT simulation exactly as `llmsim validate` does
    (`fit_engines.Predictor`: the trtllm profile with those six values, trtllm-bench limits,
-   `engine_setup.BENCH_WAVES` waves), so the number reported is the shipped simulator's error on
+   `profiles.apply.BENCH_WAVES` waves), so the number reported is the shipped simulator's error on
    data the parameters never saw.
 
 A parameter the training rows cannot inform keeps a stand-in: with L40S held out no Ada fp8 row
@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import analyze_throughput as AT  # noqa: E402
 import fit_engines as FE  # noqa: E402
 
-from simulator import validate as V  # noqa: E402
-from simulator.engines import load_engine  # noqa: E402
+from simulator.analysis import measurements
+from simulator.profiles.profile import load_engine  # noqa: E402
 
 #: analytic parameter name -> fit_engines / profile parameter name
 TO_PROFILE = {"step_overhead_s": "step_overhead_s", "mem_reserve_gib": "runtime_reserve_gib",
@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     bad = [k for k in kinds if k not in KINDS]
     if bad:
         raise SystemExit(f"--kinds: unknown kind {bad[0]!r}; allowed: {', '.join(KINDS)}")
-    raw, _ = V.load_rows(a.data)
+    raw, _ = measurements.load_rows(a.data)
     raw = [r for r in raw if r["scenario"] == "offline_max_throughput"]
     fitter, models = analytic_fitter(raw)
     t0 = time.time()

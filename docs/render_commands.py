@@ -28,7 +28,7 @@ MAX_LINES = 60
 def run(line: str) -> tuple[int, str]:
     from click.testing import CliRunner
 
-    from simulator.cli import main
+    from simulator.cli.commands import main
 
     args = shlex.split(line, comments=True)[1:]
     r = CliRunner().invoke(main, args)

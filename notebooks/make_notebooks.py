@@ -149,14 +149,14 @@ for hw, cost in real.items():
     ("md", """\
 ## The roofline chart
 
-`simulator.plots.roofline_chart` (the `llmsim roofline` command) places every op of a prefill
+`simulator.cli.plots.roofline_chart` (the `llmsim roofline` command) places every op of a prefill
 step and a decode step on the chip's roofline: decode GEMMs sit far left (memory-bound), prefill
 GEMMs right of the ridge (compute-bound); decode attention stays memory-bound at any batch."""),
     ("code", '''\
 import tempfile
 from pathlib import Path
 from IPython.display import Image, display
-from simulator.plots import roofline_chart
+from simulator.cli.plots import roofline_chart
 
 tmp = Path(tempfile.mkdtemp())
 for hw in HARDWARE:

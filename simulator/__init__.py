@@ -15,9 +15,9 @@ Public API (``import simulator as llmsim``; reference and examples in docs/api.m
 - planning: `make_plan`, `run_whatif`
 
 Every public name is a plain function or class, and none shares its name with a submodule:
-`run_sweep` is `simulator.sweep.sweep`, `validate_rows` is `simulator.validate.validate`,
-`calibrate_hardware` is `simulator.calibrate.calibrate`, `make_plan` is `simulator.plan.plan`
-and `run_whatif` is `simulator.whatif.whatif`; ``from simulator import sweep`` is the module.
+`run_sweep` is `simulator.analysis.sweep.sweep`, `validate_rows` is `simulator.analysis.validate.validate`,
+`calibrate_hardware` is `simulator.analysis.calibrate.calibrate`, `make_plan` is `simulator.analysis.plan.plan`
+and `run_whatif` is `simulator.analysis.whatif.whatif`; ``from simulator import sweep`` is the module.
 
 Importing the package is cheap and has no side effects: everything but the spec/catalog
 layer is imported on first use (PEP 562 module ``__getattr__``).
@@ -28,8 +28,17 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .catalog import hardware_catalog, import_hf_config, load_hardware, load_model, model_catalog
-from .specs import DTYPES, HardwareSpec, ModelSpec, SpecError
+from simulator.specs.catalog import (
+    hardware_catalog,
+    import_hf_config,
+    load_hardware,
+    load_model,
+    model_catalog,
+)
+from simulator.specs.checks import SpecError
+from simulator.specs.dtypes import DTYPES
+from simulator.specs.hardware import HardwareSpec
+from simulator.specs.model import ModelSpec
 
 __version__ = "0.1.0"
 
@@ -37,38 +46,38 @@ __version__ = "0.1.0"
 _LAZY: dict[str, tuple[str, str]] = {
     # roofline
     "make_cost_model": ("resolve", "make_cost_model"),
-    "CostModel": ("roofline", "CostModel"),
-    "Parallelism": ("specs", "Parallelism"),
-    "DTypes": ("specs", "DTypes"),
-    "StepBatch": ("roofline", "StepBatch"),
-    "predict_static": ("predict", "predict_static"),
-    "prefill_step": ("roofline", "prefill_step"),
-    "decode_step": ("roofline", "decode_step"),
-    "memory_plan": ("memory", "memory_plan"),
+    "CostModel": ("cost.roofline", "CostModel"),
+    "Parallelism": ("specs.parallelism", "Parallelism"),
+    "DTypes": ("specs.dtypes", "DTypes"),
+    "StepBatch": ("cost.stepbatch", "StepBatch"),
+    "predict_static": ("cost.predict", "predict_static"),
+    "prefill_step": ("cost.stepbatch", "prefill_step"),
+    "decode_step": ("cost.stepbatch", "decode_step"),
+    "memory_plan": ("cost.memory", "memory_plan"),
     # workloads
     "make_workload": ("api", "make_workload"),
-    "synthetic": ("workload", "synthetic"),
-    "builtin": ("workload", "builtin"),
-    "read_trace": ("workload", "read_trace"),
-    "Workload": ("workload", "Workload"),
+    "synthetic": ("workloads.workload", "synthetic"),
+    "builtin": ("workloads.traces", "builtin"),
+    "read_trace": ("workloads.traces", "read_trace"),
+    "Workload": ("workloads.workload", "Workload"),
     # serving
     "Scenario": ("scenario", "Scenario"),
     "run": ("api", "run"),
-    "simulate": ("engine", "simulate"),
-    "EngineConfig": ("engine", "EngineConfig"),
-    "summarize": ("metrics", "summarize"),
+    "simulate": ("serving.simulate", "simulate"),
+    "EngineConfig": ("serving.sched.registry", "EngineConfig"),
+    "summarize": ("metrics.summary", "summarize"),
     # load
-    "run_sweep": ("sweep", "sweep"),
-    "parse_sweep": ("sweep", "parse_sweep"),
-    "make_executor": ("executors", "make_executor"),
+    "run_sweep": ("analysis.sweep", "sweep"),
+    "parse_sweep": ("analysis.sweep", "parse_sweep"),
+    "make_executor": ("analysis.executors", "make_executor"),
     # validation
-    "validate_rows": ("validate", "validate"),
-    "read_measurements": ("validate", "read_measurements"),
-    "Validator": ("validate", "Validator"),
-    "calibrate_hardware": ("calibrate", "calibrate"),
+    "validate_rows": ("analysis.validate", "validate"),
+    "read_measurements": ("analysis.measurements", "read_measurements"),
+    "Validator": ("analysis.validate", "Validator"),
+    "calibrate_hardware": ("analysis.calibrate", "calibrate"),
     # planning
-    "make_plan": ("plan", "plan"),
-    "run_whatif": ("whatif", "whatif"),
+    "make_plan": ("analysis.plan", "plan"),
+    "run_whatif": ("analysis.whatif", "whatif"),
 }
 
 __all__ = [

@@ -20,7 +20,7 @@ def make_workload(workload: str = "azure-conv", num_requests: int = 1000, rate: 
     `burstiness`, `concurrency`, `input_len`, `output_len`, `range_ratio`, `skip_bad_rows`).
     Returns a `Workload` (arrays `arrival_s`, `input_len`, `output_len`).
     """
-    from .scenario import Scenario
+    from simulator.scenario import Scenario
 
     return Scenario(workload=workload, num_requests=num_requests, rate=rate, **kw).make_workload()
 
@@ -31,7 +31,7 @@ def run(**fields: Any) -> dict[str, Any]:
     ``llmsim.run(model="llama-3.1-8b", hardware="h100-sxm", workload="azure-conv",
     num_requests=200)`` is ``llmsim simulate -m ... -H ... -w ... -n 200 --json``.
     """
-    from .scenario import Scenario
+    from simulator.scenario import Scenario
 
     return Scenario(**fields).run()[1]
 

@@ -6,7 +6,8 @@
       decode: {tp: 8, hardware: h200-sxm, max_num_seqs: 512, router: least-outstanding}
       link: {kind: auto, efficiency: 0.8, latency_s: 1e-5, overhead_s: 0.001}
 
-Each pool is the scenario with that pool's settings replaced (any of POOL_KEYS); the link
+Each pool is the scenario with that pool's settings replaced (any of POOL_KEYS;
+`Scenario.pool`), and `Scenario.run` serves the deployment; the link
 defaults to NVLink when both pools fit in one node of the same hardware
 (P tp_p pp_p + D tp_d pp_d <= gpus_per_node) and to the scale-out network otherwise
 (`network.py`), with the hardware's fitted `link_efficiency` and no per-transfer overhead.
@@ -14,18 +15,13 @@ defaults to NVLink when both pools fit in one node of the same hardware
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .disagg import KVLink, simulate_disagg, transfer_summary
-from .network import scaleout_link, scaleup_link
-from .roofline import CostModel
-from .specs import SpecError, _did_you_mean
-
-if TYPE_CHECKING:
-    from .engine import SimResult
-    from .scenario import Scenario
-    from .workload import Workload
+from simulator.cost.network import scaleout_link, scaleup_link
+from simulator.cost.roofline import CostModel
+from simulator.serving.disagg import KVLink
+from simulator.specs.checks import SpecError
+from simulator.specs.fields import _did_you_mean
 
 #: scenario settings a pool may override
 POOL_KEYS = ("hardware", "tp", "pp", "ep", "pp_microbatches", "expert_imbalance", "weight_dtype", "activation_dtype", "kv_dtype", "ideal", "efficiency",
@@ -69,15 +65,6 @@ def check_deployment(dep: Any) -> None:
         raise SpecError(f"deployment.link.kind: {kind!r} is not one of {', '.join(LINK_KINDS)}")
 
 
-def pool_scenario(sc: Scenario, pool: str) -> Scenario:
-    """The scenario of one pool: the base with the pool's overrides."""
-    over = {str(k).replace("-", "_"): v for k, v in (sc.deployment or {}).get(pool, {}).items()}
-    try:
-        return sc.replace(disagg=None, deployment={}, **over)
-    except SpecError as e:
-        raise SpecError(f"deployment.{pool}.{e}") from None
-
-
 def kv_link(prefill: CostModel, decode: CostModel, P: int, D: int, over: dict[str, Any] | None = None) -> KVLink:
     """The link KV crosses between the pools (module docstring)."""
     over = {str(k).replace("-", "_"): v for k, v in (over or {}).items()}
@@ -100,40 +87,7 @@ def kv_link(prefill: CostModel, decode: CostModel, P: int, D: int, over: dict[st
         raise SpecError(f"deployment.link: {over!r}: every value but kind must be a number") from None
 
 
-def run_disagg(sc: Scenario, workload: Workload,
-               progress: Callable[[int, int], None] | None = None) -> tuple[SimResult, dict[str, Any]]:
-    """Simulate the scenario's disaggregated deployment: (result, summary)."""
-    from .metrics import summarize
-
-    P, D = parse_disagg(sc.disagg)
-    ps, ds = pool_scenario(sc, "prefill"), pool_scenario(sc, "decode")
-    pc, dc = ps.cost_model(), ds.cost_model()
-    if pc.model.id != dc.model.id:
-        raise SpecError("deployment: both pools must serve the same model")
-    link = kv_link(pc, dc, P, D, (sc.deployment or {}).get("link"))
-    res = simulate_disagg(pc, dc, workload, link, ps.engine_config(), ds.engine_config(), P, D,
-                          ps.router, ds.router, progress)
-    summary = summarize(res, sc.slos_s)
-    summary.update(transfer_summary(res))
-    summary.update({
-        "workload": workload.name or str(sc.workload), "model": pc.model.id,
-        "hardware": pc.hardware.id if pc.hardware.id == dc.hardware.id else f"{pc.hardware.id}/{dc.hardware.id}",
-        "disagg": f"{P}:{D}", "tp": sc.tp, "prefill_tp": ps.tp, "decode_tp": ds.tp,
-        "prefill_hardware": pc.hardware.id, "decode_hardware": dc.hardware.id,
-        "replicas": P + D, "prefill_replicas": P, "decode_replicas": D,
-        "kv_capacity_tokens_per_replica": res.meta["kv_capacity_tokens_per_replica"],
-        "prefill_busy_s": res.meta["prefill_busy_s"], "decode_busy_s": res.meta["decode_busy_s"],
-    })
-    price = _price_per_hour(pc, dc, P, D)
-    if price is not None:
-        summary["price_per_hour_usd"] = price
-    notes = list(dict.fromkeys(pc.notes + dc.notes))
-    if notes:
-        summary["notes"] = notes
-    return res, summary
-
-
-def _price_per_hour(pc: CostModel, dc: CostModel, P: int, D: int) -> float | None:
+def price_per_hour(pc: CostModel, dc: CostModel, P: int, D: int) -> float | None:
     a, b = pc.hardware.price_per_gpu_hour_usd, dc.hardware.price_per_gpu_hour_usd
     if a is None or b is None:
         return None

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import os
 
-from .catalog import load_hardware, load_model
-from .roofline import CostModel
-from .specs import DTYPES, DTypes, HardwareSpec, ModelSpec, Parallelism, SpecError, check_choice
+from simulator.cost.roofline import CostModel
+from simulator.specs.catalog import load_hardware, load_model
+from simulator.specs.checks import SpecError, check_choice
+from simulator.specs.dtypes import DTYPES, DTypes
+from simulator.specs.hardware import HardwareSpec
+from simulator.specs.model import ModelSpec
+from simulator.specs.parallelism import Parallelism
 
 
 def make_cost_model(model: str | os.PathLike | ModelSpec, hardware: str | os.PathLike | HardwareSpec, tp: int = 1, pp: int = 1,
@@ -52,9 +56,14 @@ def load_any_spec(ref: str) -> ModelSpec | HardwareSpec:
     """A model or hardware spec from an id, alias or file (a YAML's keys tell which)."""
     from pathlib import Path
 
-    from .catalog import hardware_catalog, model_catalog, read_yaml, resolve_hardware_id
-    from .checks import show
-    from .specs import _did_you_mean
+    from simulator.specs.catalog import (
+        hardware_catalog,
+        model_catalog,
+        read_yaml,
+        resolve_hardware_id,
+    )
+    from simulator.specs.checks import show
+    from simulator.specs.fields import _did_you_mean
 
     if resolve_hardware_id(ref) is not None:
         return load_hardware(ref)

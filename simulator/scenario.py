@@ -14,7 +14,7 @@ semaphore, `client_cap.py`); without one (or at rate inf) it is a closed loop of
 sends its next request when the previous one returns; arrival times are then ignored), the same
 schedule as the cap on arrivals all at t = 0.
 
-Engine profiles (`engine`, `--engine NAME|FILE`, `engine_setup`; default `vllm`, vLLM V1):
+Engine profiles (`engine`, `--engine NAME|FILE`, `profiles/apply`; default `vllm`, vLLM V1):
 the profile prices the run (overheads and kernel factors on the hardware, the all-reduce
 width), picks the scheduler policy and, when its KV rule is not vLLM's, the KV capacity
 (`gpu_memory_utilization` is then the engine's own fraction). Its default limits fill the
@@ -34,38 +34,46 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import workload as wl
-from .catalog import load_hardware, load_model, read_yaml
-from .energy import run_energy
-from .engine import ROUTERS, SCHEDULERS, EngineConfig, SimResult, simulate
-from .engine_setup import (
-    frontend_s_for,
-    lag_steps_for,
+from simulator.cost.roofline import CostModel
+from simulator.deployment import check_deployment, kv_link, parse_disagg, price_per_hour
+from simulator.metrics.energy import run_energy
+from simulator.metrics.slo import goodput_ms, parse_goodput
+from simulator.metrics.summary import summarize
+from simulator.profiles.apply import (
+    client_view_for,
     policy_params_for,
     profile_hardware,
     profile_kv_tokens,
     profile_model,
     profile_settings,
     sglang_seats,
-    with_frontend,
 )
-from .engines import load_engine
-from .metrics import summarize
-from .named_workloads import (
+from simulator.profiles.profile import load_engine
+from simulator.resolve import make_cost_model
+from simulator.serving.disagg import simulate_disagg, transfer_summary
+from simulator.serving.pool import ROUTERS
+from simulator.serving.records import SimResult
+from simulator.serving.sched.registry import SCHEDULERS, EngineConfig
+from simulator.serving.simulate import simulate
+from simulator.specs.catalog import load_hardware, load_model, read_yaml
+from simulator.specs.checks import SpecError, check_int
+from simulator.specs.dtypes import DTYPES
+from simulator.specs.fields import _did_you_mean
+from simulator.specs.hardware import HardwareSpec
+from simulator.specs.model import ModelSpec
+from simulator.workloads import workload as wl
+from simulator.workloads.named import (
     DEFAULT_NUM_REQUESTS,
-    NAMED,
+    NAMED_WORKLOADS,
     DefaultCount,
+    WorkloadRequest,
     chars_summary,
-    check_shared_prefix_fields,
     is_trace_file,
+    named_workload,
     replay,
-    shared_prefix_workload,
-    sharegpt_workload,
+    workload_param,
 )
-from .resolve import make_cost_model
-from .roofline import CostModel
-from .slo import goodput_ms, parse_goodput
-from .specs import DTYPES, HardwareSpec, ModelSpec, SpecError, _did_you_mean
+from simulator.workloads.traces import load_workload
 
 DEFAULT_WORKLOAD = "azure-conv"
 #: KV-cache format when none is given: bf16 whatever the activation format, as vLLM's
@@ -133,16 +141,14 @@ class Scenario:
     policy_params: dict = AUTO  # the scheduler policy's parameters
     disagg: str | None = None  # "P:D": disaggregated prefill/decode pools (deployment.py)
     deployment: dict = field(default_factory=dict)  # per-pool settings of a disaggregated run
-    # prefix caching and the workloads that exercise it (named_workloads.py)
+    # prefix caching and the workloads that exercise it (workloads/named.py)
     enable_prefix_caching: bool = AUTO
     warm_cache: bool = False
     kv_offloading_size: float = 0.0  # GiB of host memory for evicted prefix blocks (per replica)
     dataset_path: str | None = None
-    num_groups: int = 8
-    prompts_per_group: int = 16
-    system_prompt_len: int = 1000
-    question_len: int = 100
-    multi_turn: bool = False
+    #: the named workload's own parameters (`workloads.named.NAMED_WORKLOADS`, e.g. shared-prefix's
+    #: num_groups); a scenario YAML and `replace` also take them as top-level keys
+    workload_params: dict = field(default_factory=dict)
     #: the engine settings that were left unset (filled from the profile); not a setting
     auto_fields: frozenset = field(default=frozenset(), init=False, repr=False, compare=False)
 
@@ -152,19 +158,15 @@ class Scenario:
             if not cond:
                 raise SpecError(f"{name}: {getattr(self, name)!r} {allowed}")
 
-        def is_int(v: Any) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool)
-
         def is_num(v: Any) -> bool:
             return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
 
         for name in ("tp", "pp", "ep", "pp_microbatches", "replicas", "num_requests", "input_len", "output_len",
                      "max_num_seqs", "max_num_batched_tokens", "block_size"):
-            need(is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "must be an integer >= 1")
+            check_int(name, getattr(self, name))
         need(self.num_requests <= MAX_SIM_REQUESTS, "num_requests", f"must be at most {MAX_SIM_REQUESTS:,}")
-        need(is_int(self.seed) and self.seed >= 0, "seed", "must be an integer >= 0")
-        need(self.concurrency is None or (is_int(self.concurrency) and self.concurrency >= 1),
-             "concurrency", "must be an integer >= 1")
+        check_int("seed", self.seed, 0)
+        check_int("concurrency", self.concurrency, optional=True)
         need(self.rate is None or (is_num(self.rate) and self.rate > 0), "rate",
              "must be a number > 0 requests/s, or inf")
         need(is_num(self.expert_imbalance) and 1 <= self.expert_imbalance <= self.ep, "expert_imbalance",
@@ -184,11 +186,10 @@ class Scenario:
         need(isinstance(self.hardware, (str, HardwareSpec)) and bool(self.hardware), "hardware",
              "must be a hardware id or file path")
         for name in ("max_model_len", "kv_capacity_tokens"):
-            need(getattr(self, name) is None or (is_int(getattr(self, name)) and getattr(self, name) >= 1),
-                 name, "must be an integer >= 1 (or omitted)")
+            check_int(name, getattr(self, name), optional=True)
         need(self.max_duration_s is None or (is_num(self.max_duration_s) and self.max_duration_s > 0),
              "max_duration_s", "must be a number of seconds > 0 (or omitted)")
-        for name in ("ideal", "skip_bad_rows", "debug", "enable_prefix_caching", "warm_cache", "multi_turn"):
+        for name in ("ideal", "skip_bad_rows", "debug", "enable_prefix_caching", "warm_cache"):
             need(isinstance(getattr(self, name), bool), name, "must be true or false")
         need(isinstance(self.efficiency, dict), "efficiency", "must be a mapping of efficiency fields")
         need(isinstance(self.policy_params, dict), "policy_params", "must be a mapping of scheduler parameters")
@@ -198,16 +199,25 @@ class Scenario:
              "kv_offloading_size", "must be a number of GiB >= 0")
         need(self.dataset_path is None or isinstance(self.dataset_path, str), "dataset_path",
              "must be a file path (or omitted)")
-        if str(self.workload).lower() == "shared-prefix":
-            check_shared_prefix_fields(self)
-        if (str(self.workload).lower() not in ("random", "synthetic", *NAMED) and self.rate is None
-                and self.burstiness != 1.0):
+        need(isinstance(self.workload_params, dict), "workload_params", "must be a mapping of workload parameters")
+        named = named_workload(self.workload)
+        if named is not None:
+            object.__setattr__(self, "workload_params", named.checked_params(self.workload_params))
+        elif self.workload_params:
+            k = next(iter(self.workload_params))
+            param = workload_param(k)
+            owners = [w.name for w in set(NAMED_WORKLOADS.values()) if param in w.params]
+            raise SpecError(f"{k}: applies to workload {' / '.join(sorted(owners)) or '(none)'} only; "
+                            f"{self.workload!r} is a trace")
+        if self.dataset_path is not None and not (named is not None and named.dataset_path):
+            takes = [w.name for w in NAMED_WORKLOADS.values() if w.dataset_path]
+            raise SpecError(f"dataset_path: {self.dataset_path!r} applies to workload {' / '.join(sorted(set(takes)))} "
+                            f"only; workload {self.workload!r} reads no dataset file")
+        if named is None and self.rate is None and self.burstiness != 1.0:
             raise SpecError(
                 f"burstiness: {self.burstiness!r} applies only with a rate: trace {self.workload!r} "
                 "replays its own arrival times unless --rate time-scales it")
         if self.disagg is not None or self.deployment:
-            from .deployment import check_deployment, parse_disagg
-
             if self.disagg is not None:
                 object.__setattr__(self, "disagg", "{}:{}".format(*parse_disagg(self.disagg)))
             check_deployment(self.deployment)
@@ -222,11 +232,20 @@ class Scenario:
             raise SpecError(f"{source}: expected a mapping of settings")
         names = {f.name for f in dataclasses.fields(cls) if f.init}
         kw: dict[str, Any] = {}
+        params: dict[str, Any] = {}
         for k, v in data.items():
             key = str(k).replace("-", "_")
             if key not in names:
-                raise SpecError(f"{source}: {k}: unknown setting{_did_you_mean(key, names)}")
+                if workload_param(key) is not None:
+                    params[key] = v  # a named workload's parameter, given at the top level
+                    continue
+                known = names | {p.name for w in NAMED_WORKLOADS.values() for p in w.params}
+                raise SpecError(f"{source}: {k}: unknown setting{_did_you_mean(key, known)}")
             kw[key] = v
+        if params:
+            if not isinstance(kw.get("workload_params", {}), dict):
+                raise SpecError(f"{source}: workload_params: must be a mapping of workload parameters")
+            kw["workload_params"] = {**kw.get("workload_params", {}), **params}
         if "goodput" in kw:
             kw["goodput"] = goodput_ms(kw["goodput"])
         if isinstance(kw.get("rate"), str):
@@ -245,6 +264,14 @@ class Scenario:
         new hardware, parallelism or engine)."""
         if any(k in kw for k in _ENGINE_INPUTS):
             kw = {**{k: AUTO for k in self.auto_fields}, **kw}
+        params = {k: kw.pop(k) for k in list(kw) if workload_param(k) is not None}
+        if "workload" in kw and "workload_params" not in kw:
+            # another workload: keep only the parameters it takes too
+            new = named_workload(kw["workload"])
+            keep = {p.name for p in new.params} if new is not None else set()
+            kw["workload_params"] = {k: v for k, v in self.workload_params.items() if k in keep}
+        if params:
+            kw["workload_params"] = {**kw.get("workload_params", self.workload_params), **params}
         return dataclasses.replace(self, **kw)
 
     def as_dict(self) -> dict[str, Any]:
@@ -306,7 +333,7 @@ class Scenario:
 
     def engine_config(self, cost: CostModel | None = None) -> EngineConfig:
         """The scheduler limits; under an engine profile whose KV rule is not vLLM's, the KV
-        capacity from that rule (`engine_setup.profile_kv_tokens`, priced on `cost`)."""
+        capacity from that rule (`profiles.apply.profile_kv_tokens`, priced on `cost`)."""
         kv_tokens = self.kv_capacity_tokens
         if kv_tokens is None and self.engine is not None:
             kv_tokens = profile_kv_tokens(load_engine(self.engine), cost or self.cost_model(),
@@ -352,18 +379,13 @@ class Scenario:
     def _make_workload(self) -> tuple[wl.Workload, str]:
         name = str(self.workload)
         n = self.num_requests if self.num_requests_given else None
-        if name.lower() in ("random", "synthetic"):
-            rate = math.inf if self.rate is None else self.rate
-            return self._clients(wl.synthetic(self.num_requests, rate, self.input_len, self.output_len,
-                                              range_ratio=self.range_ratio, burstiness=self.burstiness,
-                                              seed=self.seed)), ""
-        if name.lower() == "shared-prefix":
-            return shared_prefix_workload(self), ""
-        if name.lower() == "sharegpt":
-            w = sharegpt_workload(n, self.rate, self.burstiness, self.seed, self.cost_model().model,
-                                  self.dataset_path)
-            return self._clients(w), ""
-        trace = wl.load_workload(name, skip_bad_rows=self.skip_bad_rows)
+        named = named_workload(name)
+        if named is not None:
+            req = WorkloadRequest(n, self.rate, self.burstiness,
+                                  self.seed, self.input_len, self.output_len, self.range_ratio, self.dataset_path,
+                                  self.workload_params, lambda: self.cost_model().model)
+            return self._clients(named.build(req)), ""
+        trace = load_workload(name, skip_bad_rows=self.skip_bad_rows)
         w, note = replay(trace, n, is_trace_file(name))
         if self.rate is not None:
             if self.burstiness != 1.0:
@@ -380,25 +402,28 @@ class Scenario:
             return dataclasses.replace(w, max_concurrency=self.concurrency)
         return dataclasses.replace(w, concurrency=self.concurrency)
 
+    def pool(self, name: str) -> Scenario:
+        """The scenario of one pool of a disaggregated deployment ("prefill" or "decode"): this
+        one with the pool's `deployment:` overrides (`deployment.POOL_KEYS`)."""
+        over = {str(k).replace("-", "_"): v for k, v in (self.deployment or {}).get(name, {}).items()}
+        try:
+            return self.replace(disagg=None, deployment={}, **over)
+        except SpecError as e:
+            raise SpecError(f"deployment.{name}.{e}") from None
+
     def run(self, progress: Callable[[int, int], None] | None = None,
             workload: wl.Workload | None = None) -> tuple[SimResult, dict[str, Any]]:
         """Simulate; returns (per-request result, vLLM-style summary)."""
         if self.disagg is not None:
-            from .deployment import run_disagg
-
-            return run_disagg(self, workload if workload is not None else self.make_workload(), progress)
+            return self._run_disagg(workload if workload is not None else self.make_workload(), progress)
         cost = self.cost_model()
         try:
             w, note = (workload, "") if workload is not None else self.make_workload_noted()
-            res = simulate(cost, w, self.engine_config(cost), self.replicas, self.router, progress)
+            client = client_view_for(load_engine(self.engine)) if self.engine is not None else None
+            res = simulate(cost, w, self.engine_config(cost), self.replicas, self.router, progress, client)
         except MemoryError:
             raise SpecError(f"num_requests: {self.num_requests} requests do not fit in this machine's "
                             "memory (about 80 bytes each); simulate fewer") from None
-        if self.engine is not None:
-            # what the client sees: the profile's API-server latency and async scheduling's
-            # one-step admission lag (engine_setup.with_frontend; fitted on dev_serving.csv)
-            profile = load_engine(self.engine)
-            res = with_frontend(res, frontend_s_for(profile), lag_steps_for(profile))
         summary = summarize(res, self.slos_s)
         summary.update(run_energy(cost.hardware, res.meta, summary["duration"], summary["total_output_tokens"]))
         summary["workload"] = w.name or str(self.workload)
@@ -418,6 +443,37 @@ class Scenario:
             summary["notes"] = list(cost.notes)
         return res, summary
 
+
+    def _run_disagg(self, workload: wl.Workload,
+                    progress: Callable[[int, int], None] | None = None) -> tuple[SimResult, dict[str, Any]]:
+        """Simulate the scenario's disaggregated deployment (`deployment.py`): (result, summary)."""
+        sc = self
+        P, D = parse_disagg(sc.disagg)
+        ps, ds = sc.pool("prefill"), sc.pool("decode")
+        pc, dc = ps.cost_model(), ds.cost_model()
+        if pc.model.id != dc.model.id:
+            raise SpecError("deployment: both pools must serve the same model")
+        link = kv_link(pc, dc, P, D, (sc.deployment or {}).get("link"))
+        res = simulate_disagg(pc, dc, workload, link, ps.engine_config(), ds.engine_config(), P, D,
+                              ps.router, ds.router, progress)
+        summary = summarize(res, sc.slos_s)
+        summary.update(transfer_summary(res))
+        summary.update({
+            "workload": workload.name or str(sc.workload), "model": pc.model.id,
+            "hardware": pc.hardware.id if pc.hardware.id == dc.hardware.id else f"{pc.hardware.id}/{dc.hardware.id}",
+            "disagg": f"{P}:{D}", "tp": sc.tp, "prefill_tp": ps.tp, "decode_tp": ds.tp,
+            "prefill_hardware": pc.hardware.id, "decode_hardware": dc.hardware.id,
+            "replicas": P + D, "prefill_replicas": P, "decode_replicas": D,
+            "kv_capacity_tokens_per_replica": res.meta["kv_capacity_tokens_per_replica"],
+            "prefill_busy_s": res.meta["prefill_busy_s"], "decode_busy_s": res.meta["decode_busy_s"],
+        })
+        price = price_per_hour(pc, dc, P, D)
+        if price is not None:
+            summary["price_per_hour_usd"] = price
+        notes = list(dict.fromkeys(pc.notes + dc.notes))
+        if notes:
+            summary["notes"] = notes
+        return res, summary
 
 def parse_rate(text: Any) -> float:
     """A request rate: a positive number or 'inf'."""

@@ -1,4 +1,4 @@
-"""A slow, obviously correct serving loop: the oracle for simulator.engine.
+"""A slow, obviously correct serving loop: the oracle for simulator.serving.simulate.
 
 One Python object per sequence, one iteration per engine step, no segments, no slot arrays,
 no scheduler/replica split. It implements the documented policies with open-loop arrivals:

@@ -1,4 +1,17 @@
-"""docs/architecture.md tells the truth about the package, and the package has no import loop."""
+"""docs/architecture.md tells the truth about the package, and the package keeps its layers.
+
+Checked here, on the source (no import of the package needed):
+
+- every module and subpackage is in the doc's module table, and every row names one that exists;
+- the import graph, counting *every* import (module level, inside functions, under
+  `TYPE_CHECKING`), has no loop of any length;
+- each layer imports only from the layers below it (`ALLOWED`: the arrows of the doc's
+  picture), and the cost layer never reaches the catalog;
+- no name is re-exported inside the package (only `simulator/__init__.py`, the public API,
+  gathers names from elsewhere): an import is always from the module that defines the name;
+- no module outside `cli/` writes a file or prints;
+- the doc's "where each change goes" table names the modules where the registries live.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +19,211 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "simulator"
 DOC = (ROOT / "docs" / "architecture.md").read_text()
 
+#: the layers, bottom up; a module's layer is its subpackage (top-level modules: `root`)
+LAYERS = ("specs", "cost", "workloads", "serving", "metrics", "profiles", "root", "analysis", "cli")
 
-def _package_modules() -> set[str]:
-    """Every module of the package as the doc names it: `x.py`, or `x/` for a subpackage."""
-    mods = {p.name for p in PKG.glob("*.py")}
-    mods |= {p.name + "/" for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    return mods
+#: layer -> the layers it may import from (besides itself): the arrows of docs/architecture.md
+ALLOWED: dict[str, set[str]] = {
+    "specs": set(),
+    "cost": {"specs"},
+    "workloads": {"specs"},
+    "serving": {"specs", "cost", "workloads"},
+    "metrics": {"specs", "cost", "serving"},
+    "profiles": {"specs", "cost", "serving"},
+    "root": {"specs", "cost", "workloads", "serving", "metrics", "profiles"},
+    "analysis": {"specs", "cost", "workloads", "serving", "metrics", "profiles", "root"},
+    "cli": {"specs", "cost", "workloads", "serving", "metrics", "profiles", "root", "analysis"},
+}
+
+#: module-level exceptions to the layer rule: none; and modules a layer must never import
+FORBIDDEN = {"cost": {"simulator.specs.catalog"}}
+
+
+# --------------------------------------------------------------------------- the source as data
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def package_modules(pkg: Path = PKG) -> dict[str, Path]:
+    return {module_name(p, pkg.parent): p for p in sorted(pkg.rglob("*.py")) if "__pycache__" not in p.parts}
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) <= 2:
+        return "public" if len(parts) == 1 else "root"
+    return parts[1]
+
+
+def _absolute(module: str, path: Path, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    if path.name != "__init__.py":
+        base = base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports_of(path: Path, module: str, modules: set[str]) -> set[str]:
+    """Every package module `path` imports, at any level of the file (function bodies and
+    `if TYPE_CHECKING:` blocks included): `from a.b import c` counts as a.b.c when that is a
+    module, else as a.b."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            src = _absolute(module, path, node)
+            for alias in node.names:
+                if alias.name == "__version__":
+                    continue  # the package's version string, the one name every layer may read
+                full = f"{src}.{alias.name}"
+                found.add(full if full in modules else src)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    # string imports: importlib.import_module("simulator.x") and the public API's lazy table
+    return {m for m in found if m in modules and m != module}
+
+
+def import_graph(pkg: Path = PKG) -> dict[str, set[str]]:
+    mods = package_modules(pkg)
+    return {m: imports_of(p, m, set(mods)) for m, p in mods.items()}
+
+
+def loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for m, deps in sorted(graph.items()):
+        lm = layer_of(m)
+        if lm == "public":
+            continue
+        for d in sorted(deps):
+            ld = layer_of(d)
+            if ld == "public":
+                bad.append(f"{m} -> {d} (the public API is for users, not for the package)")
+            elif ld != lm and ld not in ALLOWED[lm]:
+                bad.append(f"{m} ({lm}) -> {d} ({ld})")
+            elif d in FORBIDDEN.get(lm, ()):
+                bad.append(f"{m} ({lm}) -> {d} (forbidden to the {lm} layer)")
+    return bad
+
+
+def _top_level_definitions(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.col_offset == 0:
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.col_offset == 0:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+    return names
+
+
+def reexports(pkg: Path = PKG) -> list[str]:
+    """`from a import x` where module a does not define x itself (it imported it), inside the
+    package; and `__all__` entries a module does not define."""
+    mods = package_modules(pkg)
+    trees = {m: ast.parse(p.read_text()) for m, p in mods.items()}
+    defined = {m: _top_level_definitions(t) for m, t in trees.items()}
+    bad = []
+    for m, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+                if m != pkg.name:
+                    bad += [f"{m}.__all__ lists {x}, defined elsewhere" for x in ast.literal_eval(node.value)
+                            if x not in defined[m]]
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            src = _absolute(m, mods[m], node)
+            if src not in mods:
+                continue
+            for alias in node.names:
+                if f"{src}.{alias.name}" in mods or alias.name in defined[src]:
+                    continue
+                bad.append(f"{m} imports {alias.name} from {src}, which does not define it")
+    return bad
+
+
+#: calls that write files or print (a method name on any object, or a plain function)
+_WRITES = {"write_text", "write_bytes", "to_csv", "to_json", "to_parquet", "savefig", "savez",
+           "savez_compressed", "mkdir", "mkdtemp", "unlink", "rmtree", "echo", "secho"}
+
+
+def writes_or_prints(path: Path, root: Path = ROOT) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        what = None
+        if isinstance(f, ast.Name) and f.id == "print":
+            what = "print"
+        elif isinstance(f, ast.Name) and f.id == "open":
+            modes = [a.value for a in node.args[1:2] if isinstance(a, ast.Constant)]
+            modes += [k.value.value for k in node.keywords if k.arg == "mode" and isinstance(k.value, ast.Constant)]
+            if any(set(str(m)) & set("wax+") for m in modes):
+                what = "open for writing"
+        elif isinstance(f, ast.Attribute):
+            owner = ast.unparse(f.value)
+            if f.attr in _WRITES:
+                what = f.attr
+            elif f.attr == "write" and owner.endswith(("stdout", "stderr")):
+                what = f"{owner}.write"
+            elif f.attr in ("dump", "save") and owner in ("json", "yaml", "pickle", "np", "numpy"):
+                what = f"{owner}.{f.attr}"
+            elif f.attr in ("replace", "rename") and owner == "os":
+                what = f"os.{f.attr}"
+        if what:
+            found.append(f"{path.relative_to(root)}:{node.lineno}: {what}")
+    return found
+
+
+# --------------------------------------------------------------------------- the doc
 
 
 def _section(title: str) -> str:
@@ -29,66 +237,198 @@ def _first_column(section: str) -> list[str]:
     return [re.match(r"\| `([^`]+)`", row).group(1) for row in rows]  # type: ignore[union-attr]
 
 
+def _doc_names() -> set[str]:
+    """Every module as the doc's table names it: `specs/`, `specs/model.py`, `__init__.py`."""
+    names = set()
+    for p in PKG.rglob("*"):
+        if "__pycache__" in p.parts:
+            continue
+        rel = p.relative_to(PKG).as_posix()
+        if p.is_dir() and (p / "__init__.py").exists():
+            names.add(rel + "/")
+        elif p.suffix == ".py" and not (p.name == "__init__.py" and p.parent != PKG):
+            names.add(rel)
+    return names
+
+
+# --------------------------------------------------------------------------- the checks
+
+
 def test_every_module_is_listed_and_every_listed_module_exists() -> None:
     listed = set(_first_column(_section("Every module")))
-    assert listed == _package_modules(), (
-        f"missing from docs/architecture.md: {sorted(_package_modules() - listed)}; "
-        f"listed but absent: {sorted(listed - _package_modules())}")
+    assert listed == _doc_names(), (
+        f"missing from docs/architecture.md: {sorted(_doc_names() - listed)}; "
+        f"listed but absent: {sorted(listed - _doc_names())}")
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    for m in package_modules():
+        assert layer_of(m) in (*LAYERS, "public"), m
+
+
+def test_no_import_loop_of_any_kind() -> None:
+    assert loops(import_graph()) == []
+
+
+def test_layers_import_only_downwards() -> None:
+    assert layer_violations(import_graph()) == []
+
+
+def test_no_reexports_inside_the_package() -> None:
+    assert reexports() == []
+
+
+def test_only_the_cli_writes_files_or_prints() -> None:
+    found = [w for m, p in package_modules().items() if layer_of(m) != "cli" for w in writes_or_prints(p)]
+    assert found == []
 
 
 def test_each_kind_of_change_names_a_module_that_exists() -> None:
     section = _section("Where each kind of change goes")
     rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
-    assert len(rows) >= 6  # accelerator, model family, policy, cost effect, trace format, command
+    assert len(rows) >= 8
     for row in rows:
         where = row.split("|")[2]
-        first = re.search(r"`([^`]+)`", where)
-        assert first, row
-        name = first.group(1)
-        assert (PKG / name).exists() or (ROOT / name).exists(), f"{name} (in: {row})"
+        names = re.findall(r"`([^`]+)`", where)
+        assert names, row
+        for name in names:
+            if "/" in name or name.endswith((".py", ".yaml", ".md")):
+                assert (PKG / name).exists() or (ROOT / name).exists(), f"{name} (in: {row})"
 
 
-def _module_level_imports(path: Path, modules: set[str]) -> set[str]:
-    """Sibling modules imported when `path` is loaded (function-level and TYPE_CHECKING
-    imports are deferred, so they cannot form a load-time loop)."""
-    out: set[str] = set()
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            continue
-        for sub in ast.walk(node) if isinstance(node, (ast.Import, ast.ImportFrom, ast.If, ast.Try)) else []:
-            if isinstance(sub, ast.ImportFrom) and sub.level == 1:
-                if sub.module:
-                    out.add(sub.module.split(".")[0])
-                else:
-                    out.update(a.name for a in sub.names)
-    return out & modules
+def test_the_change_table_names_where_the_registries_live() -> None:
+    """A new policy, workload, engine, router and trace format are one registry entry each;
+    the table names the module that holds the registry."""
+    section = _section("Where each kind of change goes")
+    registries = {
+        "scheduler policy": ("serving/sched/registry.py", "SCHEDULERS"),
+        "synthetic workload": ("workloads/named.py", "NAMED_WORKLOADS"),
+        "router": ("serving/pool.py", "ROUTERS"),
+        "trace format": ("workloads/traces/__init__.py", "TRACE_FORMATS"),
+    }
+    for kind, (module, registry) in registries.items():
+        row = next(line for line in section.splitlines() if kind in line)
+        assert f"`{module}`" in row, row
+        assert re.search(rf"^{registry}\b.*=", (PKG / module).read_text(), re.MULTILINE), (module, registry)
 
 
-def test_no_import_loop() -> None:
-    files = {p.stem: p for p in PKG.glob("*.py") if p.stem != "__init__"}
-    files["traces"] = PKG / "traces" / "__init__.py"
-    graph = {m: _module_level_imports(p, set(files)) - {m} for m, p in files.items()}
-    state: dict[str, int] = {}
-    loops: list[list[str]] = []
-
-    def visit(m: str, stack: list[str]) -> None:
-        state[m] = 1
-        for n in sorted(graph[m]):
-            if state.get(n) == 1:
-                loops.append(stack[stack.index(n):] + [m, n] if n in stack else [m, n])
-            elif n not in state:
-                visit(n, stack + [m])
-        state[m] = 2
-
-    for m in sorted(graph):
-        if m not in state:
-            visit(m, [])
-    assert not loops, f"import loops: {loops}"
+# --------------------------------------------------------------------------- the checks can fail
 
 
-def test_the_loop_detector_sees_a_loop(tmp_path: Path) -> None:
-    """The detector itself can fail: two modules importing each other form a loop."""
-    (tmp_path / "a.py").write_text("from .b import x\n")
-    (tmp_path / "b.py").write_text("from .a import y\n")
-    assert _module_level_imports(tmp_path / "a.py", {"a", "b"}) == {"b"}
-    assert _module_level_imports(tmp_path / "b.py", {"a", "b"}) == {"a"}
+def _toy_package(tmp_path: Path, files: dict[str, str]) -> Path:
+    pkg = tmp_path / "simulator"
+    for rel, text in files.items():
+        p = pkg / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    for d in [pkg, *[p for p in pkg.rglob("*") if p.is_dir()]]:
+        (d / "__init__.py").touch()
+    return pkg
+
+
+def test_the_loop_detector_sees_a_function_level_loop(tmp_path: Path) -> None:
+    pkg = _toy_package(tmp_path, {
+        "serving/a.py": "from simulator.serving.b import x\n",
+        "serving/b.py": "def f():\n    from simulator.serving.a import y\n",
+    })
+    assert loops(import_graph(pkg)) == [["simulator.serving.a", "simulator.serving.b"]]
+
+
+def test_the_loop_detector_sees_a_type_checking_loop(tmp_path: Path) -> None:
+    pkg = _toy_package(tmp_path, {
+        "serving/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import x\n",
+        "serving/b.py": "from .a import y\n",
+    })
+    assert loops(import_graph(pkg)) == [["simulator.serving.a", "simulator.serving.b"]]
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path: Path) -> None:
+    pkg = _toy_package(tmp_path, {
+        "cost/roofline.py": "def f():\n    from simulator.serving.replica import Replica\n",
+        "serving/replica.py": "Replica = 1\n",
+        "cost/memory.py": "from simulator.specs.catalog import load\n",
+        "specs/catalog.py": "load = 1\n",
+    })
+    assert layer_violations(import_graph(pkg)) == [
+        "simulator.cost.memory (cost) -> simulator.specs.catalog (forbidden to the cost layer)",
+        "simulator.cost.roofline (cost) -> simulator.serving.replica (serving)"]
+
+
+def test_the_reexport_check_sees_a_reexport(tmp_path: Path) -> None:
+    pkg = _toy_package(tmp_path, {
+        "specs/checks.py": "class SpecError(Exception): ...\n",
+        "specs/model.py": "from simulator.specs.checks import SpecError\n__all__ = ['SpecError']\n",
+        "cost/roofline.py": "from simulator.specs.model import SpecError\n",
+    })
+    assert sorted(reexports(pkg)) == [
+        "simulator.cost.roofline imports SpecError from simulator.specs.model, which does not define it",
+        "simulator.specs.model.__all__ lists SpecError, defined elsewhere"]
+
+
+@pytest.mark.parametrize("code", [
+    "from pathlib import Path\ndef f(p):\n    Path(p).write_text('x')\n",
+    "def f():\n    print('hello')\n",
+    "def f(p):\n    with open(p, 'w') as fh:\n        fh.write('x')\n",
+    "import click\ndef f():\n    click.echo('x')\n",
+])
+def test_the_write_check_sees_a_file_write(tmp_path: Path, code: str) -> None:
+    p = tmp_path / "m.py"
+    p.write_text(code)
+    assert len(writes_or_prints(p, tmp_path)) == 1
+
+
+# --------------------------------------------------------------------------- the registries, end to end
+
+
+def test_a_toy_policy_and_workload_through_the_registries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recipes of docs/architecture.md: a policy and a workload added by one registry
+    entry each (nothing else edited) serve requests through `Scenario`, the CLI's path.
+
+    The toy policy serves one request at a time: its whole prompt in one step, then one token
+    a step. Under `LinearCost` (1 s + 1 ms per token) two requests arriving together, prompts
+    100 and 50 tokens, outputs 3 and 2: request 0's prefill step ends at 1.1 s (its first
+    token), two decode steps of 1.001 s end it at 3.102 s; request 1's prefill ends at 4.152 s
+    and its one decode step at 5.153 s."""
+    from fake_costs import COST
+
+    from simulator.scenario import Scenario
+    from simulator.serving.sched import registry
+    from simulator.serving.sched.interface import ReplicaView, SchedulerPolicy, StepPlan
+    from simulator.serving.sched.registry import EngineConfig
+    from simulator.serving.simulate import simulate
+    from simulator.workloads import named
+    from simulator.workloads.workload import Workload
+
+    class OneAtATime(SchedulerPolicy):
+        name = "toy-one-at-a-time"
+
+        def next_step(self, view: ReplicaView, allow_segment: bool = True) -> StepPlan:
+            plan = StepPlan()
+            if view.active:
+                s = view.active[0]
+                plan.running.append((s, max(view.prompt[s] - view.computed[s], 1)))
+            elif view.waiting:
+                r = view.waiting[0]
+                plan.admit.append((r, view.prompt_of(r)))
+            return plan
+
+    def two_requests(req: named.WorkloadRequest) -> Workload:
+        return Workload([0.0, 0.0], [100, req.params["second_prompt"]], [3, 2], name="toy")
+
+    monkeypatch.setitem(registry.SCHEDULERS, OneAtATime.name, OneAtATime)
+    entry = named.NamedWorkload("toy-two", "two requests at t = 0", two_requests,
+                                params=(named.WorkloadParam("second_prompt", 50, "the second prompt's tokens", 1),))
+    monkeypatch.setitem(named.NAMED_WORKLOADS, entry.name, entry)
+
+    sc = Scenario(workload="toy-two", scheduler="toy-one-at-a-time", engine=None)
+    assert sc.workload_params == {"second_prompt": 50}
+    res = simulate(COST, sc.make_workload(), EngineConfig(scheduler="toy-one-at-a-time", kv_capacity_tokens=10_000))
+    assert res.first_token_s.tolist() == pytest.approx([1.1, 4.152])
+    assert res.finish_s.tolist() == pytest.approx([3.102, 5.153])
+    # the workload's parameter is a scenario setting, a YAML key and a flag at once
+    assert Scenario.from_dict({"workload": "toy-two", "second_prompt": 7}).workload_params == {"second_prompt": 7}
+    with pytest.raises(Exception, match="second_prompt: 0 must be an integer >= 1"):
+        Scenario(workload="toy-two", workload_params={"second_prompt": 0})
+    from simulator.cli.options import workload_param_options
+
+    assert any(decls[0] == "--second-prompt" for decls, _ in workload_param_options())

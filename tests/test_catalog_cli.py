@@ -9,8 +9,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from simulator.catalog import hardware_catalog, model_catalog
-from simulator.cli import main
+from simulator.cli.commands import main
+from simulator.specs.catalog import hardware_catalog, model_catalog
 
 HF_DIR = Path(__file__).resolve().parent / "data" / "hf_configs"
 

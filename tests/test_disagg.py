@@ -12,15 +12,15 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.cli import main
+from simulator.cli.commands import main
 from simulator.deployment import kv_link, parse_disagg
-from simulator.disagg import KVLink, simulate_disagg, transfer_summary
-from simulator.engine import COMPLETED, REJECTED
 from simulator.resolve import make_cost_model
 from simulator.scenario import Scenario
-from simulator.schedulers import EngineConfig
-from simulator.specs import SpecError
-from simulator.workload import Workload
+from simulator.serving.disagg import KVLink, simulate_disagg, transfer_summary
+from simulator.serving.records import COMPLETED, REJECTED
+from simulator.serving.sched.registry import EngineConfig
+from simulator.specs.checks import SpecError
+from simulator.workloads.workload import Workload
 
 COST = make_cost_model("llama-3.1-8b", "h100-sxm", 1, 1, None, "bf16", "bf16")
 LINK = KVLink("nvlink", 450e9, 1, 0.8, 5e-6, 1e-4)  # B, lanes, eta, lambda, overhead

@@ -3,7 +3,7 @@
 The test extracts the fenced ```bash, ```sh, ```shell and ```console blocks of README.md
 and docs/*.md and runs every line that starts with `llmsim` (in console blocks: every
 `$ llmsim ...` line; a trailing backslash continues a line) through click's CliRunner on
-`simulator.cli.main`, with the arguments split by shlex. Rules:
+`simulator.cli.commands.main`, with the arguments split by shlex. Rules:
 
 * README.md's first two fenced blocks (install + main job, install + tests) are skipped: the
   newcomer check runs those as they are.
@@ -33,7 +33,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from simulator.cli import main
+from simulator.cli.commands import main
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
@@ -173,12 +173,12 @@ def test_public_api():
     for name in llmsim.__all__:
         value = getattr(llmsim, name)
         assert value is not None and not isinstance(value, types.ModuleType), name
-    from simulator import sweep as sw
-    from simulator import validate as V  # the submodule is a plain module, not callable
+    from simulator.analysis import sweep as sw
+    from simulator.analysis import validate as V  # the submodule is a plain module, not callable
 
     assert type(V) is types.ModuleType and not callable(V) and not callable(sw)
     assert llmsim.validate_rows is V.validate and llmsim.run_sweep is sw.sweep
-    from simulator import calibrate, plan, whatif
+    from simulator.analysis import calibrate, plan, whatif
 
     assert llmsim.calibrate_hardware is calibrate.calibrate
     assert llmsim.make_plan is plan.plan and llmsim.run_whatif is whatif.whatif

@@ -10,11 +10,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference_engine import reference_simulate
 
-from simulator.engine import COMPLETED, REJECTED, EngineConfig, simulate
-from simulator.kvcache import KVCache
-from simulator.metrics import summarize
+from simulator.metrics.summary import summarize
 from simulator.resolve import make_cost_model
-from simulator.workload import Workload, synthetic
+from simulator.serving.kvcache import KVCache
+from simulator.serving.records import COMPLETED, REJECTED
+from simulator.serving.sched.registry import EngineConfig
+from simulator.serving.simulate import simulate
+from simulator.workloads.workload import Workload, synthetic
 
 
 @pytest.fixture(scope="module")
@@ -306,8 +308,8 @@ def test_unstable_run_is_flagged(cost):
 def test_itl_store_folds_into_bounded_histogram():
     """Past ITL_EXACT_LIMIT stored gaps the log keeps a 1e-4-relative histogram instead:
     percentiles stay within 0.01 % and every token is still counted."""
-    from simulator.engine import _Log
-    from simulator.metrics import weighted_percentile
+    from simulator.metrics.summary import weighted_percentile
+    from simulator.serving.steplog import StepLog as _Log
 
     x = np.random.default_rng(0).lognormal(-3, 0.5, 50_000)
     exact, folded = _Log(), _Log()
@@ -325,7 +327,7 @@ def test_itl_store_folds_into_bounded_histogram():
 def test_finished_slots_in_batch_order():
     """Slots 7, 3, 9, 4 with 5, 2, 2, 8 outputs left: after 2 steps slots 3 and 9 are done
     (in batch order); after 1 step none; after 5 (were it allowed) only those with exactly 5."""
-    from simulator.segments import finished_slots
+    from simulator.serving.segments import finished_slots
 
     active, left = [7, 3, 9, 4], [5, 2, 2, 8]
     assert finished_slots(active, left, 2) == [3, 9]
@@ -337,7 +339,7 @@ def test_finished_slots_in_batch_order():
 def test_item_view_reads_and_writes_the_array_itself():
     """The replica's per-request reads and writes go through memoryviews of numpy arrays:
     Python numbers out, writes visible in the array, and no silent copy of a strided one."""
-    from simulator.replica import item_view
+    from simulator.serving.replica import item_view
 
     a = np.zeros(4)
     v = item_view(a)
@@ -353,7 +355,7 @@ def test_itl_exact_store_sums_the_counts_of_equal_gaps():
     """(sorted distinct gaps, tokens): gaps of 0.25 s seen by 2 and by 3 tokens, a line
     segment of 0.25, 0.5, 0.75 s seen by 4 sequences, steps of 0.75 and 1.0 s seen by 1
     (binary-exact values): 0.25 -> 2 + 3 + 4, 0.5 -> 4, 0.75 -> 4 + 1, 1.0 -> 1."""
-    from simulator.engine import _Log
+    from simulator.serving.steplog import StepLog as _Log
 
     lg = _Log()
     lg.gap(0.25, 2)
@@ -435,7 +437,7 @@ def test_multi_turn_starts_no_step_after_the_cap(cost):
 
 
 def test_timeline_is_decimated_to_a_bound():
-    from simulator.engine import _Log
+    from simulator.serving.steplog import StepLog as _Log
 
     lg = _Log(timeline_max_points=100)
     for i in range(1000):

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.catalog import _catalog_dir, load_hardware, load_model, read_yaml
-from simulator.engine_limits import (
+from simulator.profiles.limits import (
     default_limits,
     kv_budget_bytes,
     sglang_gpu_defaults,
@@ -30,8 +29,8 @@ from simulator.engine_limits import (
     vllm_v0_batch_defaults,
     vllm_v1_batch_defaults,
 )
-from simulator.engines import (
-    POLICIES,
+from simulator.profiles.profile import (
+    POLICY_PARAMS,
     EngineProfile,
     apply_profile,
     chip_class,
@@ -41,7 +40,9 @@ from simulator.engines import (
     load_engine,
 )
 from simulator.resolve import make_cost_model
-from simulator.specs import SpecError
+from simulator.serving.sched.registry import SCHEDULERS
+from simulator.specs.catalog import _catalog_dir, load_hardware, load_model, read_yaml
+from simulator.specs.checks import SpecError
 
 MEASUREMENTS = Path("/work/shared/reference/measurements")
 ENGINE_DIR = _catalog_dir("engine_specs")
@@ -57,14 +58,15 @@ def raw(engine_id: str) -> dict:
 def test_every_shipped_profile_loads_with_its_file_name_as_id() -> None:
     cat = engine_catalog()
     assert {"vllm", "vllm-v0", "trtllm", "trtllm-pytorch", "sglang", "generic"} <= set(cat)
-    assert {p.policy for p in cat.values()} == set(POLICIES)
+    # every profile names its policy as the event engine's registry does
+    assert {p.policy for p in cat.values()} == set(POLICY_PARAMS) and set(POLICY_PARAMS) <= set(SCHEDULERS)
     for pid, prof in cat.items():
         assert isinstance(prof, EngineProfile) and prof.id == pid
         assert (ENGINE_DIR / f"{pid}.yaml").is_file()
 
 
 def test_default_engine_is_vllm_v1_and_lookup_is_case_insensitive() -> None:
-    assert load_engine().id == "vllm" and load_engine().policy == "vllm_v1"
+    assert load_engine().id == "vllm" and load_engine().policy == "vllm"
     assert load_engine("TRTLLM").id == "trtllm"
 
 
@@ -132,10 +134,10 @@ def test_wrong_type_is_named() -> None:
 def test_unknown_policy_and_policy_parameter() -> None:
     data = raw("vllm")
     data["scheduler"]["policy"] = "vllm_v2"
-    assert "scheduler.policy: 'vllm_v2' is not one of vllm_v1, vllm_v0, trtllm, sglang" in _error(data)
+    assert "scheduler.policy: 'vllm_v2' is not one of vllm, prefill-priority, vllm-v0, vllm-multistep, static, trtllm, sglang, vllm-v1" in _error(data)
     data = raw("vllm")
     data["scheduler"]["params"]["runing_first"] = True
-    assert "params.runing_first: unknown parameter for policy 'vllm_v1' (did you mean 'running_first'?)" in _error(data)
+    assert "params.runing_first: unknown parameter for policy 'vllm' (did you mean 'running_first'?)" in _error(data)
 
 
 def test_number_without_source_is_rejected() -> None:
@@ -448,9 +450,10 @@ def test_trtllm_kv_budget_on_a_dev_throughput_setting() -> None:
     # (heuristic); KV = (G - W - A(2048 tokens, 224 seqs) - 3.97 GiB) * 0.9 with W = 70.5537e9 bytes
     # (1 byte a parameter). Concurrency = min(224, floor(KV tokens / 64) // ceil(2000 / 64)); the
     # analytic study (benchmarks/analyze_throughput.py, an independent implementation) printed 201.
-    from simulator.engine_limits import bench_gpu_memory_gib, profile_kv_budget_bytes
-    from simulator.memory import activation_reserve_bytes
-    from simulator.specs import DTypes, Parallelism
+    from simulator.cost.memory import activation_reserve_bytes
+    from simulator.profiles.limits import bench_gpu_memory_gib, profile_kv_budget_bytes
+    from simulator.specs.dtypes import DTypes
+    from simulator.specs.parallelism import Parallelism
 
     prof, m, hw = load_engine("trtllm"), load_model("llama-3.1-70b"), load_hardware("h200-sxm")
     g = bench_gpu_memory_gib(prof, hw)

@@ -12,21 +12,24 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from simulator import validate as V
-from simulator.catalog import load_hardware, load_model
-from simulator.cli import main
-from simulator.engine_limits import trtllm_bench_limits_for
-from simulator.engine_setup import (
+from simulator.analysis import measurements
+from simulator.analysis import validate as V
+from simulator.cli.commands import main
+from simulator.cost.memory import activation_reserve_bytes, weights_bytes_per_gpu
+from simulator.profiles.apply import (
     BENCH_WAVES,
     bench_num_requests,
     policy_params_for,
     profile_hardware,
     scheduler_for,
 )
-from simulator.engines import load_engine
-from simulator.memory import activation_reserve_bytes, weights_bytes_per_gpu
+from simulator.profiles.limits import trtllm_bench_limits_for
+from simulator.profiles.profile import load_engine
 from simulator.scenario import Scenario
-from simulator.specs import DTypes, Parallelism, SpecError
+from simulator.specs.catalog import load_hardware, load_model
+from simulator.specs.checks import SpecError
+from simulator.specs.dtypes import DTypes
+from simulator.specs.parallelism import Parallelism
 
 THROUGHPUT = Path("/work/shared/reference/measurements/dev_throughput.csv")
 
@@ -122,7 +125,7 @@ def test_policy_mapping() -> None:
 
 
 def test_sglang_seats_from_kv() -> None:
-    from simulator.engine_limits import sglang_max_running_requests
+    from simulator.profiles.limits import sglang_max_running_requests
 
     sc = Scenario.from_dict({"engine": "sglang", "model": "llama-3.1-8b", "hardware": "h100-sxm"})
     kv = sc.engine_config().kv_capacity_tokens
@@ -192,7 +195,7 @@ def test_trtllm_row_uses_bench_limits() -> None:
            "weight_dtype": "fp16", "activation_dtype": "fp16", "kv_dtype": "fp16", "input_len": 128, "output_len": 128,
            "max_batch_size": None, "max_num_tokens": None, "num_requests": None}
     v = V.Validator()
-    from simulator.engine_setup import row_settings
+    from simulator.profiles.apply import row_settings
 
     s = row_settings(v.profile_of(row), v.cost_model(row), row, 1000, offline=True)
     lim = trtllm_bench_limits_for(load_model("llama-3.1-8b"), 79.65, 128, 128)
@@ -221,7 +224,7 @@ def test_dev_throughput_subset_accuracy() -> None:
     the model regresses. (The subset read 11.5 % and all rows 10.4 % while the no-evict
     reservation shrank as tokens were generated and over-committed the KV cache; see
     docs/validation.md.)"""
-    rows, _ = V.load_rows(THROUGHPUT)
+    rows, _ = measurements.load_rows(THROUGHPUT)
     sub = _stratified(rows)
     res = V.validate(sub)
     assert res["predicted"] == len(sub) == 45

@@ -18,8 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.checks import MESSAGE_CHARS
-from simulator.specs import SpecError
+from simulator.specs.checks import MESSAGE_CHARS, SpecError
 
 pytestmark = pytest.mark.reliability
 
@@ -52,13 +51,13 @@ def _run(tmp_path_factory, name: str, good: bytes, muts, load) -> None:
 
 
 def _points_file() -> bytes:
-    from simulator.executors import PointStore
+    from simulator.cli.pointstore import PointStore
     from simulator.scenario import Scenario
 
     sc = Scenario(workload="random", num_requests=3, input_len=16, output_len=2)
     header = PointStore.make_header(sc, ())
     lines = [json.dumps(header)]
-    from simulator.executors import _digest
+    from simulator.cli.pointstore import _digest
 
     for i, rate in enumerate((1.0, 2.0)):
         key = PointStore.key(sc.as_dict(), rate)
@@ -70,7 +69,7 @@ def _points_file() -> bytes:
 @FUZZ
 @given(muts=MUTATIONS)
 def test_fuzz_kept_sweep_points(tmp_path_factory, muts):
-    from simulator.executors import PointStore
+    from simulator.cli.pointstore import PointStore
     from simulator.scenario import Scenario
 
     sc = Scenario(workload="random", num_requests=3, input_len=16, output_len=2)
@@ -93,7 +92,7 @@ def test_fuzz_kept_sweep_points(tmp_path_factory, muts):
 @FUZZ
 @given(muts=MUTATIONS, name=st.sampled_from(sorted(p.name for p in (ROOT / "engine_specs").glob("*.yaml"))))
 def test_fuzz_engine_profile(tmp_path_factory, muts, name):
-    from simulator.engines import load_engine
+    from simulator.profiles.profile import load_engine
 
     _run(tmp_path_factory, "engine.yaml", (ROOT / "engine_specs" / name).read_bytes(), muts,
          lambda f: load_engine(str(f)))
@@ -110,7 +109,7 @@ _ALLREDUCE = ("node,all_reduce_ms,num_workers,size_bytes,devices_per_node\n"
 @FUZZ
 @given(muts=MUTATIONS, which=st.sampled_from(["ops", "allreduce"]))
 def test_fuzz_vidur_csvs(tmp_path_factory, muts, which):
-    from simulator import calibrate as C
+    from simulator.analysis import calibrate as C
 
     if which == "ops":
         _run(tmp_path_factory, "ops.csv", _OPS.encode(), muts, lambda f: C.vidur_gemm_points(f, "h100-sxm"))
@@ -130,20 +129,20 @@ _MOONCAKE = (b'{"timestamp": 0, "input_length": 1024, "output_length": 10, "hash
 @given(muts=MUTATIONS, which=st.sampled_from(["sharegpt", "mooncake"]))
 def test_fuzz_conversation_and_prefix_traces(tmp_path_factory, muts, which):
     if which == "sharegpt":
-        from simulator.sharegpt import read_conversations
+        from simulator.workloads.sharegpt import read_conversations
 
         _run(tmp_path_factory, "sg.json", _SHAREGPT, muts, read_conversations)
     else:
-        from simulator.prefix import read_mooncake_prefix
+        from simulator.workloads.shared_prefix import read_mooncake_prefix
 
         _run(tmp_path_factory, "mc.jsonl", _MOONCAKE, muts, read_mooncake_prefix)
 
 
 def test_fuzz_seeds_are_valid(tmp_path):
     """The unmutated files load (so the fuzzers start from real inputs)."""
-    from simulator import calibrate as C
-    from simulator.prefix import read_mooncake_prefix
-    from simulator.sharegpt import read_conversations
+    from simulator.analysis import calibrate as C
+    from simulator.workloads.shared_prefix import read_mooncake_prefix
+    from simulator.workloads.sharegpt import read_conversations
 
     for name, data in (("ops.csv", _OPS), ("ar.csv", _ALLREDUCE)):
         (tmp_path / name).write_text(data)

@@ -23,16 +23,17 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator import measurements
-from simulator import validate as V
-from simulator.catalog import import_hf_config, load_hardware, load_model, read_yaml
-from simulator.checks import MESSAGE_CHARS, SpecError, check_number, show
-from simulator.cli import main
-from simulator.memory import memory_plan
-from simulator.predict import DECODE_CHUNK, decode_step_arrays, predict_static
+from simulator.analysis import measurements
+from simulator.analysis import validate as V
+from simulator.cli.commands import main
+from simulator.cost.memory import memory_plan
+from simulator.cost.predict import DECODE_CHUNK, decode_step_arrays, predict_static
+from simulator.cost.roofline import CostModel
 from simulator.resolve import make_cost_model
-from simulator.roofline import CostModel
-from simulator.specs import HardwareSpec, build
+from simulator.specs.catalog import import_hf_config, load_hardware, load_model, read_yaml
+from simulator.specs.checks import MESSAGE_CHARS, SpecError, check_number, show
+from simulator.specs.fields import build
+from simulator.specs.hardware import HardwareSpec
 
 pytestmark = pytest.mark.reliability
 
@@ -40,7 +41,7 @@ DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).resolve().parents[1]
 H100_YAML = (ROOT / "hardware_specs" / "h100-sxm.yaml").read_text()
 VLLM = json.loads((DATA / "vllm_bench_serve_result.json").read_text())
-COLUMNS = [*V.REQUIRED_COLUMNS, *V.OPTIONAL_COLUMNS]
+COLUMNS = [*measurements.REQUIRED_COLUMNS, *measurements.OPTIONAL_COLUMNS]
 GOOD_ROW = {"id": "r1", "source": "s", "model": "llama-3.1-8b", "hardware": "h100-sxm", "num_gpus": "1",
             "tp": "1", "pp": "1", "weight_dtype": "bf16", "activation_dtype": "bf16", "kv_dtype": "bf16",
             "scenario": "static_batch", "batch_size": "1", "input_len": "128", "output_len": "128",
@@ -89,11 +90,11 @@ def test_5_vllm_request_rate_not_a_number_is_refused(tmp_path):
     one_line_error(invoke("validate", str(f), "-m", "llama-3.1-8b", "-H", "h100-sxm"),
                    "request_rate", "'fast'", "inf")
     with pytest.raises(SpecError, match="request_rate: 'fast'"):
-        V.read_vllm_result(f, model="llama-3.1-8b", hardware="h100-sxm")
+        measurements.read_vllm_result(f, model="llama-3.1-8b", hardware="h100-sxm")
     # the valid spellings still map as documented: inf -> offline, 4.0 -> online at 4 req/s
     f.write_text(json.dumps({**VLLM, "request_rate": "inf"}))
-    assert V.read_vllm_result(f, model="llama-3.1-8b", hardware="h100-sxm")[0]["scenario"] == "offline_max_throughput"
-    rows = V.read_vllm_result(DATA / "vllm_bench_serve_result.json", model="llama-3.1-8b", hardware="h100-sxm")
+    assert measurements.read_vllm_result(f, model="llama-3.1-8b", hardware="h100-sxm")[0]["scenario"] == "offline_max_throughput"
+    rows = measurements.read_vllm_result(DATA / "vllm_bench_serve_result.json", model="llama-3.1-8b", hardware="h100-sxm")
     assert rows[0]["scenario"] == "online_poisson" and rows[0]["request_rate"] == 4.0
 
 
@@ -286,10 +287,10 @@ def test_12_io_error_while_reading_is_one_line(tmp_path, monkeypatch):
 
     monkeypatch.setattr(measurements, "open", Failing, raising=False)  # the reader lives there
     with pytest.raises(SpecError, match=r"m.csv:1: read failed \(OSError: Input/output error\)"):
-        V.read_measurements(f)
+        measurements.read_measurements(f)
     monkeypatch.undo()
     with pytest.raises(SpecError, match=r"cannot read \((IsADirectoryError|PermissionError)"):
-        V.read_measurements(tmp_path)
+        measurements.read_measurements(tmp_path)
 
 
 # --------------------------------------------------------------------------- cause 13
@@ -301,7 +302,7 @@ def test_13_api_accepts_paths():
     h = ROOT / "hardware_specs" / "h100-sxm.yaml"
     assert load_hardware(h) == load_hardware("h100-sxm")
     assert make_cost_model(p, h).model.id == "llama-3.1-8b"
-    rows, _ = V.read_measurements(write_csv(Path(__import__("tempfile").mkdtemp()) / "m.csv"))
+    rows, _ = measurements.read_measurements(write_csv(Path(__import__("tempfile").mkdtemp()) / "m.csv"))
     assert rows[0]["batch_size"] == 1
 
 
@@ -322,10 +323,10 @@ def test_13_api_accepts_paths():
      r"^max_num_seqs: '8' must be an integer >= 1$"),
     (lambda: memory_plan(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), *_par_dt(), gpu_memory_utilization="0.9"),
      r"^gpu_memory_utilization: '0.9' must be in \(0, 1\]$"),
-    (lambda: V.read_measurements(123), r"^path: 123 is not a file path"),
+    (lambda: measurements.read_measurements(123), r"^path: 123 is not a file path"),
     (lambda: V.Validator(efficiency=[("compute_efficiency", 0.5)]), r"^efficiency: list is not a mapping$"),
     (lambda: V.Validator(num_requests=-1), r"^num_requests: -1 must be an integer >= 1"),
-    (lambda: V.read_vllm_result(DATA / "vllm_bench_serve_result.json", model="m", hardware="h", tp=0),
+    (lambda: measurements.read_vllm_result(DATA / "vllm_bench_serve_result.json", model="m", hardware="h", tp=0),
      r"^tp: 0 must be an integer >= 1"),
 ])
 def test_13_api_wrong_types_and_values_are_one_line_spec_errors(call, match):
@@ -335,7 +336,8 @@ def test_13_api_wrong_types_and_values_are_one_line_spec_errors(call, match):
 
 
 def _par_dt():
-    from simulator.specs import DTypes, Parallelism
+    from simulator.specs.dtypes import DTypes
+    from simulator.specs.parallelism import Parallelism
 
     return Parallelism(), DTypes()
 
@@ -449,7 +451,7 @@ def test_fuzz_measurement_csv_reader(tmp_path_factory, cuts):
     f = tmp_path_factory.mktemp("fz") / "m.csv"
     f.write_bytes(data)
     try:
-        rows, _ = V.read_measurements(f)
+        rows, _ = measurements.read_measurements(f)
     except SpecError as e:
         assert "\n" not in str(e) and len(str(e)) <= MESSAGE_CHARS + 3
     else:
@@ -468,11 +470,11 @@ def test_fuzz_vllm_result_reader(tmp_path_factory, changes):
     f = tmp_path_factory.mktemp("fz") / "r.json"
     f.write_text(json.dumps({**VLLM, **changes}))
     try:
-        rows = V.read_vllm_result(f, model="llama-3.1-8b", hardware="h100-sxm")
+        rows = measurements.read_vllm_result(f, model="llama-3.1-8b", hardware="h100-sxm")
     except SpecError as e:
         assert "\n" not in str(e) and len(str(e)) <= MESSAGE_CHARS + 3
     else:
-        assert rows and all(r["scenario"] in V.SCENARIOS for r in rows)
+        assert rows and all(r["scenario"] in measurements.SCENARIOS for r in rows)
         rate = changes.get("request_rate", VLLM["request_rate"])
         if rows[0]["scenario"] == "offline_max_throughput":
             assert rate is None or rate == float("inf") or str(rate).lower() in ("inf", "infinity")
@@ -549,9 +551,10 @@ class _FixedStep:
 
 @pytest.mark.parametrize("value", [float("nan"), 0.0, -1.0, float("inf"), "1"])
 def test_custom_cost_model_with_bad_step_times_is_refused(value):
-    from simulator.engine import EngineConfig, simulate
     from simulator.scenario import Scenario
-    from simulator.workload import synthetic
+    from simulator.serving.sched.registry import EngineConfig
+    from simulator.serving.simulate import simulate
+    from simulator.workloads.workload import synthetic
 
     cost = Scenario(workload="random", num_requests=3, input_len=16, output_len=2).cost_model()
     with pytest.raises(SpecError, match="cost model: step_time"):
@@ -560,7 +563,7 @@ def test_custom_cost_model_with_bad_step_times_is_refused(value):
 
 @pytest.mark.parametrize("slos", [{"ttfx": 0.1}, {"ttft": float("nan")}, {"tpot": 0}, ["ttft"]])
 def test_summarize_refuses_unknown_or_bad_slos(slos):
-    from simulator.metrics import summarize
+    from simulator.metrics.summary import summarize
     from simulator.scenario import Scenario
 
     res, _ = Scenario(workload="random", num_requests=3, input_len=16, output_len=2).run()

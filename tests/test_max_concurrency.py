@@ -16,13 +16,15 @@ from fake_costs import COST, d
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.cli import main
-from simulator.engine import COMPLETED, REJECTED, EngineConfig, simulate
-from simulator.metrics import summarize
+from simulator.cli.commands import main
+from simulator.cli.vllm_result import result_filename, result_json
+from simulator.metrics.summary import summarize
 from simulator.scenario import Scenario
-from simulator.specs import SpecError
-from simulator.vllm_result import result_filename, result_json
-from simulator.workload import Workload
+from simulator.serving.records import COMPLETED, REJECTED
+from simulator.serving.sched.registry import EngineConfig
+from simulator.serving.simulate import simulate
+from simulator.specs.checks import SpecError
+from simulator.workloads.workload import Workload
 
 
 def wl(arrivals, ins, outs, **kw):

@@ -1,4 +1,4 @@
-"""Tests for simulator.metrics against hand values and numpy.percentile.
+"""Tests for simulator.metrics.summary against hand values and numpy.percentile.
 
 The hand example uses binary fractions of a second (k / 64), so every time and difference
 below is exact in floating point and an SLO can sit exactly on a request's value.
@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.engine import COMPLETED, REJECTED, SimResult
-from simulator.metrics import good_mask, parse_goodput, summarize, tpot, weighted_percentile
+from simulator.metrics.slo import parse_goodput
+from simulator.metrics.summary import good_mask, summarize, weighted_percentile
+from simulator.serving.records import COMPLETED, REJECTED, SimResult, tpot
 
 # Five requests, arrivals 0..4 s. Request i: TTFT, output tokens, TPOT (one-token: none).
 TTFT_S = [0.125, 0.25, 0.375, 0.5, 0.625]

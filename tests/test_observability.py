@@ -10,10 +10,11 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from simulator.engine import EngineConfig, simulate
 from simulator.resolve import make_cost_model
 from simulator.scenario import Scenario
-from simulator.workload import Workload
+from simulator.serving.sched.registry import EngineConfig
+from simulator.serving.simulate import simulate
+from simulator.workloads.workload import Workload
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,7 @@ def test_two_requests_by_hand(cost):
     """The schedule of test_engine.test_two_requests_by_hand: A (t=0, 100 in, 3 out) and
     B (t=1 ms, 50 in, 2 out); steps d1 (prefill A), d2 (decode A + prefill B), d3 (decode both).
     TTFT A = t1, B = t2 - 0.001; queue A = 0, B = t1 - 0.001; ITL gaps d2, d3, d3."""
-    from simulator.prometheus import prometheus_text
+    from simulator.cli.prometheus import prometheus_text
 
     st = cost.step_time
     d1 = st(100, 1, 0.0, 100 * 50.0, 100)
@@ -89,7 +90,7 @@ def test_two_requests_by_hand(cost):
 
 
 def test_vllm_bucket_boundaries():
-    from simulator import prometheus as P
+    from simulator.cli import prometheus as P
 
     assert P.buckets_1_2_5(100) == [1, 2, 5, 10, 20, 50, 100]
     assert P.buckets_1_2_5(4096)[-1] == 2000
@@ -98,7 +99,7 @@ def test_vllm_bucket_boundaries():
 
 
 def test_histogram_counts_equal_completed_requests_two_replicas():
-    from simulator.prometheus import REQUEST_LATENCY_BUCKETS_S, TTFT_BUCKETS_S, prometheus_text
+    from simulator.cli.prometheus import REQUEST_LATENCY_BUCKETS_S, TTFT_BUCKETS_S, prometheus_text
 
     sc = Scenario(model="llama-3.1-8b", hardware="h100-sxm", num_requests=300, rate=20.0, replicas=2,
                   input_len=512, output_len=64, range_ratio=0.5, seed=3)
@@ -125,7 +126,7 @@ def test_histogram_counts_equal_completed_requests_two_replicas():
 
 
 def test_cli_metrics_out(tmp_path):
-    from simulator.cli import main
+    from simulator.cli.commands import main
 
     path = tmp_path / "run.prom"
     r = CliRunner().invoke(main, ["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-n", "50", "-r", "5",
@@ -152,7 +153,7 @@ def test_mfu_mbu_one_step_by_hand(cost):
     FLOPs by hand: 32 layers x (4 H^2 + 3 H I) = 6.476e9 weights, 2 FLOPs each per token, x 100
     tokens; the LM head for the one emitting row, 2 H V; attention QK^T and PV, 4 H Ap per
     layer with Ap = 100 x 50 causal pairs."""
-    from simulator.roofline import StepBatch
+    from simulator.cost.stepbatch import StepBatch
 
     H, FF, V, L = 4096, 11008, 32000, 32
     by_hand = 2 * L * (4 * H * H + 3 * H * FF) * 100 + 2 * H * V + 4 * H * 5000 * L
@@ -176,7 +177,7 @@ def test_mfu_mbu_one_step_by_hand(cost):
 def test_decode_runs_sum_to_the_steps(model):
     """A prompt step then 49 decode steps, logged as runs (decode segments): the rows' work,
     from their summed statistics, equals the sum of the 50 steps priced one at a time."""
-    from simulator.roofline import StepBatch
+    from simulator.cost.stepbatch import StepBatch
 
     c = make_cost_model(model, "a100-sxm-80gb", ideal=True)
     W = c.model.sliding_window.window if c.model.sliding_window else None
@@ -207,7 +208,7 @@ def test_mixed_step_split_by_tokens(cost):
 def test_add_utilization_on_a_frame_equals_the_engine_columns(cost):
     """The engine computes MFU/MBU on its column arrays; `add_utilization` on a DataFrame
     (the public path) gives the same columns, in the same order, bit for bit."""
-    from simulator.utilization import UTIL_COLUMNS, add_utilization
+    from simulator.cost.utilization import UTIL_COLUMNS, add_utilization
 
     res = simulate(cost, wl([0.0, 0.001], [100, 50], [3, 2]), cfg())
     again = add_utilization(cost, res.timeline.drop(columns=list(UTIL_COLUMNS)))
@@ -216,8 +217,8 @@ def test_add_utilization_on_a_frame_equals_the_engine_columns(cost):
 
 
 def test_summary_and_energy_use_busy_utilization():
-    from simulator.energy import run_energy
-    from simulator.utilization import weighted_quantile
+    from simulator.cost.utilization import weighted_quantile
+    from simulator.metrics.energy import run_energy
 
     res, s = Scenario(model="llama-3.1-8b", hardware="h100-sxm", num_requests=200, rate=8.0,
                       input_len=1024, output_len=128, seed=1).run()
@@ -237,7 +238,7 @@ def test_summary_and_energy_use_busy_utilization():
 
 
 def test_timeline_plot_has_utilization_panel(monkeypatch):
-    from simulator import plots
+    from simulator.cli import plots
 
     seen = {}
     monkeypatch.setattr(plots, "_png_bytes", lambda fig: seen.setdefault("fig", fig) and b"")

@@ -13,9 +13,9 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from simulator import cli
-from simulator.outputs import OutputSet, check_out_dir, write_atomic
-from simulator.specs import SpecError
+from simulator.cli import commands as cli
+from simulator.cli.outputs import OutputSet, check_out_dir, write_atomic
+from simulator.specs.checks import SpecError
 
 
 def _one_error_line(args):
@@ -135,7 +135,7 @@ def test_check_out_dir_accepts_new_and_existing(tmp_path):
 def test_failed_sweep_without_out_leaves_no_temp_folder(tmp_path, monkeypatch):
     import tempfile
 
-    from simulator import sweep as sw
+    from simulator.analysis import sweep as sw
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
@@ -149,7 +149,7 @@ def test_failed_sweep_without_out_leaves_no_temp_folder(tmp_path, monkeypatch):
 
 _POOL_CHILD = textwrap.dedent("""
     import sys, time
-    from simulator.executors import PoolExecutor
+    from simulator.analysis.executors import PoolExecutor
     ex = PoolExecutor(2)
     ex.map(time.sleep, [(0.01,), (0.01,)])  # starts the workers
     print(*[p.pid for p in ex._pool._processes.values()], flush=True)

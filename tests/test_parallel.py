@@ -6,12 +6,15 @@ import dataclasses
 
 import pytest
 
-from simulator.catalog import load_hardware, load_model
-from simulator.network import scaleout_link
-from simulator.parallel import alltoall_time_s, bubble_fraction, pipeline_time_s, pp_sends
-from simulator.roofline import CostModel, StepBatch
+from simulator.cost.network import scaleout_link
+from simulator.cost.parallel import alltoall_time_s, bubble_fraction, pipeline_time_s, pp_sends
+from simulator.cost.roofline import CostModel
+from simulator.cost.stepbatch import StepBatch
 from simulator.scenario import Scenario
-from simulator.specs import DTypes, Parallelism, SpecError
+from simulator.specs.catalog import load_hardware, load_model
+from simulator.specs.checks import SpecError
+from simulator.specs.dtypes import DTypes
+from simulator.specs.parallelism import Parallelism
 
 H200 = load_hardware("h200-sxm")
 DSV3 = load_model("deepseek-v3")

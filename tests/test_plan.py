@@ -10,10 +10,8 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from simulator.cli import main
-from simulator.plan import plan
-from simulator.scenario import Scenario
-from simulator.whatif import (
+from simulator.analysis.plan import plan
+from simulator.analysis.whatif import (
     SpeculativeCostModel,
     expected_tokens,
     hardware_whatif,
@@ -21,6 +19,8 @@ from simulator.whatif import (
     make_speculative_cost,
     speculative_whatif,
 )
+from simulator.cli.commands import main
+from simulator.scenario import Scenario
 
 IN_LEN, OUT_LEN = 256, 32
 
@@ -280,7 +280,7 @@ def test_plan_moe_candidates_include_ep_equal_tp(moe_plan):
 
 
 def test_plan_ep_capacity_is_a_direct_ep_sweep(moe_plan):
-    from simulator.sweep import sweep
+    from simulator.analysis.sweep import sweep
 
     sc, r = moe_plan
     (ep_row,) = [c for c in r["candidates"] if c["ep"] == 2]
@@ -296,7 +296,7 @@ def test_plan_dense_model_has_no_ep(two_hw_plan):
     _, r = two_hw_plan
     assert "expert_parallel" not in r
     assert all("ep" not in c for c in (*r["candidates"], *r["infeasible"]))
-    from simulator.plan import table_rows
+    from simulator.analysis.plan import table_rows
 
     assert all("ep" not in row for row in table_rows(r))
 

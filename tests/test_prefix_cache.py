@@ -1,16 +1,24 @@
-"""Prefix caching in the engine: oracles checkable by hand (prefixcache.py, sessions.py)."""
+"""Prefix caching in the engine: oracles checkable by hand (serving/prefix_cache.py, sessions.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from simulator.engine import COMPLETED, REJECTED, EngineConfig, simulate
-from simulator.metrics import summarize
-from simulator.prefix import PrefixWorkload, Segment, multi_turn_chats, prompt_tokens, shared_prefix
-from simulator.prefixcache import PrefixKVCache
+from simulator.metrics.summary import summarize
 from simulator.resolve import make_cost_model
-from simulator.workload import Workload, synthetic
+from simulator.serving.prefix_cache import PrefixKVCache
+from simulator.serving.records import COMPLETED, REJECTED
+from simulator.serving.sched.registry import EngineConfig
+from simulator.serving.simulate import simulate
+from simulator.workloads.shared_prefix import (
+    PrefixWorkload,
+    Segment,
+    multi_turn_chats,
+    prompt_tokens,
+    shared_prefix,
+)
+from simulator.workloads.workload import Workload, synthetic
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from simulator.cli import main
+from simulator.cli.commands import main
 from simulator.scenario import Scenario
 
 
@@ -87,7 +87,7 @@ def test_sharegpt_table_command_regenerates_the_shipped_table(tmp_path):
     from importlib.resources import files
 
     new = np.load(out)
-    with np.load(str(files("simulator.data").joinpath("sharegpt_counts.npz"))) as old:
+    with np.load(str(files("simulator.workloads.data").joinpath("sharegpt_counts.npz"))) as old:
         assert sorted(new.files) == sorted(old.files)
         for k in new.files:
             if k != "source":

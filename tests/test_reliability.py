@@ -27,13 +27,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 from reliability_helpers import _check_json_numbers, _one_line_error, fuzz
 
-from simulator import sweep as sw
-from simulator.cli import main, write_atomic
-from simulator.engine import COMPLETED, REJECTED, EngineConfig, simulate
-from simulator.metrics import summarize
+from simulator.analysis import sweep as sw
+from simulator.cli.commands import main
+from simulator.cli.outputs import write_atomic
+from simulator.cli.pointstore import PointStore
+from simulator.metrics.summary import summarize
 from simulator.resolve import make_cost_model
 from simulator.scenario import Scenario
-from simulator.workload import Workload
+from simulator.serving.records import COMPLETED, REJECTED
+from simulator.serving.sched.registry import EngineConfig
+from simulator.serving.simulate import simulate
+from simulator.workloads.workload import Workload
 
 pytestmark = pytest.mark.reliability
 
@@ -112,7 +116,7 @@ def test_prefill_priority_resumed_prompt_over_budget_is_not_rejected(cost, route
     """Issue 17, cause 1: prompts of 48 tokens with 40 outputs under a 64-token budget and a
     KV cache of 4 requests' worth: preempted requests resume with 48 + generated > 64 tokens.
     They run alone instead of being rejected after producing tokens; the ledger holds."""
-    from simulator.workload import synthetic
+    from simulator.workloads.workload import synthetic
 
     w = synthetic(20, math.inf, 48, 40, seed=1)
     res = simulate(cost, w, EngineConfig(kv_capacity_tokens=4 * 88, block_size=1, max_num_batched_tokens=64,
@@ -126,7 +130,7 @@ def test_prefill_priority_resumed_prompt_over_budget_is_not_rejected(cost, route
 @pytest.mark.parametrize("closed", [None, 5])
 def test_conservation_under_kv_pressure(cost, scheduler, closed):
     """KV pressure with preemptions (the continuous schedulers), 3 replicas, each router."""
-    from simulator.workload import synthetic
+    from simulator.workloads.workload import synthetic
 
     w = synthetic(150, 40.0, 300, 120, range_ratio=0.9, seed=5, concurrency=closed)
     for router in ("round-robin", "least-outstanding", "least-kv"):
@@ -141,9 +145,9 @@ def test_conservation_under_kv_pressure(cost, scheduler, closed):
 
 def test_debug_ledger_catches_a_lost_token(cost, monkeypatch):
     """The engine's own conservation check is live: drop one logged gap and it fails."""
-    from simulator import engine
+    from simulator.serving import steplog
 
-    orig = engine._Log.gap
+    orig = steplog.StepLog.gap
     state = {"dropped": False}
 
     def lossy(self, value, count):
@@ -152,7 +156,7 @@ def test_debug_ledger_catches_a_lost_token(cost, monkeypatch):
             count -= 1
         orig(self, value, count)
 
-    monkeypatch.setattr(engine._Log, "gap", lossy)
+    monkeypatch.setattr(steplog.StepLog, "gap", lossy)
     w = Workload(np.array([0.0, 0.0, 0.001]), np.array([50, 60, 70]), np.array([5, 6, 7]))
     with pytest.raises(AssertionError, match="inter-token gaps"):
         simulate(cost, w, EngineConfig(kv_capacity_tokens=10_000, max_segment_steps=1, debug=True))
@@ -239,7 +243,7 @@ def test_huge_settings_cost_nothing():
 
 
 def test_replicas_beyond_requests_give_the_same_result(cost):
-    from simulator.workload import synthetic
+    from simulator.workloads.workload import synthetic
 
     w = synthetic(7, 50.0, 200, 30, range_ratio=0.5, seed=1)
     for router in ("round-robin", "least-outstanding", "least-kv"):
@@ -305,8 +309,8 @@ def test_sweep_resume_python_api_after_progress_interrupt(tmp_path):
     torn last line) resume to the same result."""
     sc = Scenario(workload="random", input_len=64, output_len=8, num_requests=40, goodput={"ttft": 30})
     clean = sw.sweep(sc, [5.0, 50.0, 500.0], tol=0.2)
-    header = sw.PointStore.make_header(sc, [])
-    store = sw.PointStore.open(tmp_path, header)
+    header = PointStore.make_header(sc, [])
+    store = PointStore.open(tmp_path, header)
 
     def stop(done, total):
         if done >= 2:
@@ -317,7 +321,7 @@ def test_sweep_resume_python_api_after_progress_interrupt(tmp_path):
     store.close()
     with open(tmp_path / "points.jsonl", "a", encoding="utf-8") as f:
         f.write('{"key": "[{\\"activation')  # killed mid-write
-    store = sw.PointStore.resume(tmp_path, header)
+    store = PointStore.resume(tmp_path, header)
     assert store.loaded == 2
     resumed = sw.sweep(sc, [5.0, 50.0, 500.0], tol=0.2, store=store)
     store.close()

@@ -19,11 +19,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from reliability_helpers import _check_json_numbers, _one_line_error, fuzz
 
-from simulator.catalog import import_hf_config, load_hardware, load_model
-from simulator.cli import main
+from simulator.cli.commands import main
 from simulator.scenario import Scenario
-from simulator.specs import HardwareSpec, ModelSpec, SpecError
-from simulator.workload import builtin, read_trace
+from simulator.specs.catalog import import_hf_config, load_hardware, load_model
+from simulator.specs.checks import SpecError
+from simulator.specs.hardware import HardwareSpec
+from simulator.specs.model import ModelSpec
+from simulator.workloads.traces import builtin, read_trace
 
 pytestmark = pytest.mark.reliability
 
@@ -44,12 +46,12 @@ _JUNK = st.recursive(
 
 
 def _model_fields() -> dict:
-    return dict(yaml.safe_load((Path(load_model.__code__.co_filename).parent.parent / "model_specs"
+    return dict(yaml.safe_load((Path(load_model.__code__.co_filename).parents[2] / "model_specs"
                                 / "llama-3.1-8b.yaml").read_text()))
 
 
 def _hw_fields() -> dict:
-    return dict(yaml.safe_load((Path(load_model.__code__.co_filename).parent.parent / "hardware_specs"
+    return dict(yaml.safe_load((Path(load_model.__code__.co_filename).parents[2] / "hardware_specs"
                                 / "h100-sxm.yaml").read_text()))
 
 

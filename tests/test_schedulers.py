@@ -11,11 +11,12 @@ from fake_costs import COST, d
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.engine import COMPLETED, REJECTED, EngineConfig, simulate
 from simulator.resolve import make_cost_model
-from simulator.schedulers import SCHEDULERS
-from simulator.specs import SpecError
-from simulator.workload import Workload, synthetic
+from simulator.serving.records import COMPLETED, REJECTED
+from simulator.serving.sched.registry import SCHEDULERS, EngineConfig
+from simulator.serving.simulate import simulate
+from simulator.specs.checks import SpecError
+from simulator.workloads.workload import Workload, synthetic
 
 
 def wl(arrivals, ins, outs):
@@ -218,7 +219,7 @@ def test_policy_params_are_validated_with_one_line_errors():
         EngineConfig(scheduler="vllm-v0", policy_params={"watermark": 2})
     with pytest.raises(SpecError, match=r"policy_params.ignore_eos: 1 is not one of"):
         EngineConfig(scheduler="sglang", policy_params={"ignore_eos": 1})
-    with pytest.raises(SpecError, match=r"policy_params.num_scheduler_steps: 2.5 must be an integer in \[1, 1024\]"):
+    with pytest.raises(SpecError, match=r"policy_params.num_scheduler_steps: 2.5 must be an integer >= 1 and <= 1024"):
         EngineConfig(scheduler="vllm-multistep", policy_params={"num_scheduler_steps": 2.5})
     with pytest.raises(SpecError, match=r"policy_params: \[1\] must be a mapping"):
         EngineConfig(policy_params=[1])

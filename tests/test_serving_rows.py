@@ -15,11 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator import serving_rows as sr
-from simulator.engine import SimResult
-from simulator.metrics import summarize
-from simulator.specs import SpecError
-from simulator.validate import Validator, load_rows
+from simulator.analysis import serving_rows as sr
+from simulator.analysis.measurements import load_rows
+from simulator.analysis.validate import Validator
+from simulator.metrics.summary import summarize
+from simulator.serving.client_view import ClientView
+from simulator.serving.records import SimResult
+from simulator.specs.checks import SpecError
 
 DATA = Path("/work/shared/reference/measurements/dev_serving.csv")
 needs_data = pytest.mark.skipif(not DATA.is_file(), reason="shared/reference not present")
@@ -38,10 +40,11 @@ ROW = {"model": "llama-2-7b", "hardware": "h100-sxm", "tp": 1, "pp": 1, "weight_
 def test_codegen_row_maps_to_the_run_by_hand() -> None:
     sc = sr.scenario_for_row(ROW, "llama-2-7b", "h100-sxm")
     # notes: "11 system prompts x 4 users, system_prompt_len=100, question_len=466"
-    assert (sc.workload, sc.num_groups, sc.prompts_per_group, sc.system_prompt_len) == ("shared-prefix", 11, 4, 100)
+    p = sc.workload_params
+    assert (sc.workload, p["num_groups"], p["prompts_per_group"], p["system_prompt_len"]) == ("shared-prefix", 11, 4, 100)
     # measured prompt mean 592 = 100 system + 492 per-prompt tokens (466 + chat template)
-    assert sc.question_len == 492 and sc.output_len == 247
-    assert not sc.multi_turn  # prompt lengths stay flat (min 580, max 604): no re-sent history
+    assert p["question_len"] == 492 and sc.output_len == 247
+    assert not p["multi_turn"]  # prompt lengths stay flat (min 580, max 604): no re-sent history
     # 5 req/s for the 600 s stage
     assert sc.rate == 5.0 and sc.num_requests == 3000 and sc.burstiness == 1.0
     assert (sc.max_num_seqs, sc.max_num_batched_tokens, sc.max_model_len) == (128, 2048, 4096)
@@ -73,7 +76,7 @@ def test_frontend_latency_shifts_ttft_and_e2e_not_tpot() -> None:
                     first_token_s=np.array([0.1, 1.3]), finish_s=np.array([0.5, 2.1]),
                     preemptions=np.zeros(2, int), replica=np.zeros(2, int), status=np.ones(2, int),
                     reasons={}, itl_values_s=np.array([0.2]), itl_counts=np.array([6]), timeline=None)
-    a, b = summarize(res, {}), summarize(sr.with_frontend(res, 0.02), {})
+    a, b = summarize(res, {}), summarize(ClientView(0.02).apply(res), {})
     assert b["mean_ttft_ms"] == pytest.approx(a["mean_ttft_ms"] + 20.0)  # (100 + 300) / 2 + 20
     assert b["median_e2el_ms"] == pytest.approx(a["median_e2el_ms"] + 20.0)
     assert b["mean_tpot_ms"] == pytest.approx(a["mean_tpot_ms"])  # (0.4/2 + 0.8/4) / 2 = 200 ms

@@ -9,8 +9,10 @@ import random
 import numpy as np
 import pytest
 
-from simulator import sharegpt
-from simulator.sharegpt import (
+from simulator.cli.outputs import save_table
+from simulator.specs.checks import SpecError
+from simulator.workloads import sharegpt
+from simulator.workloads.sharegpt import (
     ADDS_BOS,
     TOKENIZER_FAMILIES,
     ShareGPTTable,
@@ -18,9 +20,7 @@ from simulator.sharegpt import (
     load_table,
     read_conversations,
     sample_sharegpt,
-    save_table,
 )
-from simulator.specs import SpecError
 
 
 def _table(prompt, completion, fam="qwen"):

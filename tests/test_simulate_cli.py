@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from simulator.cli import main
+from simulator.cli.commands import main
 from simulator.scenario import Scenario
 
 VLLM_KEYS = ["duration", "completed", "request_throughput", "request_goodput", "output_throughput",

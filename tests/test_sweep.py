@@ -10,17 +10,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from simulator.cli import main
-from simulator.executors import DaskExecutor, Executor, PoolExecutor
+from simulator.analysis.executors import DaskExecutor, Executor, PoolExecutor
+from simulator.analysis.sweep import knee_point, parse_rates, parse_sweep, run_point, sweep
+from simulator.cli.commands import main
 from simulator.scenario import Scenario
-from simulator.specs import SpecError
-from simulator.sweep import (
-    knee_point,
-    parse_rates,
-    parse_sweep,
-    run_point,
-    sweep,
-)
+from simulator.specs.checks import SpecError
 
 IN_LEN, OUT_LEN = 512, 64  # fixed prompt / output lengths of the hand-checkable scenario
 

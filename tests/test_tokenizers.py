@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.catalog import import_hf_config, load_model
 from simulator.scenario import Scenario
+from simulator.specs.catalog import import_hf_config, load_model
 
 DATA = Path(__file__).parent / "data" / "hf_configs"
 DOC = Path(__file__).parent.parent / "docs" / "concepts.md"

@@ -12,14 +12,15 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from simulator import calibrate as C
-from simulator import validate as V
-from simulator.catalog import load_hardware, load_model
-from simulator.cli import main
-from simulator.predict import predict_static
+from simulator.analysis import calibrate as C
+from simulator.analysis import measurements
+from simulator.analysis import validate as V
+from simulator.cli.commands import main
+from simulator.cost.predict import predict_static
+from simulator.cost.stepbatch import StepBatch, decode_step
 from simulator.resolve import make_cost_model
-from simulator.roofline import StepBatch, decode_step
-from simulator.specs import SpecError
+from simulator.specs.catalog import load_hardware, load_model
+from simulator.specs.checks import SpecError
 
 DATA = Path(__file__).resolve().parent / "data"
 A100 = "a100-sxm-80gb"
@@ -58,7 +59,7 @@ def test_static_rows_match_hand_roofline(tmp_path: Path) -> None:
                _row("pre", "ttft_ms", 100.0, "ms", batch="8", inp="2048", out="1"),
                _row("tput", "output_tokens_per_s_per_gpu", 1000.0, "tokens/s", gpus=4, tp=2, batch="16"),
                _row("tot", "output_tokens_per_s", 1000.0, "tokens/s", gpus=4, tp=2, batch="16"))
-    rows, skipped = V.read_measurements(p)
+    rows, skipped = measurements.read_measurements(p)
     assert len(rows) == 4 and not skipped and rows[2]["replicas"] == 2
     ideal = load_hardware(A100).ideal()
     res = V.validate(rows, hardware_specs={A100: ideal})
@@ -92,7 +93,7 @@ def test_skipped_rows_have_reasons(tmp_path: Path) -> None:
                _row("noout", "e2e_ms", 10.0, "ms", out=""),
                _row("ds", "mean_ttft_ms", 50.0, "ms", scenario="online_poisson", rate="2", batch="",
                     inp="", out="", dataset="lmsys-chat"))
-    rows, _ = V.read_measurements(p)
+    rows, _ = measurements.read_measurements(p)
     res = V.validate(rows)
     reasons = {s["id"]: s["reason"] for s in res["skipped"]}
     assert res["predicted"] == 1 and res["rows"] == 6
@@ -107,13 +108,13 @@ def test_sharegpt_rows_are_predicted_with_vllms_sampling(tmp_path: Path) -> None
     """A measured ShareGPT serving row is priced on ShareGPT sampled as `vllm bench serve`
     samples it (issue 14): the same run as `Scenario(workload="sharegpt")` with the row's
     settings, so validate and simulate agree."""
-    from simulator.metrics import summarize
+    from simulator.metrics.summary import summarize
     from simulator.scenario import Scenario
 
     p = _write(tmp_path, _row("sg", "mean_ttft_ms", 50.0, "ms", model="llama-3.1-8b", hw="h100-sxm",
                               dtype="bf16", scenario="online_poisson", rate="4", batch="", inp="", out="",
                               dataset="sharegpt"))
-    rows, _ = V.read_measurements(p)
+    rows, _ = measurements.read_measurements(p)
     v = V.Validator(num_requests=200)
     got = v.predict_row(rows[0])
     engine = v.profile_of(rows[0]).id
@@ -127,7 +128,7 @@ def test_sharegpt_rows_are_predicted_with_vllms_sampling(tmp_path: Path) -> None
 def test_predictions_are_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Three metrics of one (model, hardware, batch, lengths) point are priced once, with one
     cost model (observed through the calls, not through private cache sizes)."""
-    import simulator.predict as P
+    import simulator.cost.predict as P
 
     real = P.predict_static
     calls: list[tuple] = []
@@ -139,7 +140,7 @@ def test_predictions_are_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(P, "predict_static", counting)
     p = _write(tmp_path, _row("a", "tpot_ms", 10.0, "ms"), _row("b", "e2e_ms", 1000.0, "ms"),
                _row("c", "ttft_ms", 20.0, "ms"))
-    rows, _ = V.read_measurements(p)
+    rows, _ = measurements.read_measurements(p)
     v = V.Validator()
     res = V.validate(rows, validator=v)
     assert res["predicted"] == 3 and len(calls) == 1
@@ -160,10 +161,10 @@ def test_predictions_are_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_malformed_row_is_one_line_error_with_line_number(tmp_path: Path, bad: str, needle: str) -> None:
     p = _write(tmp_path, _row("ok", "tpot_ms", 10.0, "ms"), bad)
     with pytest.raises(SpecError) as e:
-        V.read_measurements(p)
+        measurements.read_measurements(p)
     msg = str(e.value)
     assert msg.startswith(f"{p}:3: ") and needle in msg and "\n" not in msg
-    rows, skipped = V.read_measurements(p, skip_bad_rows=True)
+    rows, skipped = measurements.read_measurements(p, skip_bad_rows=True)
     assert len(rows) == 1 and skipped[0]["id"] == "x" and "m.csv:3" in skipped[0]["reason"]
     r = _runner().invoke(main, ["validate", str(p), "-q"])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and ":3:" in r.stderr
@@ -173,10 +174,10 @@ def test_missing_column_and_duplicate_id(tmp_path: Path) -> None:
     p = tmp_path / "m.csv"
     p.write_text("id,model\nx,llama-2-7b\n")
     with pytest.raises(SpecError, match="missing column"):
-        V.read_measurements(p)
+        measurements.read_measurements(p)
     p = _write(tmp_path, _row("x", "tpot_ms", 10.0, "ms"), _row("x", "ttft_ms", 10.0, "ms"))
     with pytest.raises(SpecError, match=r":3: id: 'x' duplicates line 2"):
-        V.read_measurements(p)
+        measurements.read_measurements(p)
 
 
 # --------------------------------------------------------------------------- vLLM result JSON
@@ -184,7 +185,7 @@ def test_missing_column_and_duplicate_id(tmp_path: Path) -> None:
 
 def test_vllm_result_json_fields_mapped() -> None:
     f = DATA / "vllm_bench_serve_result.json"
-    rows = V.read_vllm_result(f, model="llama-3.1-8b", hardware="h100-sxm", tp=1)
+    rows = measurements.read_vllm_result(f, model="llama-3.1-8b", hardware="h100-sxm", tp=1)
     by = {r["metric"]: r for r in rows}
     r0 = rows[0]
     assert r0["scenario"] == "online_poisson" and r0["request_rate"] == 4.0
@@ -211,10 +212,10 @@ def test_vllm_closed_loop_and_offline(tmp_path: Path) -> None:
     d.update(request_rate="inf", max_concurrency=8)
     f = tmp_path / "c.json"
     f.write_text(json.dumps(d))
-    assert V.read_vllm_result(f, model="llama-3.1-8b", hardware="h100-sxm")[0]["scenario"] == "closed_loop"
+    assert measurements.read_vllm_result(f, model="llama-3.1-8b", hardware="h100-sxm")[0]["scenario"] == "closed_loop"
     d.update(max_concurrency=None)
     f.write_text(json.dumps(d))
-    assert V.read_vllm_result(f, model="llama-3.1-8b", hardware="h100-sxm")[0]["scenario"] == "offline_max_throughput"
+    assert measurements.read_vllm_result(f, model="llama-3.1-8b", hardware="h100-sxm")[0]["scenario"] == "offline_max_throughput"
 
 
 
@@ -229,7 +230,7 @@ def test_vllm_settings_that_are_not_numbers_are_refused(tmp_path: Path, key, val
     f = tmp_path / "r.json"
     f.write_text(json.dumps(d))
     with pytest.raises(SpecError, match=rf"^{f}: {key}: .* is not a number >= 0 \(or inf, or null\)$"):
-        V.read_vllm_result(f, model="llama-3.1-8b", hardware="h100-sxm")
+        measurements.read_vllm_result(f, model="llama-3.1-8b", hardware="h100-sxm")
 
 
 def test_vidur_csv_non_numeric_cell_names_file_and_line(tmp_path: Path) -> None:
@@ -261,8 +262,8 @@ def _synthetic_rows(hw) -> list[dict]:
         raw = {"id": f"s{i}", "source": f"src{i % 3}", "model": m, "hardware": A100, "num_gpus": tp, "tp": tp,
                "pp": 1, "weight_dtype": "fp16", "activation_dtype": "fp16", "kv_dtype": "fp16",
                "scenario": "static_batch", "batch_size": b, "input_len": inp, "output_len": out,
-               "metric": metric, "value": v, "unit": V.METRICS[metric]}
-        rows.append(V.parse_row(raw))
+               "metric": metric, "value": v, "unit": measurements.METRICS[metric]}
+        rows.append(measurements.parse_row(raw))
     return rows
 
 

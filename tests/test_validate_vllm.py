@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from simulator import catalog as C
-from simulator import validate as V
-from simulator.cli import main
-from simulator.specs import SpecError
+from simulator.analysis import measurements
+from simulator.analysis import validate as V
+from simulator.cli.commands import main
+from simulator.specs import catalog as C
+from simulator.specs.checks import SpecError
 
 DATA = Path(__file__).parent / "data"
 RESULT = DATA / "vllm_bench_serve_result.json"
@@ -97,17 +98,17 @@ def test_simulate_accepts_hardware_alias():
 
 def test_hf_model_id_and_hardware_alias_are_priced():
     """vLLM's model_id and another tool's hardware id: every row priced (was 0 of N)."""
-    rows = V.read_vllm_result(RESULT, model="meta-llama/Llama-3.1-8B-Instruct", hardware="h100-sxm-80gb")
+    rows = measurements.read_vllm_result(RESULT, model="meta-llama/Llama-3.1-8B-Instruct", hardware="h100-sxm-80gb")
     res = V.validate(rows, num_requests=50)
     assert res["predicted"] == len(rows) == 14, res["skipped"]
 
 
 def test_config_json_path_is_priced():
-    rows = V.read_vllm_result(RESULT, model=str(DATA / "hf_configs" / "Llama-3.1-8B.json"), hardware="h100-sxm")
+    rows = measurements.read_vllm_result(RESULT, model=str(DATA / "hf_configs" / "Llama-3.1-8B.json"), hardware="h100-sxm")
     res = V.validate(rows, num_requests=50)
     assert res["predicted"] == len(rows), res["skipped"]
     # the imported config is the catalog model: the same predictions
-    cat = V.validate(V.read_vllm_result(RESULT, model="llama-3.1-8b", hardware="h100-sxm"), num_requests=50)
+    cat = V.validate(measurements.read_vllm_result(RESULT, model="llama-3.1-8b", hardware="h100-sxm"), num_requests=50)
     for p, q in zip(res["points"], cat["points"], strict=True):
         assert p["predicted"] == pytest.approx(q["predicted"], rel=1e-9)
 
@@ -115,12 +116,12 @@ def test_config_json_path_is_priced():
 def test_lengths_derived_from_totals(tmp_path):
     """No input_lens/output_lens: input_len = 102400 / 200 = 512, output_len = 25600 / 200 = 128."""
     p = _result(tmp_path, input_lens=None, output_lens=None, dataset_name="random")
-    rows = V.read_vllm_result(p, model="llama-3.1-8b", hardware="h100-sxm")
+    rows = measurements.read_vllm_result(p, model="llama-3.1-8b", hardware="h100-sxm")
     assert {(r["input_len"], r["output_len"], r["dataset"]) for r in rows} == {(512, 128, "")}
     assert "total_input_tokens / completed" in rows[0]["notes"]
     # completed (not num_prompts) divides: vLLM sums the totals over completed requests
     p = _result(tmp_path, input_lens=None, output_lens=None, completed=100, num_prompts=200)
-    rows = V.read_vllm_result(p, model="llama-3.1-8b", hardware="h100-sxm")
+    rows = measurements.read_vllm_result(p, model="llama-3.1-8b", hardware="h100-sxm")
     assert (rows[0]["input_len"], rows[0]["output_len"]) == (1024, 256)
     res = V.validate(rows, num_requests=50)
     assert res["predicted"] == len(rows)
@@ -128,13 +129,13 @@ def test_lengths_derived_from_totals(tmp_path):
 
 def test_lengths_from_totals_not_used_when_dataset_named(tmp_path):
     p = _result(tmp_path, input_lens=None, output_lens=None, dataset_name="sharegpt")
-    rows = V.read_vllm_result(p, model="llama-3.1-8b", hardware="h100-sxm", dataset="sharegpt")
+    rows = measurements.read_vllm_result(p, model="llama-3.1-8b", hardware="h100-sxm", dataset="sharegpt")
     assert rows[0]["input_len"] is None and rows[0]["dataset"] == "sharegpt"
 
 
 def test_every_percentile_key_is_read(tmp_path):
     p = _result(tmp_path, p50_ttft_ms=36.0, p90_ttft_ms=55.0, **{"p99.9_itl_ms": 30.0, "p95_e2el_ms": 1300.0})
-    rows = V.read_vllm_result(p, model="llama-3.1-8b", hardware="h100-sxm")
+    rows = measurements.read_vllm_result(p, model="llama-3.1-8b", hardware="h100-sxm")
     metrics = {r["metric"] for r in rows}
     assert {"p50_ttft_ms", "p90_ttft_ms", "p99.9_itl_ms", "p95_e2el_ms"} <= metrics
     res = V.validate(rows, num_requests=200)
@@ -149,7 +150,7 @@ def test_every_percentile_key_is_read(tmp_path):
                                          ("p100_ttft_ms", None), ("p0_ttft_ms", None),
                                          ("p50_foo_ms", None), ("mean_ttft_ms", "ms")])
 def test_metric_unit(metric, unit):
-    assert V.metric_unit(metric) == unit
+    assert measurements.metric_unit(metric) == unit
 
 
 def test_cli_table_scatter_and_exit_code(tmp_path):
@@ -166,7 +167,7 @@ def test_cli_table_scatter_and_exit_code(tmp_path):
 
 def test_scatter_points_are_labelled(monkeypatch):
     """Each point of a small scatter carries its metric's name next to it."""
-    from simulator import plots
+    from simulator.cli import plots
 
     seen = {}
     monkeypatch.setattr(plots, "_png_bytes", lambda fig: seen.setdefault("fig", fig) and b"")

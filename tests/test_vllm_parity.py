@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from simulator.cli import main
+from simulator.cli.commands import main
 from simulator.scenario import Scenario
-from simulator.specs import SpecError
+from simulator.specs.checks import SpecError
 
 DATA = Path(__file__).parent / "data"
 SMALL = ["-m", "llama-3.1-8b", "-H", "h100-sxm", "-w", "random", "--input-len", "256", "--output-len", "16"]
@@ -25,7 +25,7 @@ def run(*args: str) -> tuple[int, str, str]:
 # ---- finding 1: e2el (a key with a digit) is accepted everywhere ---------------------------
 
 def test_goodput_e2el_parses():
-    from simulator.slo import parse_goodput
+    from simulator.metrics.slo import parse_goodput
 
     assert parse_goodput("ttft:500 e2el:2000") == {"ttft": 0.5, "e2el": 2.0}
     assert parse_goodput({"e2el": 1500}) == {"e2el": 1.5}
@@ -43,7 +43,7 @@ def test_goodput_e2el_in_python_api_and_yaml(tmp_path):
 
 
 def test_goodput_unknown_key_still_one_line():
-    from simulator.slo import parse_goodput
+    from simulator.metrics.slo import parse_goodput
 
     with pytest.raises(SpecError, match="unknown metric 'e2e'"):
         parse_goodput("e2e:10")
@@ -52,7 +52,7 @@ def test_goodput_unknown_key_still_one_line():
 # ---- finding 2: vLLM's space-separated --goodput ------------------------------------------
 
 def test_expand_nargs():
-    from simulator.options import expand_nargs
+    from simulator.cli.options import expand_nargs
 
     assert expand_nargs(["--goodput", "ttft:1", "tpot:2", "-q"]) == [
         "--goodput", "ttft:1", "--goodput", "tpot:2", "-q"]
@@ -176,7 +176,7 @@ def test_percentile_options_and_result_filename(tmp_path):
 
 @pytest.mark.parametrize("name", ["agent", "batch", "chat", "code"])
 def test_slo_preset_sets_goodput(name):
-    from simulator.slo import SLO_PRESETS
+    from simulator.metrics.slo import SLO_PRESETS
 
     code, out, err = run("simulate", *SMALL, "-n", "10", "--slo", name, "--json", "-q")
     assert code == 0, err
@@ -216,7 +216,7 @@ class _Clock:
 def test_progress_log_has_no_growing_done_lines():
     import io
 
-    from simulator.report import Progress
+    from simulator.cli.report import Progress
 
     buf = io.StringIO()
     p = Progress("sweeping", False, stream=buf, clock=_Clock(0.01))
@@ -234,7 +234,7 @@ def test_progress_log_has_no_growing_done_lines():
 def test_progress_tty_is_tqdm_bar_with_eta():
     import io
 
-    from simulator.report import Progress
+    from simulator.cli.report import Progress
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:
@@ -258,7 +258,7 @@ def _square(x: int) -> int:
 
 
 def test_default_executor_is_auto_and_serial_on_two_cpus():
-    from simulator.executors import AutoExecutor, make_executor
+    from simulator.analysis.executors import AutoExecutor, make_executor
 
     ex = make_executor()
     assert isinstance(ex, AutoExecutor)
@@ -269,7 +269,7 @@ def test_default_executor_is_auto_and_serial_on_two_cpus():
 
 
 def test_auto_executor_switches_to_pool_when_it_pays():
-    from simulator.executors import AutoExecutor
+    from simulator.analysis.executors import AutoExecutor
 
     fast = AutoExecutor(cpus=4, clock=_Clock(0.001))  # 1 ms tasks: a pool never pays
     assert fast.map(_square, [(i,) for i in range(20)]) == [i * i for i in range(20)]
@@ -311,7 +311,7 @@ def _overlaps(boxes):
 @pytest.fixture(scope="module")
 def close_rates_sweep():
     """A real sweep whose SLO capacity (13) and saturation rate (13.1) are 1 % apart."""
-    from simulator import sweep as sw
+    from simulator.analysis import sweep as sw
 
     sc = Scenario(workload="random", input_len=256, output_len=16, num_requests=60, goodput={"ttft": 2000})
     r = sw.sweep(sc, [2, 6, 10, 14])
@@ -321,7 +321,7 @@ def close_rates_sweep():
 
 
 def test_sweep_plots_no_overlapping_labels(close_rates_sweep):
-    from simulator import plots
+    from simulator.cli import plots
 
     for make in (plots.sweep_latency_fig, plots.sweep_throughput_fig):
         fig = make(close_rates_sweep)
@@ -334,8 +334,8 @@ def test_sweep_plots_no_overlapping_labels(close_rates_sweep):
 
 def test_throughput_legend_hides_no_point():
     """Goodput past saturation falls into the lower right, where the legend used to sit."""
-    from simulator import plots
-    from simulator import sweep as sw
+    from simulator.analysis import sweep as sw
+    from simulator.cli import plots
 
     sc = Scenario(workload="random", input_len=2048, output_len=256, num_requests=100,
                   goodput={"ttft": 500, "tpot": 30})
@@ -351,7 +351,7 @@ def test_throughput_legend_hides_no_point():
 
 
 def test_plan_labels_do_not_overlap():
-    from simulator import plots
+    from simulator.cli import planplots
 
     def cand(hw: str, gpus: int, cost: float) -> dict:
         return {"hardware": hw, "tp": 1, "pp": 1, "weight_dtype": "bf16", "kv_dtype": "bf16", "replicas": gpus,
@@ -360,7 +360,7 @@ def test_plan_labels_do_not_overlap():
     result = {"model": "m", "rate": 10.0, "workload": "w", "goodput_slos_ms": {"ttft": 500}, "headroom": 0.2,
               "candidates": [cand("h100-sxm", 4, 10.0), cand("h100-sxm", 4, 10.0), cand("a100-sxm-80gb", 4, 10.2),
                              cand("l40s", 5, 10.1), cand("h200", 4, 10.4)]}
-    fig = plots.plan_fig(result)
+    fig = planplots.plan_fig(result)
     boxes, _ = _boxes(fig)
     assert len(boxes) == 4  # the two coincident candidates share the label "1,2"
     assert _overlaps(boxes) == []
@@ -369,7 +369,7 @@ def test_plan_labels_do_not_overlap():
 # ---- finding 7: an SLO capacity above the saturation rate is flagged -------------------
 
 def test_capacity_above_saturation_warns():
-    from simulator.sweep import _warn_capacity_above_saturation
+    from simulator.analysis.sweep import _warn_capacity_above_saturation
 
     info = {"slo_capacity": 1.712, "saturation_rate": 1.408, "warnings": []}
     _warn_capacity_above_saturation(info, 100)
@@ -397,8 +397,8 @@ def test_readme_whatif_short_run_is_flagged():
 def test_docs_point_at_real_things():
     root = Path(__file__).resolve().parent.parent
     texts = {p: p.read_text(encoding="utf-8") for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))]}
-    import simulator.cli as cli_mod
-    import simulator.executors as ex_mod
+    import simulator.analysis.executors as ex_mod
+    import simulator.cli.commands as cli_mod
 
     texts[Path(cli_mod.__file__)] = Path(cli_mod.__file__).read_text(encoding="utf-8")
     texts[Path(ex_mod.__file__)] = Path(ex_mod.__file__).read_text(encoding="utf-8")
@@ -408,7 +408,7 @@ def test_docs_point_at_real_things():
         assert not re.search(r"llmsim (predict|roofline) [^\n`]* -g ", t), p  # -H, as every other command
 
 
-# ---- energy and cost per token (simulator.energy) ---------------------------------------
+# ---- energy and cost per token (simulator.metrics.energy) ---------------------------------------
 
 class _Hw:
     def __init__(self, tdp_w, price=None):
@@ -416,7 +416,7 @@ class _Hw:
 
 
 def test_energy_by_hand():
-    from simulator.energy import power_w, run_energy
+    from simulator.metrics.energy import power_w, run_energy
 
     assert power_w(700, 0.0) == pytest.approx(140.0) and power_w(700, 1.0) == 700 and power_w(700, 0.5) == 420
     # 2 GPUs, 4 s run, busy 1 s: E = 2 x (140 W x 4 s + 560 W x 1 x 1 s) = 2240 J

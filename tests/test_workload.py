@@ -1,4 +1,4 @@
-"""Tests for simulator.workload: synthetic arrivals/lengths, trace readers, built-ins."""
+"""Tests for simulator.workloads.workload: synthetic arrivals/lengths, trace readers, built-ins."""
 
 from __future__ import annotations
 
@@ -11,20 +11,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.specs import SpecError
-from simulator.workload import (
-    BUILTIN_WORKLOADS,
+from simulator.cli.outputs import write_trace
+from simulator.specs.checks import SpecError
+from simulator.workloads.traces import BUILTIN_WORKLOADS, builtin, load_workload, read_trace
+from simulator.workloads.workload import (
     Workload,
     arrivals,
-    builtin,
     lengths,
-    load_workload,
-    read_trace,
     scale_to_rate,
     synthetic,
     take,
     with_arrivals,
-    write_trace,
 )
 
 
@@ -601,9 +598,9 @@ def test_builtin_trace_files_are_package_resources() -> None:
     source tree), and the package data in pyproject.toml names them."""
     import importlib.resources
 
-    files = importlib.resources.files("simulator.traces")
+    files = importlib.resources.files("simulator.workloads.traces")
     for fname, _ in BUILTIN_WORKLOADS.values():
         assert (files / fname).is_file(), fname
     cfg = (Path(__file__).parents[1] / "pyproject.toml").read_text()
-    assert re.search(r'^packages = \[.*"simulator\.traces"', cfg, re.MULTILINE)
-    assert re.search(r'^"simulator\.traces" = \[.*"\*\.csv"', cfg, re.MULTILINE)
+    assert re.search(r'^packages = \[.*"simulator\.workloads\.traces"', cfg, re.MULTILINE)
+    assert re.search(r'^"simulator\.workloads\.traces" = \[.*"\*\.csv"', cfg, re.MULTILINE)

@@ -1,0 +1,1 @@
+"""Analysis: sweeps, plans, what-ifs, validation against measurements and calibration; built on `scenario`."""

@@ -1,0 +1,410 @@
+"""Measured numbers in: the measurement CSV and `vllm bench serve` result files.
+
+`read_measurements(path)` reads rows in the format of `docs/measurement_schema.md` (one
+measured number per row, with its exact settings), checking every cell (one-line errors with
+FILE:LINE; `skip_bad_rows` keeps going and reports them). `read_vllm_result(path, model=...,
+hardware=...)` turns a `vllm bench serve --save-result` JSON into such rows: the model,
+hardware and engine settings come from the caller (the JSON does not record them), lengths
+from per-request lists or from the totals, and every percentile key the file has becomes a
+row. `load_rows` picks the reader by the file's suffix. Pricing the rows is `validate.py`'s job.
+"""
+
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from simulator.specs.checks import (
+    MAX_BATCH,
+    MAX_REQUESTS,
+    MAX_RESULT_BYTES,
+    MAX_TOKENS,
+    SpecError,
+    check_int,
+    check_path,
+    is_number,
+    load_json,
+    show,
+)
+from simulator.specs.dtypes import DTYPES
+
+SCENARIOS = ("static_batch", "offline_max_throughput", "online_poisson", "closed_loop")
+
+#: metric -> unit (docs/measurement_schema.md)
+METRICS: dict[str, str] = {
+    "ttft_ms": "ms",
+    "tpot_ms": "ms",
+    "e2e_ms": "ms",
+    "decode_tokens_per_s": "tokens/s",
+    "prefill_tokens_per_s": "tokens/s",
+    "output_tokens_per_s": "tokens/s",
+    "output_tokens_per_s_per_gpu": "tokens/s",
+    "request_throughput": "req/s",
+    **{f"{s}_{k}_ms": "ms" for k in ("ttft", "tpot", "itl") for s in ("mean", "median", "p99")},
+    "mean_e2el_ms": "ms",
+    "median_e2el_ms": "ms",
+    "p99_e2el_ms": "ms",
+}
+STATIC_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms", "decode_tokens_per_s", "prefill_tokens_per_s",
+                  "output_tokens_per_s", "output_tokens_per_s_per_gpu")
+#: metric -> key of the simulator's vLLM-style summary
+SERVING_METRICS: dict[str, str] = {
+    "output_tokens_per_s": "output_throughput",
+    "output_tokens_per_s_per_gpu": "output_throughput_per_gpu",
+    "request_throughput": "request_throughput",
+    **{f"{s}_{k}_ms": f"{s}_{k}_ms" for k in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")},
+}
+#: `p{X}_{ttft|tpot|itl|e2el}_ms`, X in (0, 100): every percentile vLLM's --metric-percentiles writes
+_PERCENTILE_METRIC = re.compile(r"^p(\d{1,2}(?:\.\d{1,4})?)_(ttft|tpot|itl|e2el)_ms$")
+
+
+def metric_unit(metric: str) -> str | None:
+    """The unit of a metric name (METRICS, or any percentile key), None if unknown."""
+    if metric in METRICS:
+        return METRICS[metric]
+    m = _PERCENTILE_METRIC.match(metric)
+    return "ms" if m and 0 < float(m.group(1)) < 100 else None
+
+
+def metric_percentile(metric: str) -> float | None:
+    """X of a `p{X}_..._ms` metric name, else None."""
+    m = _PERCENTILE_METRIC.match(metric)
+    return float(m.group(1)) if m else None
+
+
+_UNIT_ALIASES = {"ms": "ms", "tokens/s": "tokens/s", "tok/s": "tokens/s", "token/s": "tokens/s",
+                 "req/s": "req/s", "requests/s": "req/s"}
+
+REQUIRED_COLUMNS = ("id", "source", "model", "hardware", "num_gpus", "tp", "pp", "weight_dtype",
+                    "activation_dtype", "kv_dtype", "scenario", "metric", "value", "unit")
+OPTIONAL_COLUMNS = ("engine", "batch_size", "request_rate", "concurrency", "num_requests",
+                    "input_len", "output_len", "dataset", "max_batch_size", "max_num_tokens",
+                    "quality", "notes")
+_INT_COLUMNS = ("num_gpus", "tp", "pp", "batch_size", "concurrency", "num_requests", "input_len",
+                "output_len", "max_batch_size", "max_num_tokens")
+
+#: decode-only metrics of a row that does not state output_len are priced over this many
+#: tokens (at batch 1 the context growth over 128 tokens moves tpot by well under 1 %)
+ASSUMED_DECODE_LEN = 128
+#: serving rows that do not state num_requests simulate this many
+DEFAULT_NUM_REQUESTS = 1000
+
+
+class SkipRow(Exception):  # noqa: N818 (a control-flow signal, not an error)
+    """This row cannot be priced; the message is the reason."""
+
+
+# --------------------------------------------------------------------------- reading
+
+
+#: the largest value each integer column accepts (checks.py bounds; beyond them no row can be
+#: priced without unbounded time or memory)
+_INT_MAX = {"batch_size": MAX_BATCH, "input_len": MAX_TOKENS, "output_len": MAX_TOKENS,
+            "num_requests": MAX_REQUESTS, "concurrency": MAX_REQUESTS, "max_batch_size": MAX_BATCH,
+            "max_num_tokens": MAX_TOKENS, "num_gpus": MAX_BATCH, "tp": MAX_BATCH, "pp": MAX_BATCH}
+
+
+def _parse_int(text: str, col: str) -> int:
+    try:
+        f = float(text)
+    except ValueError:
+        raise ValueError(f"{col}: {show(text)} is not an integer") from None
+    if not math.isfinite(f) or f != int(f):
+        raise ValueError(f"{col}: {show(text)} is not an integer")
+    if f < 1:
+        raise ValueError(f"{col}: {show(text)} must be >= 1")
+    if f > _INT_MAX[col]:
+        raise ValueError(f"{col}: {show(text)} must be <= {_INT_MAX[col]}")
+    return int(f)
+
+
+def _parse_float(text: str, col: str, allow_inf: bool = False) -> float:
+    s = text.strip().lower()
+    if allow_inf and s in ("inf", "infinity"):
+        return math.inf
+    try:
+        v = float(s)
+    except ValueError:
+        raise ValueError(f"{col}: {show(text)} is not a number") from None
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"{col}: {show(text)} must be a finite number > 0")
+    return v
+
+
+def parse_row(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Type and check one measurement row (a mapping of column -> text). Raises ValueError
+    with `column: value: problem` for the first problem found."""
+    row: dict[str, Any] = {}
+    for col in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS):
+        v = raw.get(col)
+        row[col] = "" if v is None else str(v).strip()
+    for col in ("id", "model", "hardware", "scenario", "metric"):
+        if not row[col]:
+            raise ValueError(f"{col}: empty")
+    for col in _INT_COLUMNS:
+        row[col] = _parse_int(row[col], col) if row[col] else None
+    for col in ("num_gpus", "tp", "pp"):
+        if row[col] is None:
+            raise ValueError(f"{col}: empty")
+    if row["num_gpus"] % (row["tp"] * row["pp"]):
+        raise ValueError(f"num_gpus: {row['num_gpus']} is not a multiple of tp*pp = {row['tp'] * row['pp']}")
+    row["request_rate"] = _parse_float(row["request_rate"], "request_rate", allow_inf=True) if row["request_rate"] else None
+    row["value"] = _parse_float(row["value"], "value") if row["value"] else None
+    if row["value"] is None:
+        raise ValueError("value: empty")
+    _check_categories(row)
+    row["replicas"] = row["num_gpus"] // (row["tp"] * row["pp"])
+    return row
+
+
+def _check_categories(row: dict[str, Any]) -> None:
+    """The dtype, scenario, metric and unit columns, and what each scenario requires (in place:
+    the unit is normalised)."""
+    for col in ("weight_dtype", "activation_dtype", "kv_dtype"):
+        if row[col] not in DTYPES:
+            raise ValueError(f"{col}: {show(row[col])} is not one of {', '.join(DTYPES)}")
+    if row["scenario"] not in SCENARIOS:
+        raise ValueError(f"scenario: {show(row['scenario'])} is not one of {', '.join(SCENARIOS)}")
+    expected = metric_unit(row["metric"])
+    if expected is None:
+        raise ValueError(f"metric: {show(row['metric'])} is not one of {', '.join(METRICS)} "
+                         "or p<X>_<ttft|tpot|itl|e2el>_ms")
+    unit = _UNIT_ALIASES.get(row["unit"].lower())
+    if unit != expected:
+        raise ValueError(f"unit: {show(row['unit'])} does not match metric {row['metric']} "
+                         f"(expected {expected})")
+    row["unit"] = unit
+    sc = row["scenario"]
+    if sc == "static_batch" and row["batch_size"] is None:
+        raise ValueError("batch_size: empty (required for static_batch)")
+    if sc == "online_poisson" and row["request_rate"] is None:
+        raise ValueError("request_rate: empty (required for online_poisson)")
+    if sc == "closed_loop" and row["concurrency"] is None:
+        raise ValueError("concurrency: empty (required for closed_loop)")
+
+
+def _decoded_lines(fh: Any, path: Path, at: list[int]) -> Iterator[str]:
+    """The lines of a binary file as text: UTF-8 (a leading BOM dropped), each line decoded on
+    its own so that a bad byte is reported with its line number; `at[0]` is the line last read."""
+    for number, raw in enumerate(fh, start=1):
+        at[0] = number
+        try:
+            yield raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+            raise SpecError(f"{path}:{number}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
+                            f"{e.start + 1}); save the file as UTF-8") from None
+
+
+def read_measurements(path: str | Path, skip_bad_rows: bool = False) -> tuple[list[dict], list[dict]]:
+    """Read a docs/measurement_schema.md measurement CSV. Returns (rows, skipped).
+
+    A malformed row raises SpecError `FILE:LINE: column: problem` (LINE counts the header as
+    line 1), unless `skip_bad_rows`, which records it in `skipped` with that reason instead.
+    Duplicate ids are malformed. A file that is not UTF-8, holds a field longer than the csv
+    module's limit (131,072 characters) or fails to read is one SpecError naming FILE:LINE.
+    """
+    p = check_path("path", path)
+    try:
+        fh = open(p, "rb")
+    except OSError as e:
+        raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e.strerror or e})") from None
+    at = [0]
+    reader = csv.DictReader(_decoded_lines(fh, p, at))
+    try:
+        with fh:
+            return _read_rows(reader, p, skip_bad_rows)
+    except csv.Error as e:
+        raise SpecError(f"{p}:{at[0]}: malformed CSV: {e}") from None
+    except OSError as e:
+        raise SpecError(f"{p}:{at[0]}: read failed ({e.__class__.__name__}: {e.strerror or e})") from None
+
+
+def _read_rows(reader: csv.DictReader, p: Path, skip_bad_rows: bool) -> tuple[list[dict], list[dict]]:
+    rows: list[dict] = []
+    skipped: list[dict] = []
+    seen: dict[str, int] = {}
+    header = reader.fieldnames or []
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise SpecError(f"{p}: missing column(s) {', '.join(missing)}; see docs/measurement_schema.md "
+                        f"(required: {', '.join(REQUIRED_COLUMNS)})")
+    line_end = 1
+    for raw in reader:
+        line = line_end + 1  # first physical line of this record
+        line_end = reader.line_num
+        if not any((v or "").strip() for k, v in raw.items() if k is not None):
+            continue  # blank line
+        try:
+            if None in raw:
+                raise ValueError(f"{len(header) + len(raw[None])} fields, header has {len(header)}")
+            row = parse_row(raw)
+            if row["id"] in seen:
+                raise ValueError(f"id: {show(row['id'])} duplicates line {seen[row['id']]}")
+        except ValueError as e:
+            if not skip_bad_rows:
+                raise SpecError(f"{p}:{line}: {e}") from None
+            skipped.append({"id": (raw.get("id") or "").strip()[:200] or f"line {line}",
+                            "reason": f"malformed row ({p.name}:{line}): {e}"})
+            continue
+        seen[row["id"]] = line
+        row["line"] = line
+        rows.append(row)
+    return rows, skipped
+
+
+#: vLLM bench serve result keys compared, -> SCHEMA metric
+_VLLM_KEYS: dict[str, str] = {
+    "request_throughput": "request_throughput",
+    "output_throughput": "output_tokens_per_s",
+    **{f"{s}_{k}_ms": f"{s}_{k}_ms" for k in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")},
+}
+
+
+def _check_vllm_args(**args: Any) -> None:
+    """The settings `read_vllm_result` takes from its caller: positive integers within bounds."""
+    for name, v in args.items():
+        top = MAX_TOKENS if name in ("input_len", "output_len", "max_num_batched_tokens") else MAX_BATCH
+        check_int(name, v, maximum=top, optional=name not in ("tp", "pp"))
+
+
+def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1, pp: int = 1,
+                     num_gpus: int | None = None, weight_dtype: str = "bf16",
+                     activation_dtype: str = "bf16", kv_dtype: str = "bf16",
+                     input_len: int | None = None, output_len: int | None = None,
+                     dataset: str | None = None, max_num_seqs: int | None = None,
+                     max_num_batched_tokens: int | None = None) -> list[dict]:
+    """Turn a `vllm bench serve --save-result` JSON into measurement rows, one per metric.
+
+    Mapped: request_rate (inf or absent -> offline_max_throughput, finite -> online_poisson),
+    max_concurrency (-> closed_loop), num_prompts/completed (-> num_requests), output_throughput
+    (-> output_tokens_per_s), request_throughput and the mean/median/p99 ttft/tpot/itl/e2el.
+    Lengths: the arguments, else `input_lens`/`output_lens` when every request has the same
+    length, else `dataset` (or the JSON's `dataset_name`) must name a workload.
+    """
+    p = check_path("path", path)
+    _check_vllm_args(tp=tp, pp=pp, num_gpus=num_gpus, max_num_seqs=max_num_seqs, input_len=input_len,
+                     output_len=output_len, max_num_batched_tokens=max_num_batched_tokens)
+    data = load_json(p, MAX_RESULT_BYTES, "vllm bench serve result")
+    if not isinstance(data, dict):
+        raise SpecError(f"{p}: expected a JSON object (a vllm bench serve result)")
+    found = [k for k in _VLLM_KEYS if is_number(data.get(k))]
+    # every percentile the file has (vLLM's --metric-percentiles 50,90,99.9 -> p50_, p90_, p99.9_)
+    found += [k for k in data if k not in _VLLM_KEYS and is_number(data[k]) and metric_unit(k)]
+    if not found:
+        raise SpecError(f"{p}: no vllm bench serve metrics found (expected keys like "
+                        "request_throughput, output_throughput, mean_ttft_ms)")
+
+    def num(key: str) -> Any:
+        """A numeric setting: absent or null -> None; a number or "inf"; anything else (e.g.
+        `"request_rate": "fast"`, once read as offline) is refused, never guessed."""
+        v = data.get(key)
+        if v is None:
+            return None
+        if isinstance(v, str) and v.strip().lower() in ("inf", "infinity"):
+            return math.inf
+        if not is_number(v) or math.isnan(v) or v < 0:
+            raise SpecError(f"{p}: {key}: {show(v)} is not a number >= 0 (or inf, or null)")
+        return v
+
+    rate = num("request_rate")
+    conc = num("max_concurrency")
+    if conc is not None:
+        scenario = "closed_loop"
+    elif rate is None or math.isinf(rate):
+        scenario = "offline_max_throughput"
+    else:
+        scenario = "online_poisson"
+    n = num("num_prompts") or num("completed")
+
+    inp, out, ds, length_note = _vllm_lengths(data, input_len, output_len, dataset)
+    tp_pp = tp * pp
+    ngpu = num_gpus or tp_pp
+    engine = str(data.get("backend") or "vllm")
+    if engine == "llmsim":  # llmsim's own saved run: the engine profile it ran under
+        saved = data.get("llmsim_scenario")
+        engine = str((saved.get("engine") if isinstance(saved, dict) else None) or "generic")
+    base = {
+        "source": f"{p.name} (vllm bench serve, backend {data.get('backend', '?')}, {data.get('date', 'undated')})",
+        "model": model, "hardware": hardware, "num_gpus": ngpu, "tp": tp, "pp": pp,
+        "engine": engine, "weight_dtype": weight_dtype,
+        "activation_dtype": activation_dtype, "kv_dtype": kv_dtype, "scenario": scenario,
+        "batch_size": "", "request_rate": "" if rate is None else str(rate),
+        "concurrency": "" if conc is None else str(int(conc)),
+        "num_requests": "" if not n else str(int(n)), "input_len": "" if not inp else str(inp),
+        "output_len": "" if not out else str(out), "dataset": ds,
+        "max_batch_size": "" if max_num_seqs is None else str(max_num_seqs),
+        "max_num_tokens": "" if max_num_batched_tokens is None else str(max_num_batched_tokens),
+        "quality": "high", "notes": f"model_id {data.get('model_id', '?')}{length_note}",
+    }
+    rows = []
+    for i, key in enumerate(found, start=1):
+        metric = _VLLM_KEYS.get(key, key)
+        raw = {**base, "id": f"{p.stem}-{key}", "metric": metric, "value": str(data[key]),
+               "unit": metric_unit(metric)}
+        try:
+            row = parse_row(raw)
+        except ValueError as e:
+            raise SpecError(f"{p}: {key}: {e}") from None
+        row["line"] = i
+        rows.append(row)
+    return rows
+
+
+def _vllm_lengths(data: Mapping[str, Any], input_len: int | None, output_len: int | None,
+                  dataset: str | None) -> tuple[int | None, int | None, str, str]:
+    """(input_len, output_len, dataset, note) of a vLLM result: the caller's lengths, else
+    `input_lens`/`output_lens` when every request has the same length, else (no dataset named
+    by the caller) the mean lengths total_input_tokens / completed and total_output_tokens /
+    completed (vLLM sums the totals over completed requests; num_prompts when `completed` is
+    absent). Mean lengths price a varied-length run as a fixed-length one: the note says so."""
+    def fixed(key: str) -> int | None:
+        v = data.get(key)
+        if isinstance(v, list) and v and all(isinstance(x, int) for x in v) and len(set(v)) == 1:
+            return int(v[0])
+        return None
+
+    def mean(total_key: str) -> int | None:
+        n, total = data.get("completed") or data.get("num_prompts"), data.get(total_key)
+        if dataset or not (is_number(n) and is_number(total)):
+            return None
+        n, total = float(n), float(total)  # type: ignore[arg-type]
+        if not (n > 0 and total > 0 and math.isfinite(total / n)):
+            return None
+        return max(1, round(total / n))
+
+    inp = input_len if input_len is not None else fixed("input_lens")
+    out = output_len if output_len is not None else fixed("output_lens")
+    note = ""
+    if inp is None or out is None:
+        m_in, m_out = mean("total_input_tokens"), mean("total_output_tokens")
+        if inp is None and m_in is not None and (out is not None or m_out is not None):
+            inp, note = m_in, "; input_len = total_input_tokens / completed"
+        if out is None and m_out is not None and inp is not None:
+            out, note = m_out, note + "; output_len = total_output_tokens / completed"
+    ds = dataset or ("" if inp and out else str(data.get("dataset_name") or ""))
+    if ds == "random" and inp and out:
+        ds = ""
+    return inp, out, ds, note
+
+
+def load_rows(path: str | Path, skip_bad_rows: bool = False, **vllm: Any) -> tuple[list[dict], list[dict]]:
+    """A measurement CSV, or a vLLM result JSON (`vllm` keyword arguments: model, hardware, ...)."""
+    p = check_path("path", path)
+    is_json = p.suffix.lower() == ".json"
+    if not is_json:
+        try:
+            with open(p, "rb") as fh:
+                is_json = fh.read(64).lstrip().startswith(b"{")
+        except OSError as e:
+            raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e.strerror or e})") from None
+    if is_json:
+        if not vllm.get("model") or not vllm.get("hardware"):
+            raise SpecError(f"{p}: a vLLM result JSON does not record the model or hardware; "
+                            "pass --model and --hardware")
+        return read_vllm_result(p, **vllm), []
+    return read_measurements(p, skip_bad_rows)

@@ -1,0 +1,414 @@
+"""Agree with real servers: compare the model's predictions with measured numbers.
+
+Inputs are rows in the format of `docs/measurement_schema.md` (one measured
+number per row, with its exact settings) read by `read_measurements`, or a `vllm bench serve`
+result JSON turned into such rows by `read_vllm_result` (the model, hardware and engine
+settings come from the caller: the JSON does not record them).
+
+`Validator.predict_row(row)` prices one row:
+
+* `static_batch` rows go through `predict.predict_static` (B prompts of I tokens prefilled
+  in one step, then O-1 decode steps); the row's metric is read from the prediction, with
+  `output_tokens_per_s` counting every replica (num_gpus / (tp*pp)) and `_per_gpu` dividing
+  by num_gpus.
+* `offline_max_throughput`, `online_poisson` and `closed_loop` rows run the discrete-event
+  engine (`engine.simulate`) with the row's limits (max_batch_size -> max_num_seqs,
+  max_num_tokens -> max_num_batched_tokens), else its benchmark tool's, else the engine
+  profile's (`profiles.apply.row_settings`), at rate inf / request_rate / concurrency, with
+  fixed lengths or a named dataset mapped to a trace file by the caller.
+
+Every row is priced by the engine profile its `engine` column names (`profiles.profile.engine_for_row`;
+`Validator(engine=...)` forces one): the profile's overheads and kernel factors on the cost
+model, its scheduler, limits and KV rule; each point carries the profile id (`engine`).
+
+Rows that cannot be priced honestly (unknown model or hardware, a dtype the model does not
+support, a dataset that is not available, a metric that needs a length the row does not
+state) are skipped with the reason, never guessed. Identical settings are priced once.
+
+error % = (predicted - measured) / measured * 100; APE = |error %|.
+No printing and no files written here; the CLI does that.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from simulator.analysis import serving_rows
+from simulator.analysis.measurements import (
+    ASSUMED_DECODE_LEN,
+    DEFAULT_NUM_REQUESTS,
+    SERVING_METRICS,
+    STATIC_METRICS,
+    SkipRow,
+    metric_percentile,
+    metric_unit,
+)
+from simulator.profiles.apply import (
+    client_view_for,
+    profile_model,
+    row_settings,
+)
+from simulator.profiles.profile import EngineProfile, apply_profile, engine_for_row, load_engine
+from simulator.specs.checks import MAX_REQUESTS, SpecError, check_int, show
+from simulator.specs.hardware import HardwareSpec
+
+# --------------------------------------------------------------------------- predicting
+
+
+class Validator:
+    """Prices measurement rows; caches cost models and predictions of identical settings.
+
+    `hardware_specs` maps a hardware id used in the rows to a HardwareSpec (or a YAML/overlay
+    path) to use instead of the catalog entry (e.g. a calibrated overlay). `workloads` maps a
+    dataset name to a trace file. `efficiency` overrides efficiency fields for every row.
+    """
+
+    def __init__(self, hardware_specs: Mapping[str, HardwareSpec | str] | None = None,
+                 workloads: Mapping[str, str] | None = None,
+                 efficiency: Mapping[str, float] | None = None,
+                 num_requests: int | None = None, engine: str | EngineProfile | None = None) -> None:
+        for name, arg in (("hardware_specs", hardware_specs), ("workloads", workloads), ("efficiency", efficiency)):
+            if arg is not None and not isinstance(arg, Mapping):
+                raise SpecError(f"{name}: {type(arg).__name__} is not a mapping")
+        check_int("num_requests", num_requests, maximum=MAX_REQUESTS, optional=True)
+        self.hardware_specs = dict(hardware_specs or {})
+        self.workloads = {k.lower(): v for k, v in (workloads or {}).items()}
+        self.efficiency = dict(efficiency or {})
+        self.num_requests = num_requests
+        self.engine = None if engine is None else load_engine(engine)  # None: each row's own
+        self._hw: dict[str, HardwareSpec] = {}
+        self._model: dict[str, Any] = {}
+        self._cost: dict[tuple, Any] = {}
+        self._pred: dict[tuple, Any] = {}
+
+    def cached(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """A prediction kept for the rows that share `key` (one simulation per run): computed
+        by `compute()` the first time."""
+        if key not in self._pred:
+            self._pred[key] = compute()
+        return self._pred[key]
+
+    # ---- specs
+    def hardware(self, hw_id: str) -> HardwareSpec:
+        if hw_id not in self._hw:
+            from simulator.specs.catalog import load_hardware, resolve_hardware_id
+
+            ref = self.hardware_specs.get(hw_id)
+            if ref is None:
+                try:
+                    ref = resolve_hardware_id(hw_id)  # an id or alias (h100-sxm-80gb, H100)
+                except SpecError as e:
+                    raise SkipRow(str(e)) from None
+                if ref is None:
+                    raise SkipRow(f"unknown hardware {show(hw_id)} (not a catalog id or alias)")
+            try:
+                hw = load_hardware(ref)
+                if self.efficiency:
+                    hw = hw.with_efficiency(**self.efficiency)
+            except (SpecError, TypeError) as e:
+                raise SkipRow(f"hardware {show(hw_id)}: {e}") from None
+            self._hw[hw_id] = hw
+        return self._hw[hw_id]
+
+    def model(self, ref: str) -> Any:
+        """A catalog id or alias (the HF id vLLM writes as model_id), or a config.json/YAML path."""
+        if ref not in self._model:
+            from simulator.specs.catalog import load_model
+
+            try:
+                self._model[ref] = load_model(ref)
+            except SpecError as e:
+                raise SkipRow(f"unknown model {show(ref)}: {e}") from None
+        return self._model[ref]
+
+    def profile_of(self, row: Mapping[str, Any]) -> EngineProfile:
+        """The engine profile that prices `row` (`profiles.profile.engine_for_row` of its engine column)."""
+        return self.engine or load_engine(engine_for_row(str(row.get("engine") or "")))
+
+    def engine_of(self, row: Mapping[str, Any]) -> str:
+        return self.profile_of(row).id
+
+    def cost_model(self, row: Mapping[str, Any]) -> Any:
+        from simulator.cost.roofline import CostModel
+        from simulator.specs.dtypes import DTypes
+        from simulator.specs.parallelism import Parallelism
+
+        profile = self.profile_of(row)
+        key = (row["model"], row["hardware"], row["tp"], row["pp"], row["weight_dtype"],
+               row["activation_dtype"], row["kv_dtype"], profile.id)
+        if key not in self._cost:
+            model = profile_model(self.model(row["model"]), profile)
+            hw = apply_profile(self.hardware(row["hardware"]), profile)
+            try:
+                cost = CostModel(model, hw, Parallelism(row["tp"], row["pp"]),
+                                 DTypes(row["weight_dtype"], row["activation_dtype"], row["kv_dtype"]),
+                                 link_dtype=profile.link_dtype)
+            except SpecError as e:
+                raise SkipRow(f"unsupported setting: {e}") from None
+            # a GEMM dtype the chip has no rate for would be priced at another format: a guess
+            if cost.gemm_dtype != cost.dtypes.gemm and not _fallback_ok(cost.dtypes.gemm, cost.gemm_dtype):
+                raise SkipRow(f"{hw.id} has no {cost.dtypes.gemm} tensor rate (dtype unsupported on this chip)")
+            self._cost[key] = cost
+        return self._cost[key]
+
+    # ---- one row
+    def predict_row(self, row: Mapping[str, Any]) -> float:
+        """The model's value of `row['metric']` in the row's unit. Raises SkipRow(reason)."""
+        value, _ = self.predict_row_detail(row)
+        return value
+
+    def predict_row_detail(self, row: Mapping[str, Any]) -> tuple[float, str]:
+        """(predicted value, note on any assumption made)."""
+        if row["scenario"] == "static_batch":
+            return self._static(row)
+        return self._serving(row), ""
+
+    def static_setting(self, row: Mapping[str, Any]) -> tuple[Any, int, int, int, str]:
+        """(cost model, batch, input_len, output_len, note) a static_batch row is priced at."""
+        metric = row["metric"]
+        if metric not in STATIC_METRICS:
+            raise SkipRow(f"metric {metric} is not defined for static_batch")
+        if row["input_len"] is None:
+            raise SkipRow("input_len not stated")
+        out_len, note = row["output_len"], ""
+        if out_len is None:
+            if metric in ("ttft_ms", "prefill_tokens_per_s"):
+                out_len = 1
+            elif metric in ("tpot_ms", "decode_tokens_per_s"):
+                out_len, note = ASSUMED_DECODE_LEN, f"output_len not stated: tpot over {ASSUMED_DECODE_LEN} tokens"
+            else:
+                raise SkipRow(f"output_len not stated; {metric} depends on it")
+        if metric in ("tpot_ms", "decode_tokens_per_s") and out_len < 2:
+            raise SkipRow(f"{metric} needs output_len >= 2")
+        return self.cost_model(row), row["batch_size"], row["input_len"], out_len, note
+
+    def _static(self, row: Mapping[str, Any]) -> tuple[float, str]:
+        from simulator.cost.predict import predict_static
+
+        metric = row["metric"]
+        cost, _, _, out_len, note = self.static_setting(row)
+        key = ("static", id(cost), row["batch_size"], row["input_len"], out_len)
+        if key not in self._pred:
+            try:
+                self._pred[key] = predict_static(cost, row["batch_size"], row["input_len"], out_len)
+            except SpecError as e:
+                raise SkipRow(str(e)) from None
+        pred = self._pred[key]
+        v = float(pred[metric])
+        if metric == "output_tokens_per_s":
+            v *= row["replicas"]  # every replica runs the batch
+        elif metric == "output_tokens_per_s_per_gpu":
+            v = float(pred["output_tokens_per_s"]) * row["replicas"] / row["num_gpus"]
+        return v, note
+
+    def _serving(self, row: Mapping[str, Any]) -> float:
+        from simulator.metrics.summary import summarize
+        from simulator.scenario import Scenario
+        from simulator.serving.simulate import simulate
+
+        metric = row["metric"]
+        pct = metric_percentile(metric)
+        if metric not in SERVING_METRICS and pct is None:
+            raise SkipRow(f"metric {metric} is defined for static_batch only")
+        ds = (row.get("dataset") or "").strip()
+        if serving_rows.is_serving_run_row(row) and ds.lower() not in self.workloads:
+            try:  # an inference-perf shared-prefix run: serving_rows maps it
+                return serving_rows.predict_metric(self, row, self.profile_of(row))
+            except SpecError as e:
+                raise SkipRow(str(e)) from None
+        if ds:
+            if ds.lower() in self.workloads:
+                workload = self.workloads[ds.lower()]
+            elif ds.lower() == "sharegpt":
+                workload = "sharegpt"  # sampled as `vllm bench serve` samples it (sharegpt.py)
+            else:
+                raise SkipRow(f"dataset {ds} not available; pass --workload {ds}=FILE")
+        else:
+            if row["input_len"] is None or row["output_len"] is None:
+                raise SkipRow("input_len/output_len not stated and no dataset named")
+            workload = "random"
+        sc_name = row["scenario"]
+        rate = math.inf if sc_name == "offline_max_throughput" else row["request_rate"]
+        if rate is None:
+            rate = math.inf
+        conc = row["concurrency"] if sc_name == "closed_loop" else None
+        n = self.num_requests or row["num_requests"] or DEFAULT_NUM_REQUESTS
+        cost = self.cost_model(row)
+        key = ("serve", id(cost), workload, row["input_len"], row["output_len"], rate, conc, n,
+               row["max_batch_size"], row["max_num_tokens"], row["replicas"])
+        if key not in self._pred:
+            try:
+                # the row's limits, else its benchmark tool's, else the engine profile's
+                limits = row_settings(self.profile_of(row), cost, dict(row), n,
+                                      offline=sc_name == "offline_max_throughput" and not self.num_requests)
+                sc = Scenario(model=cost.model, hardware=cost.hardware, tp=row["tp"], pp=row["pp"],
+                              weight_dtype=row["weight_dtype"], activation_dtype=row["activation_dtype"],
+                              kv_dtype=row["kv_dtype"], replicas=row["replicas"], workload=workload,
+                              rate=rate, concurrency=conc, input_len=row["input_len"] or 1,
+                              output_len=row["output_len"] or 1, **limits)
+                w = sc.make_workload()
+                res = simulate(cost, w, sc.engine_config(cost), sc.replicas, sc.router,
+                               client=client_view_for(self.profile_of(row)))
+                self._pred[key] = (summarize(res, {}), res)
+            except SpecError as e:
+                raise SkipRow(str(e)) from None
+        s, res = self._pred[key]
+        if metric not in SERVING_METRICS and metric not in s:
+            assert pct is not None
+            s.update(summarize(res, {}, (pct,)))  # a percentile the default summary lacks
+        v = s.get(SERVING_METRICS.get(metric, metric))
+        if v is None or not math.isfinite(float(v)):
+            raise SkipRow(f"simulation gave no {metric} (completed {s.get('completed')} of {s.get('num_requests')})")
+        return float(v)
+
+
+def _fallback_ok(wanted: str, got: str) -> bool:
+    """A narrower format run on a wider tensor rate is what engines do (fp8 weights on A100
+    are dequantized to bf16; int8/int4 weight-only GEMMs run at fp16)."""
+    from simulator.specs.dtypes import DTYPE_BYTES
+
+    return DTYPE_BYTES[got] >= DTYPE_BYTES[wanted] and wanted not in ("fp8", "fp4")
+
+
+def predict_row(row: Mapping[str, Any], **kw: Any) -> float:
+    """Price one row with a fresh Validator (see `Validator.predict_row`)."""
+    return Validator(**kw).predict_row(row)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def error_pct(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured * 100.0
+
+
+def error_stats(errors: Iterable[float]) -> dict[str, Any]:
+    """rows, median_ape, p90_ape, mean_signed_error (percent) of signed errors in percent."""
+    e = np.asarray(list(errors), dtype=float)
+    if e.size == 0:
+        return {"rows": 0, "median_ape": None, "p90_ape": None, "mean_signed_error": None}
+    a = np.abs(e)
+    return {"rows": int(e.size), "median_ape": float(np.median(a)),
+            "p90_ape": float(np.percentile(a, 90)), "mean_signed_error": float(e.mean()),
+            "median_signed_error": float(np.median(e))}
+
+
+def _grouped(points: list[dict], key: str) -> dict[str, dict]:
+    groups: dict[str, list[float]] = {}
+    for p in points:
+        groups.setdefault(str(p[key]), []).append(p["error_pct"])
+    return {k: error_stats(v) for k, v in sorted(groups.items())}
+
+
+def validate(rows: Iterable[Mapping[str, Any]], *, scenario: str | None = None,
+             hardware_filter: str | None = None, skipped: Iterable[dict] | None = None,
+             validator: Validator | None = None,
+             progress: Callable[[int, int], None] | None = None, **kw: Any) -> dict[str, Any]:
+    """Predict every row and summarise the errors.
+
+    `scenario` / `hardware_filter` keep only rows of that scenario / hardware id (others are
+    not counted). `skipped` carries rows already skipped while reading. Other keyword
+    arguments build the Validator (hardware_specs, workloads, efficiency, num_requests).
+    Returns rows, predicted, skipped [{id, reason}], median_ape, p90_ape, mean_signed_error,
+    by_scenario / by_hardware / by_source / by_metric ({rows, median_ape, p90_ape,
+    mean_signed_error}) and points (per row: id, source, scenario, hardware, model, metric,
+    measured, predicted, error_pct).
+    """
+    v = validator or Validator(**kw)
+    rows = [r for r in rows
+            if (scenario is None or r["scenario"] == scenario)
+            and (hardware_filter is None or r["hardware"] == hardware_filter)]
+    skip = list(skipped or [])
+    points: list[dict] = []
+    for i, row in enumerate(rows):
+        try:
+            pred, note = v.predict_row_detail(row)
+        except SkipRow as e:
+            skip.append({"id": row["id"], "reason": str(e)})
+        else:
+            if not math.isfinite(pred) or pred <= 0:
+                skip.append({"id": row["id"], "reason": f"prediction {pred!r} is not a positive number"})
+            else:
+                points.append({"id": row["id"], "source": row["source"], "scenario": row["scenario"],
+                               "engine": v.engine_of(row),
+                               "hardware": row["hardware"], "model": row["model"], "metric": row["metric"],
+                               "measured": row["value"], "predicted": pred,
+                               "error_pct": error_pct(pred, row["value"]), "note": note})
+        if progress:
+            progress(i + 1, len(rows))
+    overall = error_stats(p["error_pct"] for p in points)
+    return {
+        "rows": len(rows) + len(list(skipped or [])),
+        "predicted": len(points),
+        "skipped": skip,
+        "median_ape": overall["median_ape"],
+        "p90_ape": overall["p90_ape"],
+        "mean_signed_error": overall["mean_signed_error"],
+        "by_scenario": _grouped(points, "scenario"),
+        "by_engine": _grouped(points, "engine"),
+        "by_hardware": _grouped(points, "hardware"),
+        "by_source": _grouped(points, "source"),
+        "by_metric": _grouped(points, "metric"),
+        "points": points,
+    }
+
+
+def summary_table(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Rows for a terminal table: one per source, scenario and hardware, then overall."""
+    out = []
+    for group, key in (("source", "by_source"), ("engine", "by_engine"), ("scenario", "by_scenario"),
+                       ("hardware", "by_hardware")):
+        for name, st in result[key].items():
+            out.append({"group": group, "name": name, **_fmt(st)})
+    out.append({"group": "overall", "name": "all", **_fmt(error_stats(p["error_pct"] for p in result["points"]))})
+    return out
+
+
+def point_label(point: Mapping[str, Any]) -> str:
+    """A short name of a point for scatter labels: `p99 ttft`, `output tok/s`."""
+    m = str(point["metric"])
+    for suffix, unit in (("_ms", ""), ("_tokens_per_s_per_gpu", "_tok/s/gpu"), ("_tokens_per_s", "_tok/s")):
+        if m.endswith(suffix):
+            m = m[: -len(suffix)] + unit
+            break
+    return m.replace("_", " ")
+
+
+def metric_table(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per predicted point: id, metric, unit, measured, predicted, error %."""
+    return [{"id": p["id"], "metric": p["metric"], "unit": metric_unit(p["metric"]),
+             "measured": round(float(p["measured"]), 3), "predicted": round(float(p["predicted"]), 3),
+             "error_%": round(float(p["error_pct"]), 1)} for p in result["points"]]
+
+
+def _fmt(st: Mapping[str, Any]) -> dict[str, Any]:
+    def r(x: Any) -> Any:
+        return None if x is None else round(float(x), 1)
+
+    return {"rows": st["rows"], "median_ape_%": r(st["median_ape"]), "p90_ape_%": r(st["p90_ape"]),
+            "mean_signed_error_%": r(st["mean_signed_error"])}
+
+
+def points_frame(result: Mapping[str, Any]) -> Any:
+    """The per-row points as a DataFrame (validation.csv)."""
+    import pandas as pd
+
+    cols = ["id", "source", "engine", "scenario", "hardware", "model", "metric", "measured", "predicted", "error_pct"]
+    return pd.DataFrame([{c: p[c] for c in cols} for p in result["points"]], columns=cols)
+
+
+__all__ = [
+    "Validator",
+    "error_pct",
+    "error_stats",
+    "metric_table",
+    "point_label",
+    "points_frame",
+    "predict_row",
+    "summary_table",
+    "validate",
+]

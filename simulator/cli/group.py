@@ -1,0 +1,60 @@
+"""The `llmsim` Click group: every user mistake as one `error: ...` line, signals as unwinding.
+
+A `SpecError` (bad spec, option or file) and an `OSError` from an output write become one line
+on stderr and exit status 2, never a traceback; Ctrl-C exits 130 and SIGTERM 143, both raised as
+`KeyboardInterrupt` in the main thread so every `with`/`finally` cleanup runs (process pools are
+stopped, staged output folders removed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from simulator.cli import options as opt
+from simulator.specs.checks import SpecError
+
+
+class CliGroup(click.Group):
+    """Click group that turns SpecError (and bad files) into one line and exit 2, and accepts
+    vLLM's space-separated `--goodput ttft:500 tpot:50` (`options.expand_nargs`)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, opt.expand_nargs(list(args)))
+
+    def invoke(self, ctx: click.Context) -> Any:
+        import signal
+        import threading
+
+        # SIGTERM unwinds like Ctrl-C: pools are stopped and staged outputs removed
+        main_thread = threading.current_thread() is threading.main_thread()
+        old = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+        try:
+            return super().invoke(ctx)
+        except OSError as e:  # e.g. an output that became unwritable mid-run (full disk)
+            where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+            click.echo(f"error: {where}{e.strerror or e}".replace("\n", " "), err=True)
+            ctx.exit(2)
+        except SpecError as e:
+            click.echo(f"error: {e}", err=True)
+            ctx.exit(2)
+        except click.exceptions.Exit:
+            raise
+        except KeyboardInterrupt as e:
+            click.echo("terminated" if isinstance(e, Terminated) else "interrupted", err=True)
+            ctx.exit(143 if isinstance(e, Terminated) else 130)
+        except MemoryError:
+            click.echo("error: out of memory: reduce --num-requests, --replicas or the sweep size", err=True)
+            ctx.exit(2)
+        finally:
+            if main_thread:
+                signal.signal(signal.SIGTERM, old)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that every `with`/`finally` cleanup runs."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise Terminated()

@@ -1,0 +1,381 @@
+"""The command line's shared options and their conversion into values: the scenario options
+(simulate, sweep, plan, whatif) into a `Scenario`, the cost-model options (predict,
+roofline) into a `CostModel`, and the small list/pair parsers (`--tp 1,2,4`,
+`--price HW=USD`, `--workload NAME=FILE`). Bad values raise `SpecError` with one line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from simulator.specs.checks import SpecError
+
+
+def cost_options(fn: Any) -> Any:
+    """Options shared by `predict` and `roofline`: model, hardware, parallelism, dtypes, efficiency."""
+    from simulator.specs.dtypes import DTYPES
+
+    dt = click.Choice(list(DTYPES))
+    opts = [
+        click.option("--model", "-m", required=True, help="Model id, alias, YAML or config.json path."),
+        click.option("--hardware", "-H", "-g", required=True, help="Hardware id or YAML path (-g is an alias)."),
+        click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
+        click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
+        click.option("--weight-dtype", type=dt, default=None, help="Weight format [default: the model's]."),
+        click.option("--activation-dtype", type=dt, default="bf16", show_default=True),
+        click.option("--kv-dtype", "--kv-cache-dtype", "kv_dtype", type=dt, default=None,
+                     help="KV-cache format, independent of --activation-dtype as in vLLM [default: bf16]."),
+        click.option("--ideal", is_flag=True, help="Pure roofline: efficiencies 1, no overheads."),
+        click.option("--efficiency", "efficiency", multiple=True, metavar="KEY=VALUE",
+                     help="Override one hardware efficiency field for this run (repeatable), "
+                          "e.g. compute_efficiency=0.7 or step_overhead_s=0.002."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def build_cost(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | None,
+                activation_dtype: str, kv_dtype: str | None, ideal: bool,
+                efficiency: tuple[str, ...]) -> Any:
+    from simulator.resolve import make_cost_model
+    from simulator.specs.catalog import load_hardware
+    from simulator.specs.hardware import parse_efficiency_overrides
+
+    overrides = parse_efficiency_overrides(efficiency)
+    hw = load_hardware(hardware)
+    if ideal:  # ideal first, so --efficiency can still add e.g. an overhead on top of it
+        hw = hw.ideal()
+    from simulator.scenario import DEFAULT_KV_DTYPE
+
+    return make_cost_model(model, hw, tp=tp, pp=pp, weight_dtype=weight_dtype,
+                           activation_dtype=activation_dtype, kv_dtype=kv_dtype or DEFAULT_KV_DTYPE,
+                           efficiency=overrides or None)
+
+
+def _rate_type(value: Any) -> float:
+    from simulator.scenario import parse_rate
+
+    return parse_rate(value)
+
+
+SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
+    (("--model", "-m"), {"help": "Catalog id/alias, model YAML, or HF config.json (file or folder). [default: llama-3.1-8b]"}),
+    (("--hardware", "-H"), {"help": "Catalog id, hardware YAML, or calibration overlay. [default: h100-sxm]"}),
+    (("--tp",), {"type": int, "help": "Tensor-parallel degree per replica. [default: 1]"}),
+    (("--pp",), {"type": int, "help": "Pipeline-parallel degree per replica. [default: 1]"}),
+    (("--ep",), {"type": int, "help": "MoE expert-parallel degree (divides --tp; docs/deployments.md). [default: 1]"}),
+    (("--pp-microbatches",), {"type": int, "help": "Micro-batches in flight through the --pp stages. [default: 1]"}),
+    (("--expert-imbalance",), {"type": float, "help": "Busiest EP rank's tokens over the mean, >= 1. [default: 1]"}),
+    (("--weight-dtype",), {"help": "Weight format (default: the model's own)."}),
+    (("--activation-dtype",), {"help": "Activation format. [default: bf16]"}),
+    (("--kv-dtype", "--kv-cache-dtype"), {"help": "KV-cache format (vLLM: --kv-cache-dtype), independent of --activation-dtype. [default: bf16]"}),
+    (("--ideal",), {"is_flag": True, "default": None, "help": "Pure roofline: efficiencies 1, overheads 0."}),
+    (("--efficiency",), {"multiple": True, "help": "Override an efficiency field, KEY=VALUE (repeatable)."}),
+    (("--engine",), {"help": "Engine profile: vllm | vllm-v0 | trtllm | trtllm-pytorch | sglang | generic, or a profile YAML; its limits, scheduler and overheads apply where flags leave them unset; none: llmsim's historical limits (256 seqs, 8192 tokens, 0.9 of HBM, no prefix caching) and the hardware YAML's overheads, as generic. [default: vllm]"}),
+    (("--replicas",), {"type": int, "help": "Replicas behind the router. [default: 1]"}),
+    (("--router",), {"help": lambda: f"{' | '.join(_registries()['routers'])}. [default: round-robin]"}),
+    (("--disagg",), {"metavar": "P:D", "help": "Disaggregated serving: P prefill and D decode replicas, KV moved between them (docs/deployments.md)."}),
+    (("--workload", "-w"), {"help": lambda: f"{' | '.join(_registries()['traces'] + _registries()['workloads'])} | a trace file (replayed whole unless -n). [default: azure-conv]"}),
+    (("--dataset-name",), {"help": lambda: f"vLLM spelling of --workload: {' | '.join(_registries()['workloads'])}."}),
+    (("--dataset-path",), {"help": "sharegpt: the full ShareGPT JSON (vLLM's exact draw; needs the sharegpt extras). [default: the shipped count table]"}),
+    (("--enable-prefix-caching/--no-enable-prefix-caching",), {"default": None, "help": "Automatic prefix caching (vLLM V1 block hashing, LRU). [default: the engine's: on for vllm, off for --engine none]"}),
+    (("--kv-offloading-size",), {"type": float, "help": "GiB of host memory per replica holding prefix blocks evicted from the GPU (vLLM's name); reloads priced by the host link. [default: 0]"}),
+    (("--warm-cache",), {"is_flag": True, "default": None, "help": "Prefix cache starts holding this workload's prompts (a re-run against a live server)."}),
+    (("--rate", "-r", "--request-rate"), {"help": "Requests/s (number or inf). A trace is time-scaled to it; default: the trace's own timing (random: inf)."}),
+    (("--burstiness",), {"type": float, "help": "Gamma arrival shape (vLLM): 1 = Poisson, < 1 burstier. [default: 1]"}),
+    (("--concurrency", "--max-concurrency"), {"type": int, "help": "At most N requests in flight (vLLM's --max-concurrency): with a finite --rate, arrivals wait at the client for a free slot (TTFT counts from the send; the wait is client_queue_time); at rate inf, N closed-loop clients."}),
+    (("--num-requests", "-n", "--num-prompts"), {"type": int, "help": "Requests to simulate. [default: 1000]"}),
+    (("--input-len", "--random-input-len"), {"type": int, "help": "random workload: prompt tokens. [default: 1024]"}),
+    (("--output-len", "--random-output-len"), {"type": int, "help": "random workload: output tokens. [default: 128]"}),
+    (("--range-ratio", "--random-range-ratio"), {"type": float, "help": "random workload: lengths uniform in L(1±r). [default: 0]"}),
+    (("--max-num-seqs",), {"type": int, "help": "Scheduler seat cap. [default: the engine's: vllm 1024 on GPUs of 70+ GiB but A100, else 256; none 256]"}),
+    (("--max-num-batched-tokens",), {"type": int, "help": "Token budget per step. [default: the engine's: vllm serve 8192 on GPUs of 70+ GiB but A100 (16384 from 160 GiB), else 2048; none 8192]"}),
+    (("--scheduler",), {"help": lambda: f"{' | '.join(_registries()['schedulers'])} (vllm: V1, chunked prefill). [default: the engine's policy: vllm]"}),
+    (("--gpu-memory-utilization",), {"type": float, "help": "Fraction of HBM the engine may use. [default: the engine's: vllm 0.92, none 0.9]"}),
+    (("--max-model-len",), {"type": int, "help": "Longest prompt+output accepted (default: the model's context)."}),
+    (("--goodput",), {"multiple": True, "help": "SLOs in ms, vLLM syntax: --goodput ttft:500 tpot:50 e2el:2000 (or the flag repeated). Overrides --slo."}),
+    (("--slo",), {"help": "SLO preset: chat | code | batch | agent (docs/concepts.md); --goodput overrides its SLOs."}),
+    (("--seed",), {"type": int, "help": "Seed of every random draw. [default: 0]"}),
+    (("--max-duration-s",), {"type": float, "help": "Simulated-time cap (s): requests unfinished then are cut off, with that reason."}),
+    (("--skip-bad-rows",), {"is_flag": True, "default": None, "help": "Skip malformed trace rows (counted in the summary)."}),
+    (("--debug",), {"is_flag": True, "default": None, "help": "Check conservation invariants while simulating."}),
+    (("-c", "--config"), {"type": click.Path(dir_okay=False), "help": "Scenario YAML with the same settings (flags override it)."}),
+]
+
+
+def _registries() -> dict[str, list[str]]:
+    """The names the registries hold: help text reads them (never a hand-written list)."""
+    from simulator.serving.pool import ROUTERS
+    from simulator.serving.sched.registry import SCHEDULERS
+    from simulator.workloads.named import NAMED_WORKLOADS
+    from simulator.workloads.traces import BUILTIN_WORKLOADS
+
+    return {"routers": list(ROUTERS), "schedulers": list(SCHEDULERS), "traces": list(BUILTIN_WORKLOADS),
+            "workloads": [w.name for w in dict.fromkeys(NAMED_WORKLOADS.values())]}
+
+
+class LazyHelpOption(click.Option):
+    """An option whose help text is computed when help is shown (it reads a registry, which
+    `llmsim --help` and every command that does not show this help never import)."""
+
+    def __init__(self, *args: Any, help_fn: Any = None, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.help_fn = help_fn
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        if self.help_fn is not None and self.help is None:
+            self.help = self.help_fn()
+        return super().get_help_record(ctx)
+
+
+def workload_param_options() -> list[tuple[tuple, dict]]:
+    """One flag per parameter of the named workloads (`workloads.named.NAMED_WORKLOADS`)."""
+    from simulator.workloads.named import NAMED_WORKLOADS
+
+    out: dict[str, tuple[tuple, dict]] = {}
+    for entry in dict.fromkeys(NAMED_WORKLOADS.values()):
+        for p in entry.params:
+            if p.name in out:
+                continue
+            kw: dict[str, Any] = ({"is_flag": True, "default": None} if p.minimum is None else {"type": int})
+            kw["help"] = f"{entry.name}: {p.help}. [default: {p.default}]"
+            out[p.name] = ((p.flag, p.name), kw)
+    return list(out.values())
+
+
+def _option(decls: tuple, kw: dict[str, Any]) -> Any:
+    if callable(kw.get("help")):
+        kw = {**kw, "help": None, "help_fn": kw["help"], "cls": LazyHelpOption}
+    return click.option(*decls, **kw)
+
+
+def scenario_options(fn: Any) -> Any:
+    """Attach the shared scenario options (simulate, sweep, plan, whatif)."""
+    return scenario_options_except()(fn)
+
+
+def scenario_from_options(opts: dict[str, Any], **overrides: Any) -> Any:
+    """Build a Scenario from the scenario YAML (if any) and the options given (which win)."""
+    from simulator.metrics.slo import goodput_ms
+    from simulator.scenario import Scenario
+
+    base: dict[str, Any] = {}
+    if opts.get("config"):
+        from simulator.specs.catalog import read_yaml
+
+        data = read_yaml(opts["config"])
+        if isinstance(data, dict):
+            data = {str(k).replace("-", "_"): v for k, v in data.items()}
+            base["slo"] = data.pop("slo", None)
+        Scenario.from_dict(data, str(opts["config"]))  # validate the file on its own
+        base.update(data)
+    for k, v in opts.items():
+        if k == "config" or v is None or v == ():
+            continue
+        base[k] = v
+    base.update(overrides)
+    _apply_preset(base)
+    _apply_dataset_name(base)
+    if "efficiency" in base and isinstance(base["efficiency"], (tuple, list)):
+        from simulator.specs.hardware import parse_efficiency_overrides
+
+        base["efficiency"] = parse_efficiency_overrides(base["efficiency"])
+    if "goodput" in base:
+        base["goodput"] = goodput_ms(base["goodput"])
+    if "rate" in base and isinstance(base["rate"], str):
+        base["rate"] = _rate_type(base["rate"])
+    from simulator.workloads.named import named_workload
+
+    lengths = [k for k in ("input_len", "output_len", "range_ratio") if base.get(k) is not None]
+    entry = named_workload(base.get("workload", ""))
+    if entry is not None and entry.uses_output_len:
+        lengths = [k for k in lengths if k != "output_len"]
+    if lengths:
+        base.setdefault("workload", "random")
+        entry = named_workload(base["workload"])
+        if entry is None or not entry.uses_lengths:
+            what = f"workload {entry.name!r}" if entry is not None else f"trace {base['workload']!r}"
+            raise SpecError(f"{lengths[0]}: applies to --workload random only; {what} "
+                            "sets its own prompt and output lengths")
+    return Scenario.from_dict(base, "options")
+
+
+def _apply_preset(base: dict[str, Any]) -> None:
+    """--slo NAME: its goodput SLOs unless --goodput (or the YAML's goodput) gave some."""
+    name = base.pop("slo", None)
+    if name is None:
+        return
+    from simulator.metrics.slo import slo_preset
+
+    preset = slo_preset(name)
+    if not base.get("goodput"):
+        base["goodput"] = dict(preset.goodput_ms)
+
+
+def _apply_dataset_name(base: dict[str, Any]) -> None:
+    """vLLM's --dataset-name: random, or a named workload (sharegpt once one is bundled)."""
+    name = base.pop("dataset_name", None)
+    if name is None:
+        return
+    from simulator.workloads.named import NAMED_WORKLOADS
+    from simulator.workloads.traces import BUILTIN_WORKLOADS
+
+    key = str(name).lower()
+    if key not in NAMED_WORKLOADS and key not in BUILTIN_WORKLOADS:
+        raise SpecError(f"dataset-name: {name!r} is not one of {', '.join(NAMED_WORKLOADS)}"
+                        f" (or a built-in workload: {', '.join(BUILTIN_WORKLOADS)})")
+    given = base.get("workload")
+    if given is not None and str(given).lower() != key:
+        raise SpecError(f"dataset-name: {name!r} contradicts --workload {given!r}; give one of them")
+    base["workload"] = key
+
+
+def preset_setting(opts: dict[str, Any], name: str, given: Any, default: Any) -> Any:
+    """A sweep/plan setting (`knee_metric`, `slo_target`): the explicit value, else the --slo
+    preset's, else `default`."""
+    if given is not None:
+        return given
+    if opts.get("slo"):
+        from simulator.metrics.slo import slo_preset
+
+        return getattr(slo_preset(opts["slo"]), name)
+    return default
+
+
+#: Options that take vLLM's space-separated list (argparse nargs="+"): the values after the
+#: flag, up to the next option, are repeated as separate `--flag value` pairs for Click.
+NARGS_OPTIONS = ("--goodput",)
+
+
+def expand_nargs(args: list[str]) -> list[str]:
+    """['--goodput', 'ttft:1', 'tpot:2', '-q'] -> ['--goodput', 'ttft:1', '--goodput', 'tpot:2', '-q'].
+
+    Only KEY:VALUE tokens are taken, so a positional argument after the list is left alone."""
+    import re
+
+    item = re.compile(r"[A-Za-z_][A-Za-z0-9_]*[:=]\S+")
+    out: list[str] = []
+    flag = None
+    for a in args:
+        if flag and item.fullmatch(a) and out[-1] != flag:
+            out.extend([flag, a])
+            continue
+        flag = a if a in NARGS_OPTIONS else (flag if flag and item.fullmatch(a) else None)
+        out.append(a)
+    return out
+
+
+def pop_scenario_opts(kw: dict[str, Any]) -> dict[str, Any]:
+    names = {d[0].split("/")[0].lstrip("-").replace("-", "_") if not d[0].startswith("-c") else "config"
+             for d, _ in SCENARIO_OPTIONS + workload_param_options()}
+    names = {n if n != "c" else "config" for n in names}
+    return {k: kw.pop(k) for k in list(kw) if k in names}
+
+
+def name_file_pairs(items: tuple[str, ...], option: str) -> dict[str, str]:
+    """--workload NAME=FILE items -> {name: file}; a bad item is a one-line error."""
+    from pathlib import Path
+
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise SpecError(f"{option}: {item!r} is not NAME=FILE (e.g. sharegpt=ShareGPT_V3.json)")
+        if not Path(path.strip()).is_file():
+            raise SpecError(f"{option}: {path.strip()!r} is not a file")
+        out[name.strip()] = path.strip()
+    return out
+
+
+def hardware_spec_map(items: tuple[str, ...]) -> dict[str, Any]:
+    """--hardware-spec FILE items -> {hardware id: spec} (an overlay replaces its base id)."""
+    from simulator.specs.catalog import load_hardware
+
+    out = {}
+    for ref in items:
+        hw = load_hardware(ref)
+        out[hw.id] = hw
+    return out
+
+
+LIST_OPTS = ("--hardware", "--tp", "--kv-dtype", "--weight-dtype")
+
+
+def scenario_options_except(*drop: str) -> Any:
+    """The shared scenario options minus `drop` (plan/whatif redefine some as lists)."""
+    def deco(fn: Any) -> Any:
+        for decls, kw in reversed(SCENARIO_OPTIONS + workload_param_options()):
+            if decls[0] not in drop:
+                fn = _option(decls, kw)(fn)
+        return fn
+    return deco
+
+
+def csv_list(text: str | None, option: str, conv: Any = str) -> list[Any] | None:
+    """'a,b,c' -> [conv(a), conv(b), conv(c)] (None when not given)."""
+    if text is None:
+        return None
+    out = []
+    for tok in str(text).split(","):
+        tok = tok.strip()
+        if not tok:
+            continue
+        try:
+            v = conv(tok)
+        except ValueError:
+            raise SpecError(f"{option}: {tok!r} is not a valid value") from None
+        if v not in out:
+            out.append(v)
+    if not out:
+        raise SpecError(f"{option}: no values given")
+    return out
+
+
+def prices(items: tuple[str, ...]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        hw, sep, val = item.partition("=")
+        if not sep or not hw.strip():
+            raise SpecError(f"--price {item!r}: expected HARDWARE=USD_PER_GPU_HOUR, e.g. h100-sxm=3.5")
+        try:
+            out[hw.strip()] = float(val)
+        except ValueError:
+            raise SpecError(f"--price {item!r}: {val.strip()!r} is not a number of $ per GPU-hour") from None
+    return out
+
+
+def executor_options(fn: Any) -> Any:
+    options: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+        (("--slo-target",), {"type": float, "default": None,
+                             "help": "SLO capacity: the good fraction (--goodput) that must be met. [default: the --slo preset's, else 0.99]"}),
+        (("--tol",), {"type": float, "default": 0.02, "show_default": True,
+                      "help": "SLO capacity: relative tolerance of the bisection."}),
+        (("--workers",), {"type": int, "default": None, "help": "Process-pool size. [default: serial, or one per CPU once a pool pays off]"}),
+        (("--serial",), {"is_flag": True, "help": "Run every simulation in this process."}),
+        (("--dask", "dask_address"), {"metavar": "ADDRESS", "help": "Run simulations on a Dask scheduler."}),
+    ]
+    for decls, kw in reversed(options):
+        fn = click.option(*decls, **kw)(fn)
+    return fn
+
+
+def vllm_result_options(fn: Any) -> Any:
+    """`vllm bench serve`'s result-file options (simulate): --save-result and its companions."""
+    from simulator.cli.vllm_result import DEFAULT_METRIC_PERCENTILES, DEFAULT_PERCENTILE_METRICS
+
+    opts: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+        (("--save-result",), {"is_flag": True, "help": "Write a vLLM-format result JSON (vllm bench serve's keys)."}),
+        (("--result-dir",), {"type": click.Path(file_okay=False), "help": "Folder of the result JSON [default: .]."}),
+        (("--result-filename",), {"help": "Result file name [default: vLLM's, {backend}-{rate}qps-{model}-{date}.json]."}),
+        (("--percentile-metrics",), {"default": DEFAULT_PERCENTILE_METRICS, "show_default": True,
+                                     "help": "Metrics whose percentiles the result JSON lists."}),
+        (("--metric-percentiles",), {"default": DEFAULT_METRIC_PERCENTILES, "show_default": True,
+                                     "help": "Percentiles listed, comma-separated, e.g. 25,50,99."}),
+        (("--label",), {"help": "Result label (vLLM's --label; prefixes the file name)."}),
+    ]
+    for decls, kw in reversed(opts):
+        fn = click.option(*decls, **kw)(fn)
+    return fn

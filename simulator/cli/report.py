@@ -1,0 +1,621 @@
+"""Terminal tables and atomic file writes: everything the CLI prints or writes.
+
+`simulator.cli.commands` parses options and calls the pure modules; it hands their results here.
+Printing goes through ``click.echo`` (so Click's test runner captures it); every file is
+written atomically (`write_atomic`), so an interrupted run never leaves a truncated one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from simulator.cli.outputs import write_atomic
+
+
+def llmsim_version() -> str:
+    """The installed llmsim's version (the package's own when it is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("llmsim")
+    except metadata.PackageNotFoundError:  # run from a source tree without `pip install`
+        from simulator import __version__
+
+        return __version__
+
+
+def versioned(obj: Any) -> Any:
+    """A result dict with `llmsim_version` added (other JSON values unchanged)."""
+    if isinstance(obj, dict) and "llmsim_version" not in obj:
+        return {**obj, "llmsim_version": llmsim_version()}
+    return obj
+
+
+def echo_json(obj: Any) -> None:
+    """Print one JSON object (NaN/inf written as null); a dict records llmsim's version."""
+    click.echo(json.dumps(clean(versioned(obj)), indent=2))
+
+
+def clean(obj: Any) -> Any:
+    import math
+
+    import numpy as np
+
+    if isinstance(obj, dict):
+        return {str(k): clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def table(rows: list[dict]) -> str:
+    import pandas as pd
+
+    return pd.DataFrame(rows).to_string(index=False, na_rep="-")
+
+
+def model_row(m: Any) -> dict:
+    return {"id": m.id, "attention": m.attention_kind, "layers": m.num_layers,
+            "hidden": m.hidden_size, "params_b": round(m.param_count / 1e9, 2),
+            "active_b": round(m.active_param_count / 1e9, 2),
+            "kv_bytes_per_token_bf16": int(m.kv_bytes_per_token("bf16")),
+            "max_context": m.max_context}
+
+
+def hw_row(h: Any) -> dict:
+    def tf(d: str) -> float | None:
+        v = h.peak_flops_per_s.get(d)
+        return None if v is None else round(v / 1e12, 1)
+
+    return {"id": h.id, "bf16_tflops": tf("bf16"), "fp8_tflops": tf("fp8"),
+            "hbm_gb": round(h.hbm_capacity_bytes / 1e9, 1),
+            "hbm_tb_s": round(h.hbm_bandwidth_bytes_per_s / 1e12, 2),
+            "link_gb_s": round(h.link_bandwidth_bytes_per_s / 1e9, 1),
+            "tdp_w": h.tdp_w, "usd_per_hour": h.price_per_gpu_hour_usd,
+            "aliases": ", ".join(h.aliases)}
+
+
+def fmt_num(x: float, unit: str = "") -> str:
+    """Engineering notation: 1.23 T, 456 G ..."""
+    import math
+
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g} {unit}".rstrip()
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}".rstrip()
+
+
+def print_prediction(r: dict[str, Any]) -> None:
+    import math
+
+    from simulator.cost.predict import top_ops
+
+    def ms(v: float) -> str:
+        return f"{v:10.2f} ms" if math.isfinite(v) else "         - "
+
+    mem = r["memory"]
+    gpus = r["tp"] * r["pp"]
+    click.echo(f"{r['model']} on {r['hardware']}  tp={r['tp']} pp={r['pp']} ({gpus} GPU{'s' if gpus > 1 else ''})  "
+               f"batch {r['batch_size']} x {r['input_len']} in / {r['output_len']} out  "
+               f"w/a/kv {r['weight_dtype']}/{r['activation_dtype']}/{r['kv_dtype']} "
+               f"(GEMMs at {r['gemm_dtype']}){'  [ideal roofline]' if r['ideal'] else ''}")
+    dec = r["decode"]
+    rows = [
+        ("TTFT", ms(r["ttft_ms"]), f"prefill {r['prefill']['bound']}-bound, "
+                                   f"{r['prefill_tokens_per_s']:,.0f} prompt tok/s"),
+        ("TPOT", ms(r["tpot_ms"]), f"decode {dec['bound']}-bound (mid-generation step)" if dec else "no decode steps"),
+        ("E2E", ms(r["e2e_ms"]), ""),
+        ("throughput", f"{r['output_tokens_per_s']:10,.0f} tok/s",
+         f"output tokens, all GPUs; {r['output_tokens_per_s_per_gpu']:,.0f} tok/s per GPU"),
+        ("weights/GPU", f"{mem['weights_bytes_per_gpu'] / 1e9:10.2f} GB", ""),
+        ("KV/token", f"{mem['kv_bytes_per_token'] / 1e3:10.1f} kB",
+         f"whole model; {mem['kv_bytes_per_token_per_gpu'] / 1e3:.1f} kB per GPU"),
+        ("KV capacity", f"{mem['kv_capacity_tokens']:10,d} tok",
+         f"{mem['max_concurrent_sequences']:,d} sequences of {mem['seq_len']} tokens; "
+         f"this batch needs {mem['kv_tokens_needed']:,d}"),
+        ("fits", f"{'yes' if mem['fits'] and mem['kv_fits'] else 'no':>10s}",
+         "" if mem["kv_fits"] else "weights fit, but the batch's KV cache does not"),
+    ]
+    for name, val, note in rows:
+        click.echo(f"  {name:<12s}{val}   {note}".rstrip())
+    for phase, b in (("prefill", r["prefill"]), ("decode step", dec)):
+        if not b:
+            continue
+        click.echo(f"\ntop ops, {phase} ({b['time_ms']:.3f} ms, {b['bound']}-bound):")
+        click.echo(f"  {'op':<20s}{'time ms':>10s}{'share':>8s}{'FLOPs':>12s}{'bytes':>12s}  bound")
+        for o in top_ops(b, 5):
+            share = o["time_ms"] / b["time_ms"] if b["time_ms"] > 0 else 0.0
+            click.echo(f"  {o['name']:<20s}{o['time_ms']:10.3f}{share:8.1%}{fmt_num(o['flops']):>12s}"
+                       f"{fmt_num(o['bytes'], 'B'):>12s}  {o['bound']}")
+    if r["notes"]:
+        click.echo("\nnotes:")
+        for n in r["notes"]:
+            click.echo(f"  - {n}")
+
+
+def write_json(path: Any, obj: Any) -> None:
+    write_atomic(path, json.dumps(clean(versioned(obj)), indent=2) + "\n")
+
+
+def write_csv(path: Any, df: Any) -> None:
+    write_atomic(path, df.to_csv(index=False))
+
+
+class Progress:
+    """Progress of a run on stderr, as a `(done, total)` callback; nothing when quiet.
+
+    On a terminal: a tqdm bar with rate and ETA (the total may grow, e.g. a sweep's bisection
+    probes; the bar follows it). Elsewhere (a log file, CI): one plain line at most every
+    `LOG_INTERVAL_S` seconds with done/total, elapsed and ETA, and no line at all for a run
+    shorter than that, so a log never fills with "1/1 done ... 15/15 done" lines.
+    """
+
+    LOG_INTERVAL_S = 10.0
+
+    def __init__(self, label: str, quiet: bool, stream: Any = None, clock: Any = None) -> None:
+        import time
+
+        self.label = label
+        self.quiet = quiet
+        self.stream = stream
+        self.clock = clock or time.monotonic
+        self.bar: Any = None
+        self.start: float | None = None
+        self.last_line = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.quiet or total <= 0:
+            return
+        stream = self.stream or sys.stderr
+        if self.start is None:
+            self.start = self.last_line = self.clock()
+        if stream.isatty():
+            self._bar(stream, done, total)
+        else:
+            self._log(stream, done, total)
+
+    def _bar(self, stream: Any, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        if self.bar is None:
+            self.bar = tqdm(total=total, initial=0, desc=self.label, file=stream, unit="sim",
+                            dynamic_ncols=True, leave=True)
+        if self.bar.total != total:
+            self.bar.total = total
+        self.bar.update(done - self.bar.n)
+        if done >= total:  # a later call (a grown total) opens a new bar
+            self.bar.close()
+            self.bar = None
+
+    def _log(self, stream: Any, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        now = self.clock()
+        if now - self.last_line < self.LOG_INTERVAL_S:
+            return
+        self.last_line = now
+        line = tqdm.format_meter(done, total, now - (self.start or now), prefix=self.label, unit="sim",
+                                 bar_format="{desc}: {n_fmt}/{total_fmt} [{elapsed} elapsed, ETA {remaining}]")
+        stream.write(line + "\n")
+        stream.flush()
+
+
+def print_serving_summary(s: dict[str, Any]) -> None:
+    """The summary table `vllm bench serve` prints, plus llmsim's extras."""
+    def line(label: str, value: Any, fmt: str = "{:<40} {:<10.2f}") -> None:
+        if value is None:
+            return
+        if isinstance(value, int) and not isinstance(value, bool):
+            click.echo(f"{label:<40} {value:<10}")
+        else:
+            click.echo(fmt.format(label, value))
+
+    click.echo("{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="))
+    click.echo(f"{'Model / hardware:':<40} {s.get('model')} on {s.get('num_gpus')} x {s.get('hardware')}")
+    click.echo(f"{'Workload:':<40} {s.get('workload')}")
+    line("Successful requests:", s["completed"])
+    line("Failed (rejected) requests:", s["failed"])
+    line("Benchmark duration (s):", s["duration"])
+    line("Total input tokens:", s["total_input_tokens"])
+    line("Total generated tokens:", s["total_output_tokens"])
+    line("Request throughput (req/s):", s["request_throughput"])
+    if s.get("request_goodput") is not None:
+        line("Request goodput (req/s):", s["request_goodput"])
+        line("Good requests (fraction):", s["good_fraction"])
+    line("Output token throughput (tok/s):", s["output_throughput"])
+    line("Total Token throughput (tok/s):", s["total_token_throughput"])
+    if s.get("output_chars_per_s"):
+        line("Output throughput (chars/s):", s["output_chars_per_s"])
+    for key, title in (("ttft", "Time to First Token"), ("tpot", "Time per Output Token (excl. 1st token)"),
+                       ("itl", "Inter-token Latency"), ("e2el", "End-to-end Latency")):
+        click.echo("{s:{c}^{n}}".format(s=title, n=50, c="-"))
+        name = key.upper()
+        line(f"Mean {name} (ms):", s[f"mean_{key}_ms"])
+        line(f"Median {name} (ms):", s[f"median_{key}_ms"])
+        line(f"P99 {name} (ms):", s[f"p99_{key}_ms"])
+    click.echo("{s:{c}^{n}}".format(s="Engine", n=50, c="-"))
+    line("Mean batch size (seqs/step):", s["mean_batch_size"])
+    line("Peak KV-cache utilisation:", s["peak_kv_utilization"])
+    line("Preemptions:", s["preemptions"])
+    line("KV capacity per replica (tokens):", s.get("kv_capacity_tokens_per_replica"))
+    if s.get("mfu_mean") is not None:  # simulator.cost.utilization: time-weighted over busy steps
+        line("MFU mean / p50 / p99 (busy steps):", f"{s['mfu_mean']:.3f} / {s['mfu_p50']:.3f} / {s['mfu_p99']:.3f}", "{:<40} {:<10}")
+        line("MBU mean / p50 / p99 (busy steps):", f"{s['mbu_mean']:.3f} / {s['mbu_p50']:.3f} / {s['mbu_p99']:.3f}", "{:<40} {:<10}")
+        line("MFU prefill + decode (mean):", f"{s['mfu_prefill_mean']:.3f} + {s['mfu_decode_mean']:.3f}", "{:<40} {:<10}")
+        line("MBU prefill + decode (mean):", f"{s['mbu_prefill_mean']:.3f} + {s['mbu_decode_mean']:.3f}", "{:<40} {:<10}")
+    if s.get("joules_per_output_token") is not None:  # rough: simulator.metrics.energy, docs/concepts.md
+        line("Energy (J/output token, rough):", s["joules_per_output_token"])
+        line("Electricity ($/M output tokens):", s["energy_usd_per_million_output_tokens"], "{:<40} {:<10.4f}")
+    line("GPU-hours ($/M output tokens):", s.get("gpu_usd_per_million_output_tokens"))
+    if s.get("unstable"):
+        click.echo(f"UNSTABLE: offered {s['offered_rate']:.3g} req/s exceeds capacity "
+                   f"(achieved {s['achieved_rate']:.3g} req/s); latencies grow with run length")
+    for reason, count in (s.get("failed_reasons") or {}).items():
+        click.echo(f"rejected x{count}: {reason}")
+    for note in s.get("notes") or []:
+        click.echo(f"note: {note}")
+    click.echo("=" * 50)
+
+
+def print_sweep(result: dict[str, Any]) -> None:
+    """Per curve: a table of the sampled points, then the knee/saturation/capacity lines."""
+    import math
+
+    def num(v: Any, fmt: str) -> str:
+        return format(v, fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else "-"
+
+    sc = result["scenario"]
+    click.echo(f"{result['model']} on {result['hardware']}  workload {result['workload']}  "
+               f"{sc['num_requests']} requests per point"
+               + (f"  SLOs {' '.join(f'{k}:{v:g}ms' for k, v in result['goodput_slos_ms'].items())}"
+                  if result["goodput_slos_ms"] else ""))
+    for info in result["curves"]:
+        click.echo("")
+        click.echo("{s:{c}^{n}}".format(s=f" {info['curve']} ", n=78, c="="))
+        click.echo(f"{'rate/s':>9} {'achieved/s':>10} {'p99 TTFT ms':>12} {'p99 TPOT ms':>12} "
+                   f"{'good frac':>9}  {'unstable':<8} point")
+        for p in result["points"]:
+            if p["curve"] != info["curve"]:
+                continue
+            flag = "UNSTABLE" if p.get("unstable") else ("sat" if p.get("saturated") else "")
+            click.echo(f"{p['rate']:9.4g} {num(p.get('achieved_rate'), '10.4g'):>10} "
+                       f"{num(p.get('p99_ttft_ms'), '12.1f'):>12} {num(p.get('p99_tpot_ms'), '12.2f'):>12} "
+                       f"{num(p.get('good_fraction'), '9.3f'):>9}  {flag:<8} {p.get('kind', '')}")
+        click.echo(f"  offline max throughput: {num(info['offline_max_throughput'], '.4g')} req/s "
+                   "(every request at t = 0)")
+        if info["saturation_rate"] is not None:
+            first = min(info["saturated_rates"])
+            click.echo(f"  saturation rate:        {info['saturation_rate']:.4g} req/s (max achieved; "
+                       f"saturated from offered {first:.4g} req/s)")
+        else:
+            click.echo(f"  saturation rate:        not reached; achieved up to "
+                       f"{num(info['saturation_lower_bound'], '.4g')} req/s")
+        click.echo(f"  max stable rate:        {num(info['max_stable_rate'], '.4g')} req/s "
+                   "(not unstable; first tokens keep within 5 % of arrivals)")
+        if info["knee"]:
+            click.echo(f"  knee:                   {info['knee']['rate']:.4g} req/s "
+                       f"({info['knee_metric']} {info['knee']['value']:.1f}; max curvature, Kneedle)")
+        else:
+            click.echo(f"  knee:                   none in {info['knee_metric']} (flat or straight curve, "
+                       "or fewer than 3 stable points)")
+        if info["slo_capacity"] is not None:
+            click.echo(f"  SLO capacity:           {info['slo_capacity']:.4g} req/s "
+                       f"(good fraction >= {info['slo_target']:g}; fails at {info['slo_capacity_upper']:.4g}; "
+                       f"tolerance {info['slo_tolerance']:.0%}, {info['bisection_probes']} bisection probes)")
+        else:
+            click.echo(f"  SLO capacity:           - ({info['slo_note']})")
+        for w in info["warnings"]:
+            click.echo(f"  warning: {w}")
+
+
+def sweep_frame(points: list[dict[str, Any]]) -> Any:
+    """One row per point; nested values (SLOs, rejection reasons, notes) as JSON text."""
+    import pandas as pd
+
+    rows = [{k: (json.dumps(clean(v)) if isinstance(v, (dict, list)) else v) for k, v in p.items()}
+            for p in points]
+    return pd.DataFrame(rows)
+
+
+def short(text: str, n: int = 70) -> str:
+    """`text` cut to `n` characters (ending in "...")."""
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def error_table(result: dict[str, Any]) -> str:
+    """`llmsim validate`'s error table (median / p90 APE, mean signed error by group)."""
+    from simulator.analysis.validate import summary_table
+
+    rows = summary_table(result)
+    for r in rows:
+        r["name"] = short(str(r["name"]))
+    return table(rows)
+
+
+def skip_summary(skipped: list[dict[str, Any]]) -> list[str]:
+    """One line per skip reason, most frequent first, with an example row id."""
+    counts: dict[str, list[str]] = {}
+    for s in skipped:
+        counts.setdefault(s["reason"], []).append(str(s["id"]))
+    return [f"skipped x{len(ids)}: {reason} (e.g. {ids[0]})"
+            for reason, ids in sorted(counts.items(), key=lambda kv: -len(kv[1]))]
+
+
+def pct(x: Any) -> str:
+    """A percentage with one decimal, or "n/a"."""
+    return "n/a" if x is None else f"{x:.1f} %"
+
+
+def fmt(v: Any, spec: str, dash: str = "-") -> str:
+    """`v` formatted by `spec`, or `dash` when it is not a finite number."""
+    import math
+
+    return format(v, spec) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else dash
+
+
+def _ep(c: dict[str, Any]) -> str:
+    """' ep=4' for a plan row with expert parallelism, else ''."""
+    return f" ep={c['ep']}" if c.get("ep", 1) != 1 else ""
+
+
+def print_plan(r: dict[str, Any]) -> None:
+    slos = " ".join(f"{k}:{v:g}ms" for k, v in r["goodput_slos_ms"].items())
+    click.echo(f"plan: {r['model']} at {r['rate']:g} req/s of {r['workload']} "
+               f"(mean {r['mean_input_tokens']:.0f} in / {r['mean_output_tokens']:.0f} out tokens), "
+               f"SLOs {slos} for >= {r['slo_target']:g} of requests, headroom {r['headroom']:.0%}, "
+               f"{r['num_requests_per_point']} requests per simulation")
+    rows = [{"rank": c["rank"], "hardware": c["hardware"], "tp": c["tp"],
+             **({"ep": c["ep"]} if "ep" in c else {}),  # MoE models: the EP variants (plan.py)
+             **({"pp": c["pp"]} if c["pp"] != 1 else {}),
+             "weights": c["weight_dtype"], "kv": c["kv_dtype"],
+             "req/s/replica": fmt(c["slo_capacity"], ".3g"), "replicas": c["replicas"], "GPUs": c["gpus"],
+             "$/h": fmt(c["cost_per_hour_usd"], ".2f"),
+             "$/M out tok": fmt(c["cost_per_million_output_tokens_usd"], ".3f")} for c in r["candidates"]]
+    click.echo("")
+    click.echo(table(rows) if rows else "no feasible candidate")
+    if r["infeasible"]:
+        click.echo("")
+        click.echo("infeasible:")
+        for c in r["infeasible"]:
+            click.echo(f"  {c['hardware']} tp={c['tp']}{_ep(c)} weights {c['weight_dtype']} kv {c['kv_dtype']}: "
+                       f"{c['reason']}")
+    for c in r["candidates"]:
+        for w in c.get("warnings") or []:
+            click.echo(f"warning: {c['hardware']} tp={c['tp']}{_ep(c)}: {w}")
+    if r["best"]:
+        b = r["best"]
+        click.echo(f"\ncheapest: {b['replicas']} x {b['hardware']} tp={b['tp']}{_ep(b)} ({b['gpus']} GPUs), "
+                   f"${fmt(b['cost_per_hour_usd'], '.2f')}/h, "
+                   f"${fmt(b['cost_per_million_output_tokens_usd'], '.3f')} per million output tokens")
+    if r.get("expert_parallel"):  # MoE models: does EP (ep = tp) win?
+        click.echo(r["expert_parallel"]["note"])
+
+
+def write_whatif_files(out_dir: str | None, stem: str, result: dict[str, Any], rows: list[dict[str, Any]], png: bytes) -> None:
+    from pathlib import Path
+
+    import pandas as pd
+
+    from simulator.cli.outputs import OutputSet
+
+    with OutputSet(Path(str(out_dir))) as d:
+        write_json(d / f"{stem}.json", result)
+        flat = [{k: (json.dumps(clean(v)) if isinstance(v, (dict, list)) else v) for k, v in r.items()} for r in rows]
+        write_csv(d / f"{stem}.csv", pd.DataFrame(flat))
+        write_atomic(d / f"{stem}.png", png)
+
+
+def print_validation(result: dict[str, Any], file: str, out_dir: str | None) -> None:
+    """`llmsim validate`: rows predicted, the error table by group, skipped rows."""
+    click.echo(f"{file}: {result['predicted']} of {result['rows']} rows predicted, {len(result['skipped'])} skipped")
+    if result["predicted"]:
+        from simulator.analysis.validate import metric_table
+
+        click.echo(error_table(result))
+        if result["predicted"] <= 60:  # measured vs predicted, metric by metric
+            click.echo("\n" + table(metric_table(result)))
+    for line in skip_summary(result["skipped"]):
+        click.echo(line)
+    if out_dir:
+        click.echo(f"wrote {out_dir}/validation.csv, scatter.png")
+
+
+def _fitted_from(k: str, res: dict[str, Any], ops: str | None) -> str:
+    """Where calibration took parameter `k` from (the table's "fitted from" column)."""
+    if k not in res["fitted"]:
+        tied = k == "attention_efficiency" and "attention_efficiency" in res["sources"]
+        return "tied to compute_efficiency" if tied else "fixed"
+    if k in ("compute_efficiency", "memory_efficiency", "step_overhead_s", "attention_efficiency"):
+        return "measurements"
+    if "capped" in res["sources"].get(k, "") and not ops:
+        return "capped: stays bandwidth-bound"
+    return "vidur"
+
+
+def print_calibration(res: dict[str, Any], file: str, out: str, ops: str | None) -> None:
+    """`llmsim calibrate`: parameters before/after, error before/after, leave-one-source-out."""
+    from simulator.analysis.calibrate import ALL_PARAMS
+
+    click.echo(f"calibrated {res['hardware']} on {res['rows_used']} rows of {file} "
+               f"({res['objective']}{', sources weighted equally' if res['balance_sources'] else ''})")
+    prows = [{"parameter": k, "before": f"{res['previous'][k]:.4g}", "after": f"{res['params'][k]:.4g}",
+              "fitted from": _fitted_from(k, res, ops)} for k in ALL_PARAMS]
+    click.echo(table(prows))
+    for name, st in res["stages"].items():
+        if st:
+            click.echo(f"{name} stage: {st['points']} points, median APE {pct(st['before']['median_ape'])} -> "
+                       f"{pct(st['after']['median_ape'])}")
+    b, a = res["before"], res["after"]
+    click.echo(f"error on {a['predicted']} rows: median APE {pct(b['median_ape'])} -> {pct(a['median_ape'])}, "
+               f"p90 {pct(b['p90_ape'])} -> {pct(a['p90_ape'])}, mean signed "
+               f"{pct(b['mean_signed_error'])} -> {pct(a['mean_signed_error'])}")
+    if res["leave_one_source_out"]:
+        click.echo("leave-one-source-out (fit on the others, error on the held-out source):")
+        click.echo(table([{"held-out source": short(x["source"]), "rows": x["rows"],
+                            "median_ape_%": round(x["median_ape"], 1),
+                            "mean_signed_error_%": round(x["mean_signed_error"], 1)}
+                           for x in res["leave_one_source_out"]]))
+        click.echo(f"leave-one-source-out median APE (median over sources): "
+                   f"{pct(res['leave_one_source_out_median_ape'])}")
+    click.echo(f"wrote {out}")
+
+
+def print_kv_whatif(r: dict[str, Any], static_only: bool, out_dir: str | None) -> None:
+    """`llmsim whatif kv-dtype`: one row per KV-cache format, ratios to the first."""
+    click.echo(f"KV-cache format what-if: {r['model']} on {r['hardware']} tp={r['tp']}, {r['workload']} "
+               f"(mean {r['mean_input_tokens']} in / {r['mean_output_tokens']} out; sequences of {r['seq_len']} tokens)")
+    rows = []
+    for v in r["values"]:
+        q = v["ratios"]
+        rows.append({"kv": v["kv_dtype"], "KV tokens": v["kv_capacity_tokens"],
+                     "x": fmt(q["kv_capacity_tokens"], ".2f"), "seqs": v["max_concurrent_sequences"],
+                     "TPOT b=1 ms": fmt(v.get("tpot_ms_batch1"), ".2f"),
+                     "batch": v.get("capacity_batch", "-"), "TPOT@batch ms": fmt(v.get("tpot_ms_capacity_batch"), ".2f"),
+                     "decode tok/s": fmt(v.get("decode_tokens_per_s_capacity_batch"), ".0f"),
+                     "x ": fmt(q["decode_tokens_per_s_capacity_batch"], ".2f"),
+                     "sat req/s": fmt(v.get("saturation_rate"), ".3g"), "x  ": fmt(q["saturation_rate"], ".2f"),
+                     "SLO cap req/s": fmt(v.get("slo_capacity_rate"), ".3g"),
+                     "x   ": fmt(q["slo_capacity_rate"], ".2f")})
+    click.echo(table(rows))
+    click.echo("(x = ratio to the first format; batch = min(max_num_seqs, concurrent sequences))")
+    for v in r["values"]:
+        if v.get("reason"):
+            click.echo(f"{v['kv_dtype']}: {v['reason']}")
+        if v.get("slo_note") and v.get("slo_capacity_rate") is None and not static_only:
+            click.echo(f"{v['kv_dtype']}: SLO capacity: {v['slo_note']}")
+        for w in v.get("warnings") or []:
+            click.echo(f"warning: {v['kv_dtype']}: {w}")
+    if out_dir:
+        click.echo(f"wrote {out_dir}/kv_dtype.json, kv_dtype.csv, kv_dtype.png")
+
+
+def print_speculative_whatif(r: dict[str, Any], out_dir: str | None) -> None:
+    """`llmsim whatif speculative`: TPOT vs batch size, the crossover, plain vs speculative under load."""
+    click.echo(f"speculative decoding what-if: {r['model']} on {r['hardware']} tp={r['tp']}, draft {r['draft_model']} "
+               f"tp={r['draft_tp']}, gamma={r['gamma']}, acceptance={r['acceptance']:g} "
+               f"-> {r['expected_tokens_per_step']:.3f} tokens per verify step; context {r['context_tokens']:.0f}")
+    shown = [x for x in r["static"] if x["batch_size"] in (1, 2, 4, 8, 16, 32, 64, 128, 256, r["crossover_batch"])]
+    click.echo(table([{"batch": x["batch_size"], "plain TPOT ms": fmt(x["plain_tpot_ms"], ".2f"),
+                        "spec TPOT ms": fmt(x["speculative_tpot_ms"], ".2f"),
+                        "draft ms": fmt(x["draft_ms"], ".2f"), "verify ms": fmt(x["verify_ms"], ".2f"),
+                        "speedup": fmt(x["speedup"], ".2f")} for x in shown]))
+    if r["crossover_batch"] is None:
+        click.echo(f"speculative decoding pays at every batch size up to {r['static'][-1]['batch_size']}")
+    else:
+        click.echo(f"speculative decoding stops paying at batch {r['crossover_batch']} "
+                   f"(speculative TPOT >= plain TPOT)")
+    for w in r["warnings"]:
+        click.echo(f"warning: {w}")
+    click.echo(f"KV capacity: plain {r['kv_capacity_tokens']['plain']} tokens, with the draft "
+               f"{r['kv_capacity_tokens']['speculative']} tokens")
+    if "under_load" in r:
+        u = r["under_load"]
+        rate = r.get("rate")
+        click.echo(f"\nunder load ({'at ' + format(rate, 'g') + ' req/s' if rate else 'trace timing'}; "
+                   "offline = every request at t = 0):")
+        click.echo(table([{"": name, "p50 TTFT ms": fmt(u[name]["at_rate"]["p50_ttft_ms"], ".1f"),
+                            "p99 TTFT ms": fmt(u[name]["at_rate"]["p99_ttft_ms"], ".1f"),
+                            "mean TPOT ms": fmt(u[name]["at_rate"]["mean_tpot_ms"], ".2f"),
+                            "p99 TPOT ms": fmt(u[name]["at_rate"]["p99_tpot_ms"], ".2f"),
+                            "good frac": fmt(u[name]["at_rate"]["good_fraction"], ".3f"),
+                            "offline req/s": fmt(u[name]["offline_max_throughput"], ".3g"),
+                            "offline tok/s": fmt(u[name]["offline_output_throughput"], ".0f")}
+                           for name in ("plain", "speculative")]))
+        click.echo(f"note: {r['approximation']}")
+    if out_dir:
+        click.echo(f"wrote {out_dir}/speculative.json, speculative.csv, speculative.png")
+
+
+def print_hardware_whatif(r: dict[str, Any], out_dir: str | None) -> None:
+    """`llmsim whatif hardware`: one row per accelerator (fit, latency, capacity, cost)."""
+    rate = r.get("rate")
+    click.echo(f"hardware what-if: {r['model']} tp={r['tp']}, {r['workload']}"
+               + (f" at {rate:g} req/s" if rate else " (trace timing)"))
+    click.echo(table([{"hardware": h["hardware"], "fits": "yes" if h.get("fits") else "no",
+                        "KV tokens": h.get("kv_capacity_tokens", "-"),
+                        "p50 TTFT": fmt(h.get("p50_ttft_ms"), ".1f"), "p99 TTFT": fmt(h.get("p99_ttft_ms"), ".1f"),
+                        "p50 TPOT": fmt(h.get("p50_tpot_ms"), ".2f"), "p99 TPOT": fmt(h.get("p99_tpot_ms"), ".2f"),
+                        "sat req/s": fmt(h.get("saturation_rate"), ".3g"),
+                        "SLO cap req/s": fmt(h.get("slo_capacity_rate"), ".3g"),
+                        "$/h": fmt(h.get("cost_per_hour_usd"), ".2f"),
+                        "$/M tok": fmt(h.get("cost_per_million_output_tokens_usd"), ".3f"),
+                        "$/M tok @cap": fmt(h.get("cost_per_million_output_tokens_at_slo_capacity_usd"), ".3f")}
+                       for h in r["hardware"]]))
+    click.echo("(latencies in ms at the base rate; $/M tok = $/h over the output tokens served at the base rate; "
+               "@cap: at the SLO capacity)")
+    for h in r["hardware"]:
+        if h.get("reason"):
+            click.echo(f"{h['hardware']}: {h['reason']}")
+        for w in h.get("warnings") or []:
+            click.echo(f"warning: {h['hardware']}: {w}")
+    if out_dir:
+        click.echo(f"wrote {out_dir}/hardware.json, hardware.csv, hardware.png")
+
+
+def print_yaml(obj: Any) -> None:
+    """`llmsim show`: the object as block YAML (NaN/inf as null)."""
+    import yaml
+
+    click.echo(yaml.safe_dump(clean(obj), sort_keys=False, width=100).rstrip())
+
+
+def save_vllm_result(sc: Any, res: Any, summary: dict[str, Any], result_dir: str | None,
+                     result_filename: str | None, percentile_metrics: str, metric_percentiles: str,
+                     label: str | None) -> Any:
+    """Write the run as `vllm bench serve --save-result` would (simulator.cli.vllm_result); returns the path."""
+    from pathlib import Path
+
+    from simulator.cli import vllm_result as vr
+
+    result = vr.result_json(sc, res, summary, sc.cost_model().model, version=llmsim_version(),
+                            percentile_metrics=percentile_metrics, metric_percentiles=metric_percentiles,
+                            label=label)
+    path = Path(result_dir or ".") / (result_filename or vr.result_filename(result))
+    write_json(path, result)
+    return path
+
+
+def write_validation_files(out_dir: str, result: dict[str, Any], file: str) -> None:
+    """`llmsim validate --out DIR`: validation.csv (one row per predicted point) and scatter.png."""
+    from pathlib import Path
+
+    from simulator.analysis.validate import points_frame
+    from simulator.cli import plots
+    from simulator.cli.outputs import OutputSet
+
+    with OutputSet(Path(out_dir)) as d:
+        write_csv(d / "validation.csv", points_frame(result))
+        write_atomic(d / "scatter.png", plots.validation_scatter_png(
+            result["points"], f"llmsim vs {Path(file).name}: median APE {pct(result['median_ape'])}, "
+                              f"p90 {pct(result['p90_ape'])} ({result['predicted']} rows)"))
+
+
+def print_sharegpt_table(table: Any, out: str) -> None:
+    """`llmsim sharegpt-table`: one line saying what was written."""
+    click.echo(f"wrote {out}: {len(table.prompt_chars)} conversations"
+               + (" (source file truncated: read up to its last complete entry)" if table.truncated else ""))
+
+
+def print_disaggregated(result: dict[str, Any]) -> None:
+    """The plan's disaggregated candidates as a table, then which shape wins and why."""
+    rows = [{"hardware": r["hardware"], "prefill": f"{r['prefill_replicas']} x TP{r['prefill_tp']}",
+             "decode": f"{r['decode_replicas']} x TP{r['decode_tp']}", "GPUs": r["gpus"],
+             "$/h": fmt(r["cost_per_hour_usd"], ".2f"), "req/s/prefill": fmt(r["prefill_capacity"], ".3g"),
+             "req/s/decode": fmt(r["decode_capacity"], ".3g"), "KV ms": fmt(r["mean_kv_transfer_ms"], ".3g")}
+            for r in result["disaggregated"] if r["status"] == "feasible"]
+    click.echo("\ndisaggregated:")
+    click.echo(table(rows) if rows else "no feasible candidate")
+    for r in result["disaggregated"]:
+        if r["status"] != "feasible":
+            click.echo(f"  {r['hardware']} prefill TP{r['prefill_tp']} decode TP{r['decode_tp']}: {r['reason']}")
+    click.echo(f"\n{result['why']}")

@@ -1,0 +1,626 @@
+"""The price of one engine step: a roofline cost model per operator.
+
+Physics from `docs/performance_model.md` (roofline: Williams, Waterman & Patterson, CACM 2009;
+per-op FLOP/byte accounting as in LLM-Viewer, Yuan et al., arXiv:2402.16363):
+
+    time(op)   = max( F / (peak[dtype] * eta_c(T)),  B / (hbm_bw * eta_m) )
+    time(step) = sum_layers sum_ops time(op) + all-reduce + per-step overhead
+
+A step is described by sufficient statistics that do not grow with the batch:
+
+    T   new tokens in the step              S   sequences that emit a token (LM head rows)
+    Ad  decode query-key pairs  sum_j (p_j + 1/2) over decode sequences (p_j cached tokens)
+    Ap  prefill query-key pairs sum_i q_i (p_i + q_i/2) over prefill chunks (causal)
+    R   KV tokens read          sum_j (p_j + q_j) over all sequences
+    Aw, Rw  the same two sums with each sequence's context capped at the sliding window
+    Pc  cached tokens under prefill chunks  sum_i p_i (MLA decompresses their latent K/V)
+
+With those, every op's FLOPs and bytes are linear in the feature vector
+x = [1, T, S, [S>0], Ad, Ap, R, Aw, Rw, U, Pc], where U = E (1 - (1 - k/E)^T) is the expected
+number of distinct experts a step touches (uniform routing). The GEMM efficiency ramp
+eta_c(T) = eta_c T / (T + T0) keeps compute time linear too: F/(P eta_c(T)) = f (T + T0)/(P eta_c).
+So the model compiles to two small matrices and the step time is
+sum_ops max(C_op . x, M_op . x) + P . x, costing the same for 1 or 1000 sequences.
+
+The single GEMM and ring all-reduce formulas are `gemm_time_s` and `allreduce_time_s`;
+`CostModel.linear_terms()` splits the step time by efficiency parameter for calibration;
+`StepCost` is what the engine needs of a cost model. This module takes specs only: names and
+files are resolved by `resolve.make_cost_model` (catalog), memory by `memory`, static-batch
+prediction by `predict`; the step statistics (`StepBatch`, `prefill_step`, `decode_step`) live in
+`stepbatch` and `parse_efficiency_overrides` in `specs` (both re-exported here). About 630 lines
+because the op list and its evaluation paths (scalar, vectorised, per-op breakdown, linear
+terms) are one concept: a change to one op must be seen next to every path that prices it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from simulator.cost.memory import MemoryPlan, memory_plan
+from simulator.cost.network import scaleout_link, scaleup_link
+from simulator.cost.parallel import alltoall_time_s, pipelined, pp_sends, tp_link
+from simulator.cost.stepbatch import StepBatch
+from simulator.specs.checks import SpecError
+from simulator.specs.dtypes import DTYPE_BYTES, DTypes
+from simulator.specs.fields import _did_you_mean
+from simulator.specs.hardware import SCALAR_EFFICIENCY_FIELDS, Efficiency, HardwareSpec
+from simulator.specs.model import ModelSpec
+from simulator.specs.parallelism import Parallelism
+
+FEATURES = ("one", "T", "S", "emit", "Ad", "Ap", "R", "Aw", "Rw", "U", "Pc")
+_NF = len(FEATURES)
+_I = {name: i for i, name in enumerate(FEATURES)}
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator's cost as linear forms over FEATURES (already x layer count, per GPU).
+
+    compute_s includes ramp_s (the T0 part of eta_c(T)); extra_s = launch_s + link_s + latency_s.
+    The parts are kept so that `CostModel.linear_terms` can split the time by parameter.
+    """
+
+    name: str
+    kind: str  # "gemm", "attention", "vector", "gather", "comm"
+    flops: np.ndarray
+    weight_bytes: np.ndarray
+    act_bytes: np.ndarray
+    kv_read_bytes: np.ndarray
+    kv_write_bytes: np.ndarray
+    compute_s: np.ndarray  # linear form of compute time
+    memory_s: np.ndarray  # linear form of memory time
+    extra_s: np.ndarray  # added outside the max (launch overhead, communication)
+    ramp_s: np.ndarray  # the part of compute_s from the GEMM ramp T0
+    launch_s: np.ndarray  # kernel launches x kernel_overhead_s
+    link_s: np.ndarray  # bytes over the link / (link_bw eta_link)
+    latency_s: np.ndarray  # link latencies x link_latency_s
+
+
+@dataclass(frozen=True)
+class Rates:
+    """The hardware rates and fixed costs the op forms divide by or add, efficiencies applied."""
+
+    gemm_flops_per_s: float  # P_gemm = peak[gemm dtype] eta_c[gemm dtype]
+    attention_flops_per_s: float  # P_attn = peak[activation dtype] eta_att[kv dtype]
+    vector_flops_per_s: float  # P_vec = peak[activation dtype] eta_c
+    hbm_bytes_per_s: float  # bw eta_m
+    ramp_tokens: float  # T0[gemm dtype]
+    kernel_overhead_s: float
+    link_bytes_per_s: float  # link_bw eta_link
+    link_latency_s: float
+
+    @classmethod
+    def of(cls, hw: HardwareSpec, gemm_dtype: str, attention_dtype: str, kv_dtype: str, eff: Efficiency,
+           link_latency_s: float) -> Rates:
+        """The rates of `hw` at efficiencies `eff`; GEMM efficiency and ramp per GEMM format and
+        attention efficiency per KV format where `eff` gives them, else its single values."""
+        return cls(
+            gemm_flops_per_s=hw.flops(gemm_dtype) * eff.compute_for(gemm_dtype),
+            attention_flops_per_s=hw.flops(attention_dtype) * eff.attention_for(kv_dtype),
+            vector_flops_per_s=hw.flops(attention_dtype) * eff.compute_efficiency,
+            hbm_bytes_per_s=hw.hbm_bandwidth_bytes_per_s * eff.memory_efficiency,
+            ramp_tokens=eff.ramp_for(gemm_dtype),
+            kernel_overhead_s=eff.kernel_overhead_s,
+            link_bytes_per_s=hw.link_bandwidth_bytes_per_s * eff.link_efficiency,
+            link_latency_s=link_latency_s,
+        )
+
+
+@dataclass(frozen=True)
+class LinearTerms:
+    """A cost model's step time split by the parameter that scales each term (calibration).
+
+    At unit efficiencies, T0 = 1 token, kernel overhead 1 s and link latency 1 s, for step
+    features x (n_ops x len(FEATURES) matrices, then vectors over FEATURES):
+
+        time(x) = sum_ops max( (C + T0 R) x / eta_c + A x / eta_att,  M x / eta_m )
+                  + k_launch L x + W x / eta_link + l_link N x + step_overhead_s x_one
+
+    Exact: every term of `CostModel` is linear in one parameter or in its inverse.
+    """
+
+    compute_s: np.ndarray  # C: GEMM and vector compute at eta_c = 1, T0 = 0
+    ramp_s_per_token: np.ndarray  # R: GEMM compute per ramp token T0, at eta_c = 1
+    attention_s: np.ndarray  # A: attention compute at eta_att = 1
+    memory_s: np.ndarray  # M: HBM time at eta_m = 1
+    launches: np.ndarray  # L: kernel launches
+    link_s: np.ndarray  # W: link transfer time at eta_link = 1
+    latencies: np.ndarray  # N: link latencies paid
+
+
+class StepCost(Protocol):
+    """What the engine needs from a cost model: the model, the replica's parallelism, step
+    times (scalar and vectorised, seconds) and the memory plan. `CostModel` is one;
+    `whatif.SpeculativeCostModel` another."""
+
+    model: ModelSpec
+    par: Parallelism
+
+    def step_time(self, T: float, S: float, Ad: float = 0.0, Ap: float = 0.0, R: float = 0.0,
+                  Aw: float | None = None, Rw: float | None = None, Pc: float = 0.0) -> float: ...
+
+    def step_times(self, T: Any, S: Any, Ad: Any = 0.0, Ap: Any = 0.0, R: Any = 0.0,
+                   Aw: Any = None, Rw: Any = None, Pc: Any = 0.0) -> np.ndarray: ...
+
+    def memory(self, gpu_memory_utilization: float = 0.9, max_num_batched_tokens: int = 8192,
+               max_num_seqs: int = 256, seq_len: int | None = None) -> MemoryPlan: ...
+
+
+def _vec(**coeffs: float) -> np.ndarray:
+    v = np.zeros(_NF)
+    for k, c in coeffs.items():
+        v[_I[k]] = c
+    return v
+
+
+def _add_communication(add: Callable[..., None], m: ModelSpec, par: Parallelism, rates: Rates,
+                       ba: float, hw: HardwareSpec) -> None:
+    """The link ops of a step. Tensor parallel: a ring all-reduce of H b_a bytes per token after
+    attention and after the MLP (once with parallel attention), 2 (t-1)/t msg / link + latency
+    (`allreduce_time_s`); with ep > 1 the MoE layers' second one is an all-to-all dispatch +
+    combine (`parallel.alltoall_time_s`). Pipeline parallel: pp - 1 sends of H b_a bytes per
+    token. Groups and sends that cross nodes run on the scale-out link (`parallel.py`)."""
+    H, L, t = m.hidden_size, m.num_layers, par.tp
+    # a link's rate keeps the efficiency in `rates` (linear_terms prices at unit efficiency)
+    up, out = scaleup_link(hw), scaleout_link(hw)
+    link, lat = rates.link_bytes_per_s, rates.link_latency_s
+    out_rate = link * out.bandwidth_bytes_per_s / up.bandwidth_bytes_per_s
+    tp_rate, tp_lat = (link, lat) if tp_link(hw, par).kind == "nvlink" else (out_rate, out.latency_s)
+    if t > 1:
+        per_layer = 1 if m.parallel_attention else 2
+        a2a_layers = m.num_moe_layers if (par.ep > 1 and m.moe is not None and per_layer == 2) else 0
+        ring = allreduce_time_s(t, H * ba, tp_rate)  # per token; the latency is its own term
+        add("allreduce", "comm", L * per_layer - a2a_layers, np.zeros(_NF), a=np.zeros(_NF), link=_vec(T=ring),
+            latency=_vec(one=tp_lat), launches=_vec())
+        if a2a_layers:
+            assert m.moe is not None
+            per_tok = alltoall_time_s(1.0, m.moe.experts_per_token, H, ba, par.ep, tp_rate, 0.0, par.expert_imbalance)
+            add("moe_alltoall", "comm", a2a_layers, np.zeros(_NF), a=np.zeros(_NF), link=_vec(T=per_tok),
+                latency=_vec(one=2.0 * tp_lat), launches=_vec())
+    near, far = pp_sends(hw, par)
+    if near:
+        add("pp_send", "comm", near, np.zeros(_NF), link=_vec(T=H * ba / link),
+            latency=_vec(one=lat), launches=_vec())
+    if far:
+        add("pp_send_scaleout", "comm", far, np.zeros(_NF), link=_vec(T=H * ba / out_rate),
+            latency=_vec(one=out.latency_s), launches=_vec())
+
+
+def _zeros_for_none(*forms: np.ndarray | None) -> list[np.ndarray]:
+    """The forms with None replaced by the zero form (an op without that term)."""
+    return [np.zeros(_NF) if v is None else v for v in forms]
+
+
+# ---------------------------------------------------------------------- single-op closed forms
+
+
+def gemm_time_s(T: Any, n_in: Any, n_out: Any, *, peak_flops_per_s: float, hbm_bytes_per_s: float,
+                bytes_per_element: float, ramp_tokens: float = 0.0, kernel_overhead_s: float = 0.0) -> Any:
+    """One GEMM [T, n_in] x [n_in, n_out] in the roofline model, seconds:
+
+        max( 2 n_in n_out (T + T0) / (P eta_c),  (n_in n_out + T (n_in + n_out)) b / (bw eta_m) ) + k_launch
+
+    `peak_flops_per_s` = P eta_c and `hbm_bytes_per_s` = bw eta_m (efficiencies applied), b the
+    bytes per element of weights and activations alike. This is the time of each GEMM op of
+    `CostModel` (its linear forms expand the same expression: tests tie the two), and the
+    formula `calibrate` fits to measured GEMM times. numpy arrays broadcast.
+    """
+    f = 2.0 * n_in * n_out
+    comp = f * (T + ramp_tokens) / peak_flops_per_s
+    mem = (n_in * n_out * bytes_per_element + T * (n_in + n_out) * bytes_per_element) / hbm_bytes_per_s
+    return np.maximum(comp, mem) + kernel_overhead_s
+
+
+def allreduce_time_s(workers: Any, message_bytes: Any, link_bytes_per_s: float,
+                     link_latency_s: float = 0.0) -> Any:
+    """Ring all-reduce of `message_bytes` over `workers` GPUs, seconds (Patarasuk & Yuan, JPDC 2009;
+    NCCL's ring): 2 (t - 1) / t * msg / (link_bw eta_link) + latency, with `link_bytes_per_s` =
+    link_bw eta_link. `CostModel` prices each tensor-parallel all-reduce with it (msg = H b_a per
+    token) and `calibrate` fits it to measured NCCL times."""
+    return 2.0 * (workers - 1) / workers * message_bytes / link_bytes_per_s + link_latency_s
+
+
+def _efficient_hardware(hw: HardwareSpec, ideal: Any, efficiency: Any) -> HardwareSpec:
+    """`hw` with `ideal` applied first (efficiencies 1, overheads 0), then the `efficiency`
+    overrides on top: `--ideal --efficiency step_overhead_s=0.002` is the pure roofline plus that
+    overhead (predict and simulate alike; before, simulate dropped the overrides silently)."""
+    if not isinstance(ideal, (bool, np.bool_)):
+        raise SpecError(f"ideal: {ideal!r} must be true or false")
+    if efficiency is not None and not isinstance(efficiency, dict):
+        raise SpecError(f"efficiency: {type(efficiency).__name__} is not a mapping of efficiency fields")
+    if ideal:
+        hw = hw.ideal()
+    if efficiency:
+        allowed = list(SCALAR_EFFICIENCY_FIELDS)
+        for key in efficiency:
+            if key not in allowed:
+                raise SpecError(f"efficiency: unknown field {str(key)[:80]!r}{_did_you_mean(str(key), allowed)}; "
+                                f"allowed: {', '.join(allowed)}")
+        hw = hw.with_efficiency(**efficiency)
+    return hw
+
+
+class CostModel:
+    """Step-time model of one replica: model x hardware x parallelism x dtypes x efficiency.
+
+    `step_time(T, S, Ad, Ap, R, Aw, Rw)` is the fast scalar path (seconds);
+    `step_times(...)` the same over numpy arrays; `breakdown(batch)` the per-op detail.
+    """
+
+    step_time: Callable[..., float]
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        hardware: HardwareSpec,
+        parallelism: Parallelism | None = None,
+        dtypes: DTypes | None = None,
+        *,
+        ideal: bool = False,
+        efficiency: dict[str, float] | None = None,
+        link_dtype: str | None = None,
+    ) -> None:
+        # specs only: names and files are resolved by `resolve.make_cost_model` / `catalog`
+        if not isinstance(model, ModelSpec) or not isinstance(hardware, HardwareSpec):
+            raise TypeError("CostModel takes a ModelSpec and a HardwareSpec; resolve names with "
+                            "simulator.resolve.make_cost_model or simulator.specs.catalog.load_model/load_hardware")
+        self.model = model
+        # width of the activations crossing the link (TP all-reduce, PP send); None: the
+        # activation dtype. TensorRT-LLM's FP8 recipe keeps the residual stream in 16 bits.
+        if link_dtype is not None and link_dtype not in DTYPE_BYTES:
+            raise SpecError(f"link_dtype: {link_dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
+        self.link_dtype = link_dtype
+        self.hardware = hw = _efficient_hardware(hardware, ideal, efficiency)
+        self.par = parallelism or Parallelism()
+        self.dtypes = dtypes or DTypes(weight=self.model.default_weight_dtype)
+        if not isinstance(self.par, Parallelism) or not isinstance(self.dtypes, DTypes):
+            raise TypeError("CostModel: parallelism must be a Parallelism and dtypes a DTypes (or None)")
+        m, par = self.model, self.par
+        if m.num_layers % par.pp:
+            raise SpecError(f"pp: {par.pp} does not divide num_layers ({m.num_layers})")
+        if m.num_heads % par.tp:
+            raise SpecError(f"tp: {par.tp} does not divide num_heads ({m.num_heads}) of {m.id}")
+        self.gemm_dtype = hw.gemm_dtype(self.dtypes.gemm)
+        self.attention_dtype = hw.gemm_dtype(self.dtypes.activation)
+        self.notes: list[str] = []
+        if self.gemm_dtype != self.dtypes.gemm:
+            self.notes.append(
+                f"{hw.id} has no {self.dtypes.gemm} tensor rate: GEMMs priced at its {self.gemm_dtype} rate"
+            )
+        if self.attention_dtype != self.dtypes.activation:
+            self.notes.append(
+                f"{hw.id} has no {self.dtypes.activation} rate: attention priced at {self.attention_dtype}"
+            )
+        self.ops = self._build_ops(Rates.of(hw, self.gemm_dtype, self.attention_dtype, self.dtypes.kv, hw.efficiency,
+                                            hw.link_latency_s))
+        self._C = np.array([op.compute_s for op in self.ops])
+        self._M = np.array([op.memory_s for op in self.ops])
+        self._P = np.sum([op.extra_s for op in self.ops], axis=0)
+        self._P[_I["one"]] += hw.efficiency.step_overhead_s
+        if not (np.isfinite(self._C).all() and np.isfinite(self._M).all() and np.isfinite(self._P).all()):
+            # spec ranges keep every coefficient finite; a guard, so no inf reaches the compiled code
+            raise SpecError(f"{m.id} on {hw.id}: step-time coefficients overflow float range; "
+                            "check the hardware rates and efficiencies")
+        self.step_time = self._compile_scalar()
+        if par.ep > 1 and m.moe is None:
+            raise SpecError(f"ep: {par.ep} applies to MoE models only; {m.id} is dense")
+        if par.pp_microbatches > 1:
+            # the pipelined forms replace both paths (the engine calls either)
+            self.step_time, self.step_times = pipelined(  # type: ignore[method-assign]
+                self.step_time, self.step_times, par.pp, par.pp_microbatches)
+
+    # ------------------------------------------------------------------ building the ops
+    def _build_ops(self, rates: Rates) -> list[Op]:
+        m, par, dt = self.model, self.par, self.dtypes
+        t = par.tp
+        bw, ba, bkv = DTYPE_BYTES[dt.weight], DTYPE_BYTES[dt.activation], DTYPE_BYTES[dt.kv]
+        P_gemm, P_attn, P_vec = rates.gemm_flops_per_s, rates.attention_flops_per_s, rates.vector_flops_per_s
+        mem = rates.hbm_bytes_per_s
+        T0 = rates.ramp_tokens
+        H, nh, nkv, d = m.hidden_size, m.num_heads, m.num_kv_heads, m.d_head
+        t_kv = m.kv_shards(t)
+        kv_elem = m.kv_elements_per_token_per_layer
+        n_full = m.num_layers - m.num_sliding_layers
+        n_slide = m.num_sliding_layers
+        ops: list[Op] = []
+
+        def add(name: str, kind: str, count: float, flops: np.ndarray, *, w: np.ndarray | None = None,
+                a: np.ndarray | None = None, kr: np.ndarray | None = None, kw: np.ndarray | None = None,
+                comp: np.ndarray | None = None, ramp: np.ndarray | None = None, link: np.ndarray | None = None,
+                latency: np.ndarray | None = None, launches: np.ndarray | None = None) -> None:
+            if count <= 0:
+                return
+            w, a, kr, kw, ramp, link, latency = _zeros_for_none(w, a, kr, kw, ramp, link, latency)
+            if comp is None:
+                rate = {"gemm": P_gemm, "attention": P_attn, "vector": P_vec}.get(kind)
+                comp = flops / rate if rate else np.zeros(_NF)
+            memory = (w + a + kr + kw) / mem
+            launch = (_vec(one=1.0) if launches is None else launches) * rates.kernel_overhead_s
+            # comp and ramp, link and latency have disjoint features: their sums are exact
+            ops.append(Op(name, kind, count * flops, count * w, count * a, count * kr, count * kw,
+                          count * (comp + ramp), count * memory, count * (link + latency + launch),
+                          count * ramp, count * launch, count * link, count * latency))
+
+        def gemm(name: str, count: float, n_in: float, n_out: float, tokens: str = "T") -> None:
+            """A GEMM over `tokens` rows: [rows, n_in] x [n_in, n_out] (per-GPU dims)."""
+            f = 2.0 * n_in * n_out
+            flops = _vec(**{tokens: f})
+            # eta_c(T) = eta_c T/(T+T0): compute time f (T + T0) / (P eta_c)
+            if tokens == "S":  # LM head: rows = S; it only runs when some sequence emits
+                comp, ramp = _vec(S=f / P_gemm), _vec(emit=f * T0 / P_gemm)
+                w = _vec(emit=n_in * n_out * bw)
+                launches = _vec(emit=1.0)
+            else:
+                comp, ramp = _vec(T=f / P_gemm), _vec(one=f * T0 / P_gemm)
+                w = _vec(one=n_in * n_out * bw)
+                launches = None
+            add(name, "gemm", count, flops, w=w, a=_vec(**{tokens: (n_in + n_out) * ba}), comp=comp,
+                ramp=ramp, launches=launches)
+
+        # --- attention projections
+        L = m.num_layers
+        if m.mla is not None:
+            ml = m.mla
+            qk = ml.qk_nope_head_dim + ml.qk_rope_head_dim
+            if ml.q_lora_rank:
+                gemm("q_proj", L, H, ml.q_lora_rank + 0.0)
+                gemm("q_up_proj", L, ml.q_lora_rank, nh * qk / t)
+            else:
+                gemm("q_proj", L, H, nh * qk / t)
+            gemm("kv_down_proj", L, H, ml.kv_lora_rank + ml.qk_rope_head_dim)
+            gemm("kv_up_proj", L, ml.kv_lora_rank, nh * (ml.qk_nope_head_dim + ml.v_head_dim) / t)
+            # prefill chunks on cached context decompress the cached latents to K/V (vLLM's
+            # MLA prefill path): a GEMM over the Pc cached tokens; the latents' bytes are
+            # already counted as the attention's KV read
+            f_ctx = 2.0 * ml.kv_lora_rank * nh * (ml.qk_nope_head_dim + ml.v_head_dim) / t
+            add("kv_up_proj_context", "gemm", L, _vec(Pc=f_ctx), comp=_vec(Pc=f_ctx / P_gemm),
+                launches=_vec())
+            o_in = nh * ml.v_head_dim / t
+        else:
+            gemm("qkv_proj", L, H, (nh / t + 2 * nkv / t_kv) * d)
+            o_in = nh * d / t
+
+        # --- attention (flash: scores stay on chip; bytes are the KV cache)
+        def attention(name: str, count: int, A_d: str, A_p: str, Rk: str) -> None:
+            if m.mla is not None:
+                ml = m.mla
+                # decode: absorbed up-projections, per pair per head 2(r+rope) + 2r FLOPs;
+                # prefill: materialised K/V, per pair per head 2(nope+rope) + 2 v_head FLOPs
+                fd = nh / t * (4 * ml.kv_lora_rank + 2 * ml.qk_rope_head_dim)
+                fp = nh / t * 2 * (ml.qk_nope_head_dim + ml.qk_rope_head_dim + ml.v_head_dim)
+                flops = _vec(**{A_d: fd}) + _vec(**{A_p: fp})
+            else:
+                f = 4.0 * nh * d / t  # per query-key pair, QK^T and PV
+                # sliding layers carry decode and prefill pairs in one feature (Aw): count it once
+                flops = _vec(**{A_d: f}) if A_d == A_p else _vec(**{A_d: f}) + _vec(**{A_p: f})
+            kv_tok = kv_elem * bkv / t_kv
+            add(name, "attention", count, flops, kr=_vec(**{Rk: kv_tok}), kw=_vec(T=kv_tok),
+                a=_vec(T=2 * nh * d / t * ba))
+
+        if m.sliding_window is not None and n_slide:
+            attention("attention", n_full, "Ad", "Ap", "R")
+            attention("attention_sliding", n_slide, "Aw", "Aw", "Rw")
+        else:
+            attention("attention", L, "Ad", "Ap", "R")
+        gemm("o_proj", L, o_in, H)
+
+        # --- MLP / MoE
+        n_mat = 3 if m.mlp == "gated" else 2
+        if m.num_dense_layers:
+            I_ = m.intermediate_size / t
+            gemm("mlp_gate_up", m.num_dense_layers, H, (n_mat - 1) * I_)
+            gemm("mlp_down", m.num_dense_layers, I_, H)
+        if m.moe is not None:
+            moe = m.moe
+            nl = m.num_moe_layers
+            gemm("moe_router", nl, H, moe.num_experts)
+            Ie = moe.expert_intermediate_size / t
+            f_tok = 2.0 * n_mat * H * Ie * moe.experts_per_token
+            # per-expert GEMMs see T k / U rows: time f (T k + T0 U) / (P eta_c)
+            f_exp = 2.0 * n_mat * H * Ie
+            rho = par.expert_imbalance  # the busiest EP rank's tokens over the mean (parallel.py)
+            add("moe_experts", "gemm", nl, _vec(T=f_tok * rho),
+                w=_vec(U=n_mat * H * Ie * bw),
+                a=_vec(T=rho * moe.experts_per_token * (2 * H + n_mat * Ie) * ba),
+                comp=_vec(T=rho * f_tok / P_gemm), ramp=_vec(U=f_exp * T0 / P_gemm),
+                launches=_vec(one=1.0))
+            if moe.num_shared_experts:
+                Is = moe.shared_intermediate / t
+                gemm("moe_shared_gate_up", nl, H, (n_mat - 1) * Is)
+                gemm("moe_shared_down", nl, Is, H)
+
+        # --- norms, residuals, activation function: memory-bound element-wise work
+        add("norm_act", "vector", L, _vec(T=10.0 * H), a=_vec(T=4.0 * H * ba))
+
+        _add_communication(add, m, par, rates, ba if self.link_dtype is None else DTYPE_BYTES[self.link_dtype],
+                           self.hardware)
+
+        # --- once per step: embedding gather and LM head (only for emitting sequences)
+        add("embedding", "gather", 1, np.zeros(_NF), w=_vec(T=H * bw), a=_vec(T=H * ba))
+        gemm("lm_head", 1, H, m.vocab_size / t, tokens="S")
+        return ops
+
+    # ------------------------------------------------------------------ evaluation
+    def features(self, T: Any, S: Any, Ad: Any, Ap: Any, R: Any, Aw: Any, Rw: Any, Pc: Any = 0.0) -> np.ndarray:
+        """The feature matrix x (len(FEATURES) x broadcast shape) of batch statistics."""
+        T = np.asarray(T, dtype=float)
+        S = np.asarray(S, dtype=float)
+        shape = np.broadcast(T, S, Ad, Ap, R, Aw, Rw, Pc).shape
+        X = np.empty((_NF, *shape))
+        X[0] = 1.0
+        X[1] = T
+        X[2] = S
+        X[3] = S > 0
+        X[4] = Ad
+        X[5] = Ap
+        X[6] = R
+        X[7] = Aw
+        X[8] = Rw
+        X[9] = self._touched(T)
+        X[10] = Pc
+        return X
+
+    def _touched(self, T: Any) -> Any:
+        moe = self.model.moe
+        if moe is None:
+            return np.zeros_like(np.asarray(T, dtype=float))
+        E, k = moe.num_experts, moe.experts_per_token
+        return E * (1.0 - (1.0 - k / E) ** np.asarray(T, dtype=float))
+
+    def step_times(self, T: Any, S: Any, Ad: Any = 0.0, Ap: Any = 0.0, R: Any = 0.0,
+                   Aw: Any = None, Rw: Any = None, Pc: Any = 0.0) -> np.ndarray:
+        """Vectorised step time (s) over arrays of batch statistics."""
+        if Aw is None:
+            Aw = np.asarray(Ad) + np.asarray(Ap)
+        if Rw is None:
+            Rw = R
+        X = self.features(T, S, Ad, Ap, R, Aw, Rw, Pc)
+        flat = X.reshape(_NF, -1)
+        t = np.maximum(self._C @ flat, self._M @ flat).sum(axis=0) + self._P @ flat
+        return t.reshape(X.shape[1:])
+
+    def work_forms(self) -> tuple[np.ndarray, np.ndarray]:
+        """(FLOPs, HBM bytes) of a step per GPU as linear forms over FEATURES: the same op
+        forms the step time is built from, summed (bytes: weights + activations + KV read and
+        written). MFU = F.x / (time peak), MBU = B.x / (time hbm_bw) (`utilization`)."""
+        flops = np.sum([op.flops for op in self.ops], axis=0)
+        nbytes = np.sum([op.weight_bytes + op.act_bytes + op.kv_read_bytes + op.kv_write_bytes
+                         for op in self.ops], axis=0)
+        return flops, nbytes
+
+    def linear_terms(self) -> LinearTerms:
+        """This model's step time split by the parameter that scales each term (see
+        `LinearTerms`): the ops priced once at unit efficiencies, T0 = 1, k_launch = 1 s,
+        link latency 1 s, and their parts read off. Calibration re-prices with these."""
+        unit = Efficiency(gemm_ramp_tokens=1.0, kernel_overhead_s=1.0)
+        ops = self._build_ops(Rates.of(self.hardware, self.gemm_dtype, self.attention_dtype, self.dtypes.kv, unit, 1.0))
+        n = len(ops)
+        C, R, A, M = (np.zeros((n, _NF)) for _ in range(4))
+        launches, link, lat = np.zeros(_NF), np.zeros(_NF), np.zeros(_NF)
+        for j, op in enumerate(ops):
+            M[j] = op.memory_s
+            if op.kind == "attention":
+                A[j] = op.compute_s
+            else:
+                C[j] = op.compute_s - op.ramp_s  # disjoint features: exact
+                R[j] = op.ramp_s
+            launches += op.launch_s
+            link += op.link_s
+            lat += op.latency_s
+        return LinearTerms(C, R, A, M, launches, link, lat)
+
+    def _compile_scalar(self) -> Any:
+        """Generate an unrolled pure-Python step_time: constants inlined, one max per op.
+
+        Why: the engine prices every step one call at a time (the discrete-event loop cannot
+        batch them), so this call is the simulator's inner loop. On one core,
+        `python benchmarks/bench_step_cost.py --compare` (mixed decode/prefill batches, best of 3;
+        measured 2026-12-01 on a shared 2-core host, load ~4, so absolute rates are conservative):
+
+            llama-3.1-8b / a100 (8 ops):   compiled 1.78-1.88 M steps/s (~0.55 us a call);
+                                           plain Python loops over the same forms 45-52 k/s
+                                           (34-41x slower); numpy, one feature vector and
+                                           two mat-vecs a step, 189-192 k/s (9.4-9.8x slower)
+            deepseek-v3 / h200 tp=8 (17):  compiled 1.01 M/s; plain Python 26 k/s (39x);
+                                           numpy 189 k/s (5.3x)
+
+        numpy loses at this size because a call's fixed overhead (array creation, dispatch)
+        exceeds the 2 x 11 x n_ops multiply-adds; for many steps at once use `step_times`.
+        The three paths agree (the benchmark checks it; tests compare scalar and vectorised).
+        """
+        names = ["1.0", "T", "S", "h", "Ad", "Ap", "R", "Aw", "Rw", "U", "Pc"]
+
+        def form(vec: np.ndarray) -> str:
+            terms = []
+            for i, c in enumerate(vec):
+                if c == 0.0:
+                    continue
+                terms.append(repr(float(c)) if i == 0 else f"{float(c)!r}*{names[i]}")
+            return " + ".join(terms) if terms else "0.0"
+
+        lines = ["def step_time(T, S, Ad=0.0, Ap=0.0, R=0.0, Aw=None, Rw=None, Pc=0.0):"]
+        lines.append("    if Aw is None: Aw = Ad + Ap")
+        lines.append("    if Rw is None: Rw = R")
+        lines.append("    h = 1.0 if S > 0 else 0.0")
+        if self.model.moe is not None:
+            E, k = self.model.moe.num_experts, self.model.moe.experts_per_token
+            lines.append(f"    U = {float(E)!r} * (1.0 - {1.0 - k / E!r} ** T)")
+        else:
+            lines.append("    U = 0.0")
+        lines.append(f"    t = {form(self._P)}")
+        for c, mvec in zip(self._C, self._M, strict=True):
+            lines.append(f"    a = {form(c)}")
+            lines.append(f"    b = {form(mvec)}")
+            lines.append("    t += a if a > b else b")
+        lines.append("    return t")
+        ns: dict[str, Any] = {}
+        exec(compile("\n".join(lines), f"<step_time {self.model.id}>", "exec"), ns)  # noqa: S102
+        fn = ns["step_time"]
+        fn.__doc__ = "Step time in seconds for batch statistics (T, S, Ad, Ap, R, Aw, Rw, Pc)."
+        return fn
+
+    def time(self, batch: StepBatch) -> float:
+        """Step time (s) of a StepBatch."""
+        return self.step_time(batch.T, batch.S, batch.Ad, batch.Ap, batch.R, batch.Aw, batch.Rw, batch.Pc)
+
+    def breakdown(self, batch: StepBatch) -> dict[str, Any]:
+        """Per-op FLOPs, bytes by kind, time and bound for one step (the slow, explanatory path)."""
+        Aw = batch.Ad + batch.Ap if batch.Aw is None else batch.Aw
+        Rw = batch.R if batch.Rw is None else batch.Rw
+        x = self.features(batch.T, batch.S, batch.Ad, batch.Ap, batch.R, Aw, Rw, batch.Pc)
+        ops = []
+        tot = {"compute": 0.0, "memory": 0.0, "communication": 0.0, "overhead": 0.0}
+        for op in self.ops:
+            c, mm, ex = float(op.compute_s @ x), float(op.memory_s @ x), float(op.extra_s @ x)
+            if op.kind == "comm":
+                bound = "communication"
+                tot["communication"] += ex
+            else:
+                bound = "compute" if c >= mm and c > 0 else "memory"
+                tot[bound] += max(c, mm)
+                tot["overhead"] += ex
+            ops.append({
+                "name": op.name,
+                "flops": float(op.flops @ x),
+                "bytes": float((op.weight_bytes + op.act_bytes + op.kv_read_bytes + op.kv_write_bytes) @ x),
+                "weight_bytes": float(op.weight_bytes @ x),
+                "activation_bytes": float(op.act_bytes @ x),
+                "kv_read_bytes": float(op.kv_read_bytes @ x),
+                "kv_write_bytes": float(op.kv_write_bytes @ x),
+                "time_ms": (max(c, mm) + ex) * 1e3,
+                "bound": bound,
+            })
+        step_overhead = self.hardware.efficiency.step_overhead_s
+        tot["overhead"] += step_overhead
+        total = sum(tot.values())
+        bound = max(("compute", "memory", "communication"), key=lambda k: tot[k])
+        return {
+            "time_ms": total * 1e3,
+            "bound": bound,
+            "flops": sum(o["flops"] for o in ops),
+            "bytes": sum(o["bytes"] for o in ops),
+            "time_by_bound_ms": {k: v * 1e3 for k, v in tot.items()},
+            "ops": ops,
+        }
+
+    # ------------------------------------------------------------------ memory
+    def memory(self, gpu_memory_utilization: float = 0.9, max_num_batched_tokens: int = 8192,
+               max_num_seqs: int = 256, seq_len: int | None = None) -> MemoryPlan:
+        return memory_plan(self.model, self.hardware, self.par, self.dtypes,
+                           gpu_memory_utilization, max_num_batched_tokens, max_num_seqs, seq_len)
+
+
+__all__ = [
+    "CostModel",
+    "FEATURES",
+    "LinearTerms",
+    "Op",
+    "Rates",
+    "StepCost",
+    "allreduce_time_s",
+    "gemm_time_s",
+]

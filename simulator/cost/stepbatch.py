@@ -1,0 +1,75 @@
+"""The sufficient statistics of one engine step's batch, which the roofline cost model prices.
+
+    T   new tokens in the step              S   sequences that emit a token (LM head rows)
+    Ad  decode query-key pairs  sum_j (p_j + 1/2) over decode sequences (p_j cached tokens)
+    Ap  prefill query-key pairs sum_i q_i (p_i + q_i/2) over prefill chunks (causal)
+    R   KV tokens read          sum_j (p_j + q_j) over all sequences
+    Aw, Rw  the same two sums with each sequence's context capped at the sliding window
+    Pc  cached tokens under prefill chunks  sum_i p_i (MLA decompresses their latent K/V)
+
+They do not grow with the batch, so a step costs the same to price for 1 or 1000 sequences
+(see `roofline`). Re-exported by `roofline`, where callers import them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.specs.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """Sufficient statistics of one step's batch (see module docstring)."""
+
+    T: float
+    S: float
+    Ad: float = 0.0
+    Ap: float = 0.0
+    R: float = 0.0
+    Aw: float | None = None
+    Rw: float | None = None
+    Pc: float = 0.0
+
+    @classmethod
+    def from_sequences(cls, seqs: list[tuple[int, int]], window: int | None = None) -> StepBatch:
+        """Build from (new tokens q, cached tokens p) per sequence; q=1 is a decode.
+
+        A prefill chunk emits a token only when it finishes its prompt; here every
+        sequence is taken to emit (use the constructor for finer control).
+        """
+        T = S = Ad = Ap = R = Aw = Rw = Pc = 0.0
+        for q, p in seqs:
+            T += q
+            S += 1
+            pairs = q * (p + q / 2)
+            if q == 1:
+                Ad += pairs
+            else:
+                Ap += pairs
+                Pc += p
+            R += p + q
+            if window is not None:
+                Aw += q * min(p + q / 2, window)
+                Rw += min(p + q, window)
+        if window is None:
+            Aw, Rw = Ad + Ap, R
+        return cls(T, S, Ad, Ap, R, Aw, Rw, Pc)
+
+
+def prefill_step(model: ModelSpec, batch_size: int, input_len: int) -> StepBatch:
+    """The step that prefills `batch_size` fresh prompts of `input_len` tokens at once."""
+    B, n = batch_size, input_len
+    window = model.sliding_window.window if model.sliding_window else None
+    return StepBatch(T=B * n, S=B, Ad=0.0, Ap=B * n * n / 2.0, R=B * n,
+                     Aw=B * n * min(n / 2.0, window) if window else None,
+                     Rw=B * min(n, window) if window else None)
+
+
+def decode_step(model: ModelSpec, batch_size: int, cached: float) -> StepBatch:
+    """One decode step of `batch_size` sequences, each with `cached` tokens in its KV cache."""
+    B, p = batch_size, float(cached)
+    window = model.sliding_window.window if model.sliding_window else None
+    return StepBatch(T=B, S=B, Ad=B * (p + 0.5), R=B * (p + 1),
+                     Aw=B * min(p + 0.5, window) if window else None,
+                     Rw=B * min(p + 1, window) if window else None)

@@ -1,0 +1,456 @@
+"""Engine profiles: what vLLM, TensorRT-LLM and SGLang do that the hardware does not decide.
+
+A profile (`engine_specs/<id>.yaml`, shipped as `simulator.engine_specs`) holds the scheduler
+policy and its parameters, the engine's own default limits, how its benchmark tool picks
+limits, per-step / per-request overheads and kernel deviations from the hardware YAML. Every
+number carries a `sources` entry (its dotted path or a parent's). Design and citations:
+`docs/engines.md`; schema in `engine_specs/README.md`.
+
+This module is the data layer: loading and validating profiles (`load_engine`,
+`engine_catalog`), mapping a measurement row's free-text `engine` column to a profile id
+(`engine_for_row`) and carrying a profile's overheads into the cost model (`apply_profile`).
+The engines' own limit rules (trtllm-bench's build heuristic, vLLM's and SGLang's defaults,
+each engine's KV budget) are pure functions in `engine_limits`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simulator.serving.sched.registry import SCHEDULERS
+from simulator.specs.catalog import _catalog_dir, read_yaml
+from simulator.specs.checks import SpecError, is_number
+from simulator.specs.fields import _check_fields, _did_you_mean, build
+from simulator.specs.hardware import HardwareSpec
+
+#: what `status` may start with (free text may follow, e.g. "provisional (analytic fit, ...)")
+STATUSES = ("fitted", "provisional", "to_fit", "inherited", "assumed", "documented")
+KV_RULES = ("total_fraction", "free_after_load_fraction", "free_at_start_fraction")
+LIMIT_RULES = ("vllm_v1_batch_defaults", "vllm_v0_defaults", "sglang_kv_derived", "sglang_chunk_by_gpu")
+BENCH_RULES = ("none", "trtllm_bench_v014", "trtllm_bench_pytorch")
+ALLREDUCE_DTYPES = ("activation", "bf16", "fp16")
+
+#: scheduler parameters a profile may give each policy (names as the engine spells them; the
+#: policy names are the event engine's registry names, `serving.sched.registry.SCHEDULERS`)
+POLICY_PARAMS: dict[str, tuple[str, ...]] = {
+    "vllm": ("order", "running_first", "long_prefill_token_threshold", "admit_when_preempted",
+                "preemption", "admission_kv_check", "watermark_fraction", "async_scheduling",
+                "cudagraph_max_batch"),
+    "vllm-v0": ("chunked_prefill", "prefill_priority", "watermark_fraction", "preemption",
+                "num_scheduler_steps", "multi_step"),
+    "trtllm": ("capacity_scheduler_policy", "context_chunking_policy", "overlap_scheduler",
+               "cuda_graphs", "max_tokens_reserved_at_admission"),
+    "sglang": ("schedule_policy", "step_mix", "enable_mixed_chunk", "max_prefill_tokens",
+               "one_chunked_request", "clip_max_new_tokens", "new_token_ratio",
+               "schedule_conservativeness", "retraction", "overlap_scheduler"),
+}
+
+#: chip families for per-family kernel factors (a user's own hardware id matches none: no factor)
+CHIP_CLASSES: dict[str, tuple[str, ...]] = {
+    "hopper": ("h100-sxm", "h100-pcie", "h200-sxm"),
+    "ada": ("l40s", "l4"),
+    "ampere": ("a100-sxm-80gb", "a100-sxm-40gb", "a100-pcie-80gb", "a10g"),
+    "blackwell": ("b200", "gb200"),
+}
+
+
+def chip_class(hardware_id: str) -> str | None:
+    """The chip family of a catalog hardware id (None for ids outside `CHIP_CLASSES`)."""
+    for name, ids in CHIP_CLASSES.items():
+        if hardware_id in ids:
+            return name
+    return None
+
+
+def _status_kind(status: str) -> str:
+    return status.split(" ", 1)[0].split("(", 1)[0]
+
+
+@dataclass(frozen=True)
+class Tunable:
+    """One engine number that may be fitted: `value` (None: use the hardware YAML's value),
+    `status` (fitted | provisional | to_fit | inherited | assumed | documented, free text may
+    follow) and a `note`."""
+
+    value: float | None = None
+    status: str = "inherited"
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "")
+        kind = _status_kind(self.status)
+        if kind not in STATUSES:
+            raise SpecError(f"status: {self.status!r} must start with one of {', '.join(STATUSES)}")
+        if self.value is None and kind in ("fitted", "provisional", "assumed", "documented"):
+            raise SpecError(f"value: None with status {kind!r}; give a number or status to_fit/inherited")
+        if self.value is not None and self.value < 0:
+            raise SpecError(f"value: {self.value!r} must be >= 0")
+
+    @property
+    def kind(self) -> str:
+        """The status word alone ("provisional" of "provisional (analytic fit, ...)")."""
+        return _status_kind(self.status)
+
+
+@dataclass(frozen=True)
+class SchedulerSection:
+    """The policy the event engine runs and its parameters (checked against `POLICY_PARAMS`)."""
+
+    policy: str = field(metadata={"choices": tuple(SCHEDULERS)})
+    params: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "")
+        allowed = POLICY_PARAMS.get(self.policy, ())
+        for key in self.params:
+            if key not in allowed:
+                raise SpecError(f"params.{key}: unknown parameter for policy {self.policy!r}"
+                                f"{_did_you_mean(str(key), allowed)}; allowed: {', '.join(allowed)}")
+
+
+@dataclass(frozen=True)
+class LimitsSection:
+    """The engine's own defaults when the user gives none. An int, or the name of a rule
+    (`LIMIT_RULES`, implemented in `engine_limits`) whose table sits in `tables`."""
+
+    max_num_seqs: int | str
+    max_num_batched_tokens: int | str | None
+    chunked_prefill: bool
+    block_size_tokens: int = field(metadata={"positive": True})
+    prefix_caching: bool
+    kv_memory_rule: str = field(metadata={"choices": KV_RULES})
+    kv_memory_fraction: float | str
+    max_tokens_if_unset: int | str
+    chunk_unit_tokens: int = field(default=1, metadata={"positive": True})
+    prefix_cache_granularity: str = field(default="full_block", metadata={"choices": ("full_block", "token", "partial_block")})
+    tables: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "")
+        for name in ("max_num_seqs", "max_num_batched_tokens"):
+            v = getattr(self, name)
+            if isinstance(v, str) and v not in LIMIT_RULES:
+                raise SpecError(f"{name}: {v!r} is not an integer or a rule ({', '.join(LIMIT_RULES)})")
+            if isinstance(v, int) and v < 1:
+                raise SpecError(f"{name}: {v!r} must be an integer >= 1")
+        f = self.kv_memory_fraction
+        if isinstance(f, str) and f != "sglang_mem_fraction_static":
+            raise SpecError(f"kv_memory_fraction: {f!r} is not a number in (0, 1] or 'sglang_mem_fraction_static'")
+        if not isinstance(f, str) and not 0 < f <= 1:
+            raise SpecError(f"kv_memory_fraction: {f!r} must be in (0, 1]")
+        m = self.max_tokens_if_unset
+        if isinstance(m, str) and m != "max_seq_len - prompt":
+            raise SpecError(f"max_tokens_if_unset: {m!r} is not an integer or 'max_seq_len - prompt'")
+
+
+@dataclass(frozen=True)
+class BenchmarkSection:
+    """How the engine's own benchmark tool sets limits when the user does not."""
+
+    name: str
+    rule: str = field(default="none", metadata={"choices": BENCH_RULES})
+    settings: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OverheadsSection:
+    """Runtime costs the hardware YAML does not hold (None values: the hardware's own)."""
+
+    step_overhead_s: Tunable = field(default_factory=Tunable)
+    per_request_s: Tunable = field(default_factory=Tunable)
+    runtime_reserve_bytes: Tunable = field(default_factory=Tunable)
+    cpu_overlap_fraction: Tunable = field(default_factory=Tunable)
+
+
+@dataclass(frozen=True)
+class KernelsSection:
+    """Kernel and communication deviations from the hardware YAML."""
+
+    fp8_efficiency_relative: dict = field(default_factory=dict)  # chip class -> Tunable
+    allreduce_dtype: str = field(default="activation", metadata={"choices": ALLREDUCE_DTYPES})
+    allreduce_impl: str = field(default="nccl_ring", metadata={"choices": ("nccl_ring", "custom_allreduce")})
+    allreduce_latency_s: Tunable = field(default_factory=Tunable)
+    pcie_link_efficiency: Tunable = field(default_factory=Tunable)
+    attention_window: str = field(default="model", metadata={"choices": ("model", "full")})
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "")
+        fixed = {}
+        for k, v in self.fp8_efficiency_relative.items():
+            if k not in CHIP_CLASSES:
+                raise SpecError(f"fp8_efficiency_relative.{k}: unknown chip class{_did_you_mean(str(k), CHIP_CLASSES)}; "
+                                f"allowed: {', '.join(CHIP_CLASSES)}")
+            t = v if isinstance(v, Tunable) else build(Tunable, v, f"fp8_efficiency_relative.{k}")
+            if t.value is not None and not 0 < t.value <= 1:
+                raise SpecError(f"fp8_efficiency_relative.{k}.value: {t.value!r} must be in (0, 1]")
+            fixed[k] = t
+        object.__setattr__(self, "fp8_efficiency_relative", fixed)
+        le = self.pcie_link_efficiency.value
+        if le is not None and not 0 < le <= 1:
+            raise SpecError(f"pcie_link_efficiency.value: {le!r} must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """One engine and version family (see the module docstring and engine_specs/README.md)."""
+
+    id: str
+    name: str
+    versions: str
+    scheduler: SchedulerSection
+    limits: LimitsSection
+    sources: dict
+    benchmark_tool: BenchmarkSection = field(default_factory=lambda: BenchmarkSection(name="none"))
+    overheads: OverheadsSection = field(default_factory=OverheadsSection)
+    kernels: KernelsSection = field(default_factory=KernelsSection)
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", self.id):
+            raise SpecError(f"id: {self.id!r} must be lower-case letters, digits, '.', '_' or '-'")
+        for key, text in self.sources.items():
+            if not isinstance(text, str) or not text.strip():
+                raise SpecError(f"sources.{key}: {text!r} must be a non-empty string")
+
+    # ------------------------------------------------------------------ derived facts
+    @property
+    def policy(self) -> str:
+        return self.scheduler.policy
+
+    @property
+    def step_overhead_s(self) -> float | None:
+        """Per-step runtime overhead (None: the hardware YAML's)."""
+        return self.overheads.step_overhead_s.value
+
+    @property
+    def runtime_reserve_bytes(self) -> float:
+        """Per-GPU memory beyond weights + activation estimate that the KV budget loses."""
+        return self.overheads.runtime_reserve_bytes.value or 0.0
+
+    @property
+    def allreduce_16bit(self) -> bool:
+        """The TP all-reduce message stays 16-bit whatever the activation dtype."""
+        return self.kernels.allreduce_dtype != "activation"
+
+    @property
+    def link_dtype(self) -> str | None:
+        """What to pass as `CostModel(link_dtype=...)`: None keeps the activation dtype."""
+        return None if self.kernels.allreduce_dtype == "activation" else self.kernels.allreduce_dtype
+
+    def fp8_relative(self, hardware_id: str) -> float | None:
+        """fp8 GEMM/attention efficiency relative to the chip's bf16 one (None: no factor)."""
+        t = self.kernels.fp8_efficiency_relative.get(chip_class(hardware_id) or "")
+        return None if t is None else t.value
+
+    def tunables(self) -> dict[str, Tunable]:
+        """Every fittable number by dotted path (for fitting and reports)."""
+        out = {f"overheads.{f.name}": getattr(self.overheads, f.name) for f in dataclasses.fields(self.overheads)}
+        out["kernels.allreduce_latency_s"] = self.kernels.allreduce_latency_s
+        out["kernels.pcie_link_efficiency"] = self.kernels.pcie_link_efficiency
+        for k, t in self.kernels.fp8_efficiency_relative.items():
+            out[f"kernels.fp8_efficiency_relative.{k}"] = t
+        return out
+
+
+# ---------------------------------------------------------------------- sources check
+
+
+def _numbers(data: Any, path: str = "") -> list[tuple[str, Any]]:
+    """(dotted path, value) of every number in plain YAML data (list items under their list)."""
+    if isinstance(data, dict):
+        return [p for k, v in data.items() for p in _numbers(v, f"{path}.{k}" if path else str(k))]
+    if isinstance(data, list):
+        return [p for v in data for p in _numbers(v, path)]
+    return [(path, data)] if is_number(data) else []
+
+
+def _paths(data: Any, path: str = "") -> set[str]:
+    out = {path} if path else set()
+    if isinstance(data, dict):
+        for k, v in data.items():
+            out |= _paths(v, f"{path}.{k}" if path else str(k))
+    return out
+
+
+def check_sources(data: dict) -> None:
+    """Every number needs a `sources` entry at its path or a parent's; every `sources` key must
+    name a path of the profile (a stale entry is an error too)."""
+    sources = data.get("sources") or {}
+    if not isinstance(sources, dict):
+        raise SpecError(f"sources: {sources!r} is not a mapping of dotted paths to text")
+    body = {k: v for k, v in data.items() if k != "sources"}
+    known = _paths(body)
+    for key in sources:
+        if key not in known:
+            raise SpecError(f"sources.{key}: no such path in the profile{_did_you_mean(str(key), known)}")
+    for path, value in _numbers(body):
+        parts = path.split(".")
+        if not any(".".join(parts[:i]) in sources for i in range(1, len(parts) + 1)):
+            raise SpecError(f"sources: no entry for {path} (= {value!r}); every number needs one at its path or a parent's")
+
+
+# ---------------------------------------------------------------------- loading
+
+
+def engine_from_dict(data: Any, source: str = "") -> EngineProfile:
+    """Build and validate a profile from plain data; errors are one line naming file and field."""
+    try:
+        if not isinstance(data, dict):
+            raise SpecError(f"expected a mapping of fields, got {type(data).__name__}")
+        check_sources(data)
+        return build(EngineProfile, data)
+    except SpecError as e:
+        raise SpecError(f"{source}: {e}" if source and not str(e).startswith(source) else str(e)) from None
+
+
+def _engine_dir() -> Path:
+    return _catalog_dir("engine_specs")
+
+
+@functools.cache
+def engine_catalog() -> dict[str, EngineProfile]:
+    """All built-in engine profiles by id."""
+    out: dict[str, EngineProfile] = {}
+    for path in sorted(_engine_dir().glob("*.yaml")):
+        prof = engine_from_dict(read_yaml(path), str(path))
+        if prof.id != path.stem:
+            raise SpecError(f"{path}: id: {prof.id!r} must equal the file name {path.stem!r}")
+        out[prof.id] = prof
+    return out
+
+
+DEFAULT_ENGINE = "vllm"
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """`over` on top of `base`, mappings merged key by key (lists and values replaced)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _overlay(data: dict, path: Path) -> EngineProfile:
+    """A user profile `base: <id>` plus the fields (and sources) it changes."""
+    base_id = data.pop("base")
+    cat = engine_catalog()
+    if not isinstance(base_id, str) or base_id.lower() not in cat:
+        raise SpecError(f"{path}: base: {base_id!r} is not a profile id{_did_you_mean(str(base_id), cat)}; "
+                        f"known ids: {', '.join(cat)}")
+    base = read_yaml(_engine_dir() / f"{base_id.lower()}.yaml")
+    return engine_from_dict(_merge(base, data), str(path))
+
+
+def load_engine(ref: str | EngineProfile | None = None) -> EngineProfile:
+    """A catalog id (case-insensitive), a profile YAML path, or the default (`vllm`) for None.
+    A file may start from a built-in profile: `base: trtllm` plus the fields to change (a
+    changed number needs its own `sources` entry, or it keeps the base's)."""
+    if isinstance(ref, EngineProfile):
+        return ref
+    ref = DEFAULT_ENGINE if ref is None else ref
+    cat = engine_catalog()
+    if ref.lower() in cat:
+        return cat[ref.lower()]
+    path = Path(ref)
+    if path.is_file():
+        data = read_yaml(path)
+        if isinstance(data, dict) and "base" in data:
+            return _overlay(dict(data), path)
+        return engine_from_dict(data, str(path))
+    raise SpecError(f"engine: {ref!r} is not a profile id or a file{_did_you_mean(ref.lower(), cat)}; "
+                    f"known ids: {', '.join(cat)}")
+
+
+# ---------------------------------------------------------------------- measurement rows
+
+_VERSION = re.compile(r"\bv?(\d+)\.(\d+)")
+
+
+def _version(text: str) -> tuple[int, int] | None:
+    m = _VERSION.search(text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _trtllm_row(text: str) -> str:
+    low = text.lower()
+    if "static batch" in low or "gptsession" in low:
+        return "generic"  # the pre-executor static-batch runtime: no in-flight batching
+    v = _version(text)
+    if "pytorch" in low or (v is not None and v >= (1, 0)):
+        return "trtllm-pytorch"
+    return "trtllm"
+
+
+def _vllm_row(text: str) -> str:
+    low = text.lower()
+    if re.search(r"\bv0 engine\b|vllm_use_v1=0", low):
+        return "vllm-v0"
+    v = _version(text)
+    # V1 became the default in 0.8.0; earlier releases only had V0
+    return "vllm-v0" if v is not None and v < (0, 8) else "vllm"
+
+
+def engine_for_row(engine_text: str) -> str:
+    """The profile id that prices a measurement row, from its free-text `engine` column.
+
+    TensorRT-LLM: static-batch gptSession runs -> generic; 1.x or "PyTorch" -> trtllm-pytorch;
+    other 0.x (TensorRT engine, in-flight batching) -> trtllm. vLLM: before 0.8 or marked V0 ->
+    vllm-v0, else vllm. SGLang -> sglang. Anything else (lmdeploy, gpt-fast, unstated) -> generic:
+    the hardware YAMLs' own efficiencies, which were fitted on exactly those static rows.
+    """
+    low = (engine_text or "").lower()
+    if "tensorrt-llm" in low or "trtllm" in low or "trt-llm" in low:
+        return _trtllm_row(engine_text)
+    if "vllm" in low:
+        return _vllm_row(engine_text)
+    if "sglang" in low:
+        return "sglang"
+    return "generic"
+
+
+# ---------------------------------------------------------------------- cost-model hook
+
+
+def _is_pcie(hw: HardwareSpec) -> bool:
+    return hw.form_factor.lower().startswith("pcie")
+
+
+def apply_profile(hw: HardwareSpec, profile: EngineProfile) -> HardwareSpec:
+    """`hw` with the profile's overheads and kernel deviations applied (`dataclasses.replace`):
+
+        step_overhead_s       <- overheads.step_overhead_s            (when given)
+        link_latency_s        <- kernels.allreduce_latency_s          (per all-reduce call)
+        link_efficiency       <- kernels.pcie_link_efficiency         (PCIe form factors only)
+        eta_c[fp8], eta_att[fp8 KV] <- r * the chip's own values, r = kernels.fp8_efficiency_relative[class]
+
+    Values left None keep the hardware's. The all-reduce message width is not a hardware fact:
+    pass `profile.link_dtype` to `CostModel(link_dtype=...)` / `make_cost_model(link_dtype=...)`.
+    """
+    eff = hw.efficiency
+    changes: dict[str, Any] = {}
+    if profile.step_overhead_s is not None:
+        changes["step_overhead_s"] = profile.step_overhead_s
+    link_eff = profile.kernels.pcie_link_efficiency.value
+    if link_eff is not None and _is_pcie(hw):
+        changes["link_efficiency"] = link_eff
+    rel = profile.fp8_relative(hw.id)
+    if rel is not None:
+        changes["compute_efficiency_by_dtype"] = {**eff.compute_efficiency_by_dtype,
+                                                  "fp8": min(eff.compute_for("fp8") * rel, 1.0)}
+        changes["attention_efficiency_by_kv_dtype"] = {**eff.attention_efficiency_by_kv_dtype,
+                                                       "fp8": min(eff.attention_for("fp8") * rel, 1.0)}
+    out = dataclasses.replace(hw, efficiency=dataclasses.replace(eff, **changes)) if changes else hw
+    latency = profile.kernels.allreduce_latency_s.value
+    if latency is not None:
+        out = dataclasses.replace(out, link_latency_s=latency)
+    return out
+
+
+__all__ = ["DEFAULT_ENGINE", "EngineProfile", "Tunable", "apply_profile", "check_sources", "chip_class",
+           "engine_catalog", "engine_for_row", "engine_from_dict", "load_engine"]

@@ -1,0 +1,121 @@
+"""A pool of replicas behind one router, and the routers (`ROUTERS`); `kv_blocks` sizes each
+replica's KV memory."""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+from simulator.cost.roofline import CostModel
+from simulator.serving.records import cut_reason
+from simulator.serving.replica import Replica
+from simulator.serving.sched.registry import EngineConfig
+from simulator.specs.checks import SpecError
+
+
+class Router:
+    """Chooses the replica of a pool that receives the next request."""
+
+    name: ClassVar[str]
+
+    def __init__(self, cfg: EngineConfig) -> None:
+        self.cfg = cfg
+
+    def choose(self, replicas: list[Replica]) -> Replica:
+        raise NotImplementedError
+
+
+class RoundRobin(Router):
+    """Request i goes to replica i mod N."""
+
+    name = "round-robin"
+
+    def __init__(self, cfg: EngineConfig) -> None:
+        super().__init__(cfg)
+        self.next = 0
+
+    def choose(self, replicas: list[Replica]) -> Replica:
+        target = replicas[self.next % len(replicas)]
+        self.next += 1
+        return target
+
+
+class LeastOutstanding(Router):
+    """Fewest requests queued or running (lowest index on ties)."""
+
+    name = "least-outstanding"
+
+    def choose(self, replicas: list[Replica]) -> Replica:
+        return min(replicas, key=lambda p: (p.outstanding, p.index))
+
+
+class LeastKV(Router):
+    """Lowest KV utilization plus queue length in units of max_num_seqs (lowest index on ties)."""
+
+    name = "least-kv"
+
+    def choose(self, replicas: list[Replica]) -> Replica:
+        seats = max(self.cfg.max_num_seqs, 1)
+        return min(replicas, key=lambda p: (p.kv_load + len(p.waiting) / seats, p.index))
+
+
+#: router name -> class (one instance per pool)
+ROUTERS: dict[str, type[Router]] = {cls.name: cls for cls in (RoundRobin, LeastOutstanding, LeastKV)}
+
+
+class Pool:
+    """Replicas of one kind behind one router; with a simulated-time cap (`max_duration_s`)
+    none of them starts a step at or after it (as in the open loop: a step begun before the
+    cap is the last)."""
+
+    def __init__(self, replicas: list[Replica], router: Router, cap: float | None = None) -> None:
+        self.replicas = replicas
+        self.router = router
+        self.limit = math.inf if cap is None else cap
+
+    def run_to_end(self, cap: float | None) -> None:
+        """Run every replica through its work; with a time cap, to the cap, where whatever
+        still runs or waits is cut off (`records.cut_reason`)."""
+        for p in self.replicas:
+            p.advance_until(math.inf if cap is None else cap)
+            if cap is not None:
+                p.cut_off(cut_reason(cap))
+
+    def advance_until(self, t: float) -> None:
+        """Run every replica's steps that start before t (and before the cap)."""
+        t = min(t, self.limit)
+        for p in self.replicas:
+            p.advance_until(t)
+
+    def step_earliest(self) -> bool:
+        """One scheduling decision (a step or a decode segment) on the busy replica with the
+        earliest clock; False when no replica is busy or the earliest has reached the cap."""
+        busy = self.busy()
+        if not busy:
+            return False
+        first = min(busy, key=lambda p: p.clock)
+        if first.clock >= self.limit:
+            return False
+        first.advance_until(self.limit, max_actions=1)
+        return True
+
+    def route(self, r: int, t: float) -> None:
+        """Request r arrives at t (the pool has been advanced to t)."""
+        self.router.choose(self.replicas).enqueue(r, t)
+
+    def busy(self) -> list[Replica]:
+        return [p for p in self.replicas if p.has_work()]
+
+
+def kv_blocks(cost: CostModel, cfg: EngineConfig) -> tuple[int, int]:
+    """(KV blocks per replica, max_model_len) from the memory model or the override."""
+    if cfg.kv_capacity_tokens is not None:
+        tokens = int(cfg.kv_capacity_tokens)
+    else:
+        plan = cost.memory(cfg.gpu_memory_utilization, cfg.max_num_batched_tokens, cfg.max_num_seqs)
+        if not plan.fits:
+            raise SpecError(plan.message)
+        tokens = plan.kv_capacity_tokens
+    blocks = tokens // cfg.block_size
+    mml = cfg.max_model_len or cost.model.max_context
+    return blocks, int(mml)

@@ -1,0 +1,155 @@
+"""Per-request records of a run: what each request's life was (`Records`, written by the
+replicas while they run) and what a simulation returns (`SimResult`).
+
+Status codes: PENDING (not ended yet), COMPLETED, REJECTED (with a one-line reason: refused at
+arrival, cut off by the time cap, never sent). Times are seconds of simulated time.
+`tpot` is the one TPOT formula of llmsim (metrics, goodput and the per-request table call it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: request status codes
+PENDING, COMPLETED, REJECTED = 0, 1, 2
+
+
+def cut_reason(cap: float | None) -> str:
+    """Why a request sent (or scheduled) before the simulated-time cap did not finish."""
+    return f"not finished within the simulated-time cap of {cap} s (max_duration_s)"
+
+
+class Records:
+    """The per-request record arrays one pool (or a whole deployment) writes while it runs.
+
+    Arrays of length n: `first_token_s`, `finish_s`, `scheduled_s` (first admission: the end
+    of vLLM's queue time; NaN while unset), `preemptions`, `replica` (-1: none yet),
+    `status` (PENDING/COMPLETED/REJECTED), `cached_tokens` (prompt tokens found in the prefix
+    cache); `reasons` maps each rejected request to its one-line reason. Replicas write the
+    arrays item by item (through memoryviews of them, `replica.item_view`); every rejection
+    goes through `reject`."""
+
+    __slots__ = ("cached_tokens", "finish_s", "first_token_s", "preemptions", "reasons", "replica",
+                 "scheduled_s", "status")
+
+    def __init__(self, n: int) -> None:
+        self.first_token_s = np.full(n, np.nan)
+        self.finish_s = np.full(n, np.nan)
+        self.scheduled_s = np.full(n, np.nan)
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.replica = np.full(n, -1, dtype=np.int64)
+        self.status = np.zeros(n, dtype=np.int8)
+        self.cached_tokens = np.zeros(n, dtype=np.int64)
+        self.reasons: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self.status)
+
+    def reject(self, r: int, reason: str) -> None:
+        """Request r ends rejected, with a one-line reason."""
+        self.status[r] = REJECTED
+        self.reasons[r] = reason
+
+    def reject_pending(self, requests: Any, reason: str) -> None:
+        """Each of `requests` still pending ends rejected with `reason`."""
+        for r in requests:
+            if self.status[r] == PENDING:
+                self.reject(int(r), reason)
+
+    def completed(self) -> np.ndarray:
+        return self.status == COMPLETED
+
+    def check_conservation(self, replicas: list[Any], arrivals: np.ndarray | None = None) -> None:
+        """End of a run (debug mode): every request ended completed or rejected with a reason;
+        no replica holds work, KV blocks or requests; completed requests' times are in order
+        (arrival < first token <= finish, when `arrivals` is given)."""
+        for p in replicas:
+            p.check()
+            if p.has_work() or p.free_blocks != p.total_blocks or p.outstanding:
+                raise AssertionError(f"replica {p.index}: work or KV left at the end")
+            if p.gen_so_far or p.last_tok_of:
+                raise AssertionError(f"replica {p.index}: state of preempted requests left at the end")
+        if not ((self.status == COMPLETED) | (self.status == REJECTED)).all():
+            raise AssertionError("a request ended neither completed nor rejected")
+        rejected = np.flatnonzero(self.status == REJECTED)
+        if len(rejected) != len(self.reasons) or not all(self.reasons.get(int(r)) for r in rejected):
+            raise AssertionError("a rejected request has no reason (or a served one has one)")
+        done = self.status == COMPLETED
+        first, fin = self.first_token_s[done], self.finish_s[done]
+        if arrivals is None:
+            if not (first <= fin).all():
+                raise AssertionError("a completed request finished before its first token")
+        elif not ((arrivals[done] < first) & (first <= fin)).all():
+            raise AssertionError("a completed request has first token not after arrival or finish before first token")
+
+
+def tpot(ttft_s: np.ndarray, e2el_s: np.ndarray, output_len: np.ndarray) -> np.ndarray:
+    """Time per output token after the first, per request (s); NaN where out_i <= 1.
+
+    TPOT_i = (E2EL_i - TTFT_i) / (out_i - 1), vLLM `bench serve`'s definition
+    (`calculate_metrics`): a one-token output has no inter-token time, so it gets NaN here,
+    is left out of the TPOT statistics, and meets any TPOT SLO (`good_mask`). The only TPOT
+    formula in llmsim: the per-request table, the statistics and goodput all call it.
+    """
+    ttft_s = np.asarray(ttft_s, dtype=np.float64)
+    e2el_s = np.asarray(e2el_s, dtype=np.float64)
+    output_len = np.asarray(output_len)
+    out = np.full(output_len.shape, np.nan)
+    multi = output_len > 1
+    out[multi] = (e2el_s[multi] - ttft_s[multi]) / (output_len[multi] - 1)
+    return out
+
+
+
+@dataclass
+class SimResult:
+    """What a simulation produced: one record per request plus pooled step statistics."""
+
+    arrival_s: np.ndarray
+    input_len: np.ndarray
+    output_len: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    preemptions: np.ndarray
+    replica: np.ndarray
+    status: np.ndarray
+    reasons: dict[int, str]
+    itl_values_s: np.ndarray  # distinct inter-token gaps
+    itl_counts: np.ndarray  # how many tokens saw each gap
+    timeline: pd.DataFrame
+    meta: dict[str, Any] = field(default_factory=dict)
+    #: when each request was first scheduled (NaN: never); queue time = scheduled_s - arrival_s
+    scheduled_s: np.ndarray | None = None
+    cached_tokens: np.ndarray | None = None  # prefix caching on: prompt tokens found in cache
+    #: client-side wait for a free concurrency slot (vLLM's client_queue_time): send time
+    #: (`arrival_s`) minus scheduled time; None for an uncapped open loop
+    client_queue_s: np.ndarray | None = None
+
+    def records(self) -> pd.DataFrame:
+        """Tidy per-request table (one row per request), times in seconds."""
+        ttft = self.first_token_s - self.arrival_s
+        e2el = self.finish_s - self.arrival_s
+        tpot_s = tpot(ttft, e2el, self.output_len)
+        status = np.array(["pending", "completed", "rejected"])[self.status]
+        reason = [self.reasons.get(i, "") for i in range(len(self.status))] if self.reasons else [""] * len(self.status)
+        return pd.DataFrame({
+            "request_id": np.arange(len(self.arrival_s)),
+            "arrival_s": self.arrival_s,
+            "first_token_s": self.first_token_s,
+            "finish_s": self.finish_s,
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "ttft_s": ttft,
+            "tpot_s": tpot_s,
+            "e2el_s": e2el,
+            "preemptions": self.preemptions,
+            "replica": self.replica,
+            "status": status,
+            "reason": reason,
+            **({} if self.cached_tokens is None else {"cached_tokens": self.cached_tokens}),
+            **({} if self.client_queue_s is None else {"client_queue_time_s": self.client_queue_s}),
+        })

@@ -1,0 +1,369 @@
+"""Closed-form decode segments: a run of identical decode steps priced and applied at once.
+
+Decode fast path. When the policy says the next step is decode-only and nothing can be
+admitted (the policy returns `DECODE_SEGMENT`), the following steps differ only by context growth: step j
+of a segment of B sequences with context sum C has T = S = B, Ad = C + B/2 + B j,
+R = C + B + B j. Without a window only the attention terms grow, linearly in j, so step j
+lasts d_0 + slope j exactly (checked on the last step) and the segment ends at
+clock + n d_0 + slope n (n-1)/2; with a window the capped sums are computed for all j at once
+(`capped_sums`). A segment stops at the first completion (known by step index), at the first
+step that would need a KV block that is not free (after q·bs + r steps the batch needs
+B q + #{slots with fewer than r free places in their last block} new blocks), at
+`max_segment_steps`, or at the last step that starts before `t_limit` (the next event).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from simulator.serving.kvcache import CeilKVCache, KVCache
+from simulator.serving.steplog import StepLog
+
+
+def capped_sums(sorted_c: np.ndarray, offsets: np.ndarray, W: float) -> np.ndarray:
+    """sum_j min(c_j + o, W) for each offset o, with c sorted ascending (O((B + k) log B))."""
+    prefix = np.concatenate([[0.0], np.cumsum(sorted_c)])
+    n_below = np.searchsorted(sorted_c, W - offsets, side="left")  # c_j + o < W
+    B = len(sorted_c)
+    return prefix[n_below] + n_below * offsets + (B - n_below) * W
+
+
+class DecodeSegments:
+    """The decode fast path of `replica.Replica` (a mixin: it reads and updates the replica's
+    per-slot lists, KV blocks, clock and log)."""
+
+    active: list[int]
+    computed: list[int]
+    generated: list[int]
+    outlen: list[int]
+    last_tok: list[float]
+    kv: KVCache
+    log: StepLog
+    bs: int
+    cfg: Any
+    max_tokens: int
+    max_segment_steps: int
+    debug: bool
+    cost: Any
+    policy: Any
+    clock: float
+    context_sum: int
+    window: int | None
+    in_step: bool
+    segment_steps: int
+    step_time: Any
+    index: int
+    waiting: Any
+
+    if not TYPE_CHECKING:
+        # no __dict__: the replica keeps its state in its own __slots__ (hidden from mypy,
+        # which would check the mixin's assignments against this empty tuple)
+        __slots__ = ()
+
+    if TYPE_CHECKING:  # defined by the replica
+        def run_plan(self, plan: Any) -> None: ...
+        def check(self) -> None: ...
+        def _finish(self, s: int) -> None: ...
+
+    def _decode_segment(self, t_limit: float) -> None:
+        """Run n identical decode steps at once (n up to the next completion, KV shortage,
+        or the last step that starts before t_limit); see the module docstring."""
+        active = self.active
+        batch = len(active)
+        if self.max_tokens < batch:
+            self.run_plan(self.policy.next_step(self, allow_segment=False))
+            return
+        generated, outlen = self.generated, self.outlen
+        left = [outlen[s] - generated[s] for s in active]  # outputs each slot has left
+        steps_to_first_finish = min(left)
+        max_steps = min(steps_to_first_finish, self.max_segment_steps)
+        kv = self.kv
+        if kv.free_blocks < batch * (max_steps // self.bs + 1):  # else no shortage possible
+            max_steps = self._steps_before_block_shortage(max_steps)
+        if max_steps <= 0:
+            self.run_plan(self.policy.next_step(self, allow_segment=False))  # a block is needed now: the policy preempts
+            return
+        context_sum = self.context_sum
+        clock = self.clock
+        step_time = self.step_time
+        Ad0 = context_sum + 0.5 * batch
+        R0 = float(context_sum + batch)
+        if self.window is None:  # the common case, inline: one call less per segment
+            d0 = step_time(batch, batch, Ad0, 0.0, R0)
+        else:
+            d0 = self._first_decode_step_s(batch, context_sum)
+        if t_limit != math.inf:
+            # steps only lengthen as context grows: at most (t_limit - clock)/d0 + 1 start in time
+            fit = (t_limit - clock) / d0  # may overflow to inf for far-off limits
+            if fit < max_steps:
+                max_steps = max(1, int(fit) + 1)
+        # `_decode_line`, inline (a segment per arrival at low load: the call and its argument
+        # checks measured 2 % of the 10k-request benchmark); keep the two in step
+        line: tuple[float, float] | None
+        if self.window is not None:
+            line = None
+        elif max_steps == 1:
+            line = (d0, 0.0)
+        else:
+            d1 = step_time(batch, batch, Ad0 + batch, 0.0, R0 + batch)
+            last_j = max_steps - 1
+            d_last = d1 if max_steps == 2 else step_time(batch, batch, Ad0 + batch * last_j, 0.0, R0 + batch * last_j)
+            line = (d0, d1 - d0) if abs(d0 + (d1 - d0) * last_j - d_last) <= 1e-12 * d_last else None
+        if line is not None:
+            slope = line[1]
+            n_steps = max_steps if t_limit == math.inf or max_steps <= 1 else self._line_steps_before(line, max_steps, t_limit)
+            t_end = clock + n_steps * d0 + slope * n_steps * (n_steps - 1) / 2
+            if self.in_step:
+                self.log.segment_line(d0, slope, n_steps, batch)
+            else:
+                self._log_lagging_segment(d0, n_steps, line, None)
+        else:
+            n_steps, t_end = self._priced_segment(batch, context_sum, max_steps, t_limit)
+        if self.window is None:  # inline (the common case): _segment_stats without a call
+            bn = float(batch * n_steps)
+            grow = bn * (n_steps - 1) / 2.0
+            Ad = n_steps * (context_sum + 0.5 * batch) + grow
+            R = n_steps * (context_sum + batch) + grow
+            stats = (bn, bn, Ad, 0.0, R, Ad, R, 0.0)
+        else:
+            stats = self._segment_stats(batch, context_sum, n_steps)  # before the steps apply
+        self.context_sum = context_sum + n_steps * batch
+        if type(kv) is CeilKVCache:
+            self._apply_decode_steps_derived(n_steps, t_end)
+        else:
+            self._apply_decode_steps(n_steps, t_end)
+        done = finished_slots(active, left, n_steps) if n_steps == steps_to_first_finish else []
+        lg = self.log
+        lg.steps += n_steps
+        self.segment_steps += n_steps
+        lg.batch_token_sum += batch * n_steps
+        busy = t_end - clock
+        lg.busy_s += busy
+        self.clock = t_end
+        lg.record(t_end, self.index, batch, 1.0 - kv.free_blocks / kv.total_blocks, len(self.waiting),
+                  busy, n_steps, batch * n_steps, stats)
+        if self.debug:
+            self.check()
+        for s in done:
+            self._finish(s)
+
+    def _priced_segment(self, batch: int, context_sum: int, max_steps: int, t_limit: float) -> tuple[int, float]:
+        """A segment whose steps are not on a line (a sliding window): each step priced (one
+        vectorised call), the steps that start before t_limit kept and logged; returns
+        (steps, end time)."""
+        step_s = self._decode_step_times(batch, context_sum, max_steps)
+        ends = self.clock + np.cumsum(step_s)
+        n_steps = int(np.searchsorted(ends[:-1], t_limit, side="left")) + 1 if max_steps > 1 else 1
+        n_steps = min(n_steps, max_steps)
+        if self.in_step:
+            self.log.segment(step_s[:n_steps], batch)
+        else:
+            self._log_lagging_segment(float(step_s[0]), n_steps, None, step_s[:n_steps])
+        return n_steps, float(ends[n_steps - 1])
+
+    def _segment_stats(self, batch: int, context_sum: int, n: int) -> tuple:
+        """Sums over n decode steps of (T, S, Ad, Ap, R, Aw, Rw, Pc): step j adds B tokens of
+        context, so sum_j Ad_j = n (C + B/2) + B n(n-1)/2 and sum_j R_j = n (C + B) + B n(n-1)/2
+        (C = context_sum); windowed sums cap each sequence's context at W (capped_sums)."""
+        grow = batch * n * (n - 1) / 2.0
+        Ad = n * (context_sum + 0.5 * batch) + grow
+        R = n * (context_sum + batch) + grow
+        W = self.window
+        if W is None:
+            Aw, Rw = Ad, R
+        else:
+            c = np.sort(np.array([self.computed[s] for s in self.active], dtype=float))
+            j = np.arange(n, dtype=float)
+            Aw = float(capped_sums(c, j + 0.5, W).sum())
+            Rw = float(capped_sums(c, j + 1.0, W).sum())
+        return (float(batch * n), float(batch * n), Ad, 0.0, R, Aw, Rw, 0.0)
+
+    def _log_lagging_segment(self, first_step_s: float, n_steps: int, line: tuple[float, float] | None,
+                             step_s: np.ndarray | None) -> None:
+        """Inter-token gaps of a segment whose batch did not all emit at `clock` (a running
+        decode was left out of the previous step, e.g. by a prefill-only step): the first
+        step's gap for such a slot runs from its own last token."""
+        last, clock = self.last_tok, self.clock
+        lagging = [s for s in self.active if last[s] != clock]
+        lg = self.log
+        first_end = clock + first_step_s
+        for s in lagging:
+            lg.gap(first_end - last[s], 1)
+        lg.gap(first_step_s, len(self.active) - len(lagging))
+        if n_steps > 1:
+            if line is not None:
+                d0, slope = line
+                lg.segment_line(d0 + slope, slope, n_steps - 1, len(self.active))
+            else:
+                assert step_s is not None
+                lg.segment(step_s[1:], len(self.active))
+        self.in_step = True
+
+    def _steps_before_block_shortage(self, max_steps: int) -> int:
+        """Decode steps the free blocks allow: after i = q·bs + r steps (r < bs) the batch
+        needs B q + #{slots with fewer than r free places in their last block} new blocks."""
+        batch = len(self.active)
+        computed = self.computed
+        free = self.kv.free_blocks
+        bs = self.bs
+        covered = self.kv.blocks_per_slot()
+        # room_count[k]: slots with k free token places in their last block (0..bs-1)
+        room_count = [0] * (bs + 1)
+        for s in self.active:
+            room_count[covered[s] * bs - computed[s]] += 1
+        full_rounds = free // batch  # every slot can take this many more blocks
+        spare = free - batch * full_rounds
+        needing = 0  # slots that need a block within r extra steps
+        extra_steps = 0
+        for r in range(1, bs):
+            needing += room_count[r - 1]
+            if needing > spare:
+                break
+            extra_steps = r
+        return min(max_steps, full_rounds * bs + extra_steps)
+
+    def _first_decode_step_s(self, batch: int, context_sum: int) -> float:
+        W = self.window
+        computed = self.computed
+        if W is None:
+            return self.step_time(batch, batch, context_sum + 0.5 * batch, 0.0, float(context_sum + batch))
+        return self.step_time(batch, batch, context_sum + 0.5 * batch, 0.0, float(context_sum + batch),
+                              sum(min(computed[s] + 0.5, W) for s in self.active),
+                              sum(min(computed[s] + 1, W) for s in self.active))
+
+    def _decode_line(self, batch: int, context_sum: int, d0: float,
+                     max_steps: int) -> tuple[float, float] | None:
+        """(d0, slope) when step j of the segment lasts exactly d0 + slope j (no window: only
+        the attention terms grow, linearly in j); checked by pricing the last step too.
+        Multi-step rounds call it; `_decode_segment` has the same lines inline (keep in step)."""
+        if self.window is not None:
+            return None
+        if max_steps == 1:
+            return d0, 0.0
+        Ad0 = context_sum + 0.5 * batch
+        R0 = float(context_sum + batch)
+        d1 = self.step_time(batch, batch, Ad0 + batch, 0.0, R0 + batch)
+        slope = d1 - d0
+        last = max_steps - 1
+        d_last = d1 if max_steps == 2 else self.step_time(batch, batch, Ad0 + batch * last, 0.0, R0 + batch * last)
+        if abs(d0 + slope * last - d_last) <= 1e-12 * d_last:
+            return d0, slope
+        return None
+
+    def _line_steps_before(self, line: tuple[float, float], max_steps: int, t_limit: float) -> int:
+        """Steps of a linear segment that start before t_limit: step j starts at
+        clock + j d0 + slope j (j-1)/2, so n is the positive root of that quadratic, then an
+        exact check of its neighbours (start times increase with j)."""
+        if t_limit == math.inf or max_steps <= 1:
+            return max_steps
+        d0, slope = line
+        clock = self.clock
+        k = max_steps - 1
+        if clock + k * d0 + slope * k * (k - 1) / 2 < t_limit:
+            return max_steps  # the last starts in time, so all do (the usual case: no root)
+        delta = t_limit - clock
+        h = slope / 2.0
+        b = d0 - h
+        if h > 1e-15 * d0:
+            root = (-b + math.sqrt(b * b + 4.0 * h * delta)) / (2.0 * h)
+        else:
+            root = delta / d0
+        n = max(1, min(max_steps, int(root) + 1))
+        while n > 1 and clock + (n - 1) * d0 + slope * (n - 1) * (n - 2) / 2 >= t_limit:
+            n -= 1
+        while n < max_steps and clock + n * d0 + slope * n * (n - 1) / 2 < t_limit:
+            n += 1
+        return n
+
+    def _decode_step_times(self, batch: int, context_sum: int, max_steps: int) -> np.ndarray:
+        """Durations of max_steps decode steps priced in one vectorised call."""
+        j = np.arange(max_steps, dtype=float)
+        Ad = (context_sum + 0.5 * batch) + batch * j
+        R = float(context_sum + batch) + batch * j
+        W = self.window
+        if W is not None:
+            sorted_contexts = np.sort(np.array([self.computed[s] for s in self.active], dtype=float))
+            Aw = capped_sums(sorted_contexts, j + 0.5, W)
+            Rw = capped_sums(sorted_contexts, j + 1.0, W)
+        else:
+            Aw, Rw = Ad, R
+        return self.cost.step_times(float(batch), float(batch), Ad, 0.0, R, Aw, Rw)
+
+    def _apply_decode_steps(self, n_steps: int, t_end: float) -> None:
+        """Every running slot emits n_steps tokens (the last at t_end) and takes the blocks
+        its longer context needs (explicit per-slot counts: prefix caching; CeilKVCache takes
+        `_apply_decode_steps_derived`). The caller has added the steps' tokens to
+        `context_sum` and finds the slots that are done (`finished_slots`)."""
+        kv = self.kv
+        active = self.active
+        computed, generated, last = self.computed, self.generated, self.last_tok
+        if kv.shared_of and not kv.ceil_blocks:
+            # shared blocks: no ceil(c / bs) shortcut, each slot's cover is recomputed
+            for s in active:
+                computed[s] += n_steps
+                kv.allocate(s, kv.blocks_to_grow(s, computed[s]))
+                generated[s] += n_steps
+                last[s] = t_end
+            return
+        held, bs = kv.held, self.bs
+        # private blocks only: a slot holds ceil(c / bs) blocks, so n more tokens take
+        # n // bs blocks, plus one if its last block has fewer than n % bs free places,
+        # i.e. (c - 1) % bs >= bs - n % bs (threshold bs when n % bs == 0: never)
+        full, rem = divmod(n_steps, bs)
+        crossing = 0
+        if rem:
+            threshold = bs - rem
+            for s in active:
+                c = computed[s]
+                if (c - 1) % bs >= threshold:
+                    crossing += 1
+                    held[s] += full + 1
+                elif full:
+                    held[s] += full
+                computed[s] = c + n_steps
+                generated[s] += n_steps
+                last[s] = t_end
+        else:
+            for s in active:
+                held[s] += full
+                computed[s] += n_steps
+                generated[s] += n_steps
+                last[s] = t_end
+        kv.free_blocks -= full * len(active) + crossing
+
+    def _apply_decode_steps_derived(self, n_steps: int, t_end: float) -> None:
+        """`_apply_decode_steps` with block counts derived from `computed` (CeilKVCache): only
+        the pool's free count moves, by B (n // bs) + #{slots crossing one more boundary}
+        (threshold bs when n % bs == 0: never). One pass."""
+        computed, generated, last, bs = self.computed, self.generated, self.last_tok, self.bs
+        active = self.active
+        full, rem = divmod(n_steps, bs)
+        threshold = bs - rem if rem else bs
+        crossing = 0
+        for s in active:
+            c = computed[s]
+            if (c - 1) % bs >= threshold:
+                crossing += 1
+            computed[s] = c + n_steps
+            generated[s] += n_steps
+            last[s] = t_end
+        self.kv.free_blocks -= full * len(active) + crossing
+
+
+def finished_slots(active: list[int], left: list[int], n_steps: int) -> list[int]:
+    """The slots of `active` (in order) that finish after n_steps more tokens, given the
+    outputs each had `left` (n_steps never exceeds min(left), so they are the ones with
+    exactly n_steps left). The scans run in C (list.count / list.index): a segment ends at
+    its first completion most of the time, and a Python loop over the batch costs more."""
+    found = left.count(n_steps)
+    if not found:
+        return []
+    i = left.index(n_steps)
+    done = [active[i]]
+    for _ in range(found - 1):
+        i = left.index(n_steps, i + 1)
+        done.append(active[i])
+    return done

@@ -1,0 +1,269 @@
+"""Discrete-event simulation of LLM serving: continuous batching on one or more replicas.
+
+`simulate(cost, workload, config)` is a pure function: a step-cost model and a request stream
+in, a `SimResult` out (per-request records as numpy arrays / a tidy DataFrame, pooled
+inter-token latencies, a timeline). Behaviour follows `docs/serving_model.md` (vLLM's scheduler).
+
+The serving layer, one concept a module:
+
+* `kvcache`, `prefix_cache`  paged KV blocks of one replica, and automatic prefix caching;
+* `sched/`       scheduler limits (`EngineConfig`), the policies and their registry: each turns
+  a read-only view of a replica into the plan of its next step;
+* `replica`      executes step plans and prices steps (roofline `CostModel.step_time`);
+* `segments`     the closed-form decode fast path (runs of identical decode steps at once);
+* `steplog`      pooled inter-token gaps and the timeline;
+* `records`      the per-request records (`Records`) and the result (`SimResult`);
+* `events`, `pool`  the event queue, a pool of replicas behind a router (`ROUTERS`);
+* `client_cap`, `multiturn`  the capped client and multi-turn sessions;
+* `disagg`       a prefill pool handing KV to a decode pool;
+* this module    the event loop of one pool and the result it returns.
+
+Event loop. Timed events sit in a heap (`EventQueue`): request arrivals (open loop: the
+workload's arrival times) and closed-loop releases (a client sends its next request when its
+previous one completes or is rejected, Little's-law style: `concurrency` clients), or the
+open-loop arrivals gated by a cap of `max_concurrency` in flight (`client_cap.py`). Popping an
+event at time t first advances every replica of the pool, in index order, through the steps
+that start before t (a request arriving at t joins the step starting at or after t; a step
+ends at start + step_time, and a replica's completions there push release events); then the
+event is handled: the router picks a replica and the request joins its queue. A request
+arriving while every replica is idle starts at its arrival time. Replicas are independent
+between arrivals, so advancing them one after another gives the same result as interleaving
+their steps by time, and keeps the timeline's row order stable.
+
+Replicas form a `Pool` (replicas + router); `simulate` builds one pool. A disaggregated
+deployment (a prefill pool handing requests to a decode pool) is a second pool whose arrivals
+are the first pool's prefill completions, pushed as timed events.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from simulator.cost.memory import kv_bytes_per_gpu_token
+from simulator.cost.roofline import CostModel
+from simulator.serving.client_cap import run_capped
+from simulator.serving.client_view import ClientView
+from simulator.serving.events import RELEASE, EventQueue
+from simulator.serving.multiturn import release_children, run_dependent
+from simulator.serving.pool import ROUTERS, Pool, kv_blocks
+from simulator.serving.records import REJECTED, Records, SimResult, cut_reason
+from simulator.serving.replica import Replica
+from simulator.serving.sched.registry import EngineConfig
+from simulator.serving.steplog import StepLog
+from simulator.specs.checks import SpecError, check_cost_model, check_int
+from simulator.workloads.sessions import dependencies
+from simulator.workloads.shared_prefix import request_block_hashes
+from simulator.workloads.workload import Workload
+
+__all__ = ["simulate"]
+
+
+def _next_release(pool: Pool, events: EventQueue) -> float:
+    """Closed loop: the time the next client is free (the earliest release so far); a release
+    after the pool's time cap is returned as is, and inf when nothing running ends before the
+    cap (the caller cuts the run off there)."""
+    while True:
+        if len(events):
+            t = events.peek_time()
+            pool.advance_until(t)
+            if events.peek_time() < t:
+                continue  # an earlier completion appeared
+            return events.pop()[0]
+        if not pool.step_earliest():
+            return math.inf if pool.busy() else max(p.clock for p in pool.replicas)
+
+
+def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = None,
+             replicas: int = 1, router: str = "round-robin",
+             progress: Callable[[int, int], None] | None = None, client: ClientView | None = None) -> SimResult:
+    """Serve `workload` on `replicas` copies of the replica priced by `cost`; `client`: what
+    the client sees beyond the engine core (`client_view.py`; None: nothing).
+
+    Deterministic: the same inputs give the same result bit for bit (no randomness here;
+    all draws happen when the workload is made).
+    """
+    cfg = config or EngineConfig()
+    check_int("replicas", replicas)
+    if router not in ROUTERS:
+        raise SpecError(f"router: {router!r} is not one of {', '.join(ROUTERS)}")
+    check_cost_model(cost)
+    n = workload.num_requests
+    blocks, mml = kv_blocks(cost, cfg)
+    out = Records(n)
+    log = StepLog()
+    closed, capped = workload.concurrency, workload.max_concurrency
+    arrivals = np.array(workload.arrival_s, dtype=float) if closed is None else np.full(n, np.nan)
+    deps = dependencies(workload, closed if capped is None else capped)
+    if deps is not None:
+        arrivals = arrivals.copy()
+        roots = np.flatnonzero(deps[0] < 0)
+        events = EventQueue(arrivals[roots])
+    else:
+        events = EventQueue(arrivals if closed is None else None)
+
+    def on_finish(r: int, t: float) -> None:
+        if closed is not None or capped is not None:
+            events.push(t, RELEASE)
+        elif deps is not None:
+            release_children(deps, r, t, arrivals, events)
+
+    # every router sends request r to one of the first r + 1 replicas (an idle replica with
+    # the lowest index wins ties), so replicas beyond n would stay idle: do not build them
+    # an uncapped open loop reacts to no completion: no callback (one call less per request)
+    reacts = closed is not None or capped is not None or deps is not None
+    pool = Pool([Replica(i, cost, cfg, blocks, mml, workload, out, log, on_finish if reacts else None)
+                 for i in range(min(replicas, n))], ROUTERS[router](cfg), cfg.max_duration_s)
+    reps = pool.replicas
+    _attach_prefix_caches(reps, workload, cfg)
+    if closed is not None:
+        for _ in range(min(closed, n)):
+            events.push(0.0, RELEASE)
+    if deps is not None:
+        run_dependent(pool, events, roots, deps, arrivals, cfg, out, progress)
+        client_queue_s = None
+    else:
+        arrivals, client_queue_s = _run_stream(pool, events, workload, arrivals, cfg, out, progress)
+    pool.run_to_end(cfg.max_duration_s)
+    done = out.completed()
+    if not all(math.isfinite(p.clock) for p in reps) or not (
+            np.isfinite(out.finish_s[done]).all() and np.isfinite(out.first_token_s[done]).all()):
+        raise SpecError("simulated time overflowed (step times or arrival gaps beyond float range); "
+                        "check the efficiency overheads and the rate")
+    if cfg.debug:
+        _check_run(reps, out, log, arrivals, workload.output_len)
+    itl_v, itl_c = log.itl()
+    from simulator.cost.utilization import utilization_columns, utilization_summary
+
+    columns = log.timeline_columns()
+    columns.update(utilization_columns(cost, columns))  # MFU/MBU per row, from its work sums
+    util = utilization_summary(columns)
+    timeline = pd.DataFrame(columns, copy=False)  # built once, with every column
+    meta = {
+        "num_replicas": replicas,
+        "router": router,
+        "scheduler": cfg.scheduler,
+        "kv_capacity_tokens_per_replica": blocks * cfg.block_size,
+        "kv_blocks_per_replica": blocks,
+        "max_model_len": mml,
+        "steps": log.steps,
+        "mean_batch_size": log.batch_token_sum / log.steps if log.steps else 0.0,
+        "peak_kv_utilization": log.peak_kv,
+        "busy_s": log.busy_s,
+        "offered_rate": workload.offered_rate if closed is None else float("nan"),
+        "concurrency": closed,
+        "max_concurrency": capped,
+        "chars_per_token": cost.model.chars_per_token,
+        "gpus_per_replica": cost.par.num_gpus,
+        "utilization": util,
+        "prefix_caching": cfg.enable_prefix_caching,
+        "prefix_cache_hit_rate": _hit_rate(out, workload, done),
+    }
+    if util["busy_utilization"] is not None:
+        meta["busy_utilization"] = util["busy_utilization"]  # energy.run_energy's u_busy
+    res = SimResult(workload.arrival_s.copy() if closed is None and deps is None and capped is None else arrivals,
+                     workload.input_len, workload.output_len, out.first_token_s, out.finish_s,
+                     out.preemptions, out.replica, out.status, out.reasons, itl_v, itl_c,
+                     timeline, meta, scheduled_s=out.scheduled_s,
+                     cached_tokens=out.cached_tokens if cfg.enable_prefix_caching else None,
+                     client_queue_s=client_queue_s)
+    return res if client is None else client.apply(res)
+
+
+def _attach_prefix_caches(reps: list[Replica], workload: Workload, cfg: EngineConfig) -> None:
+    """Prefix caching on: every replica gets a cache over the requests' block hashes."""
+    if cfg.enable_prefix_caching:
+        hashes = request_block_hashes(workload, cfg.block_size)
+        cost = reps[0].cost
+        # a block's KV on one GPU, reloaded over that GPU's own host link
+        block_bytes = cfg.block_size * kv_bytes_per_gpu_token(cost.model, cost.par, cost.dtypes.kv)
+        cpu_blocks = int(cfg.cpu_offload_bytes // (block_bytes * cost.par.num_gpus))
+        reload_s = block_bytes / cost.hardware.host_link_bandwidth_bytes_per_s
+        for p in reps:
+            p.attach_prefix_cache(hashes, cfg.warm_cache, cpu_blocks, reload_s)
+
+
+def _hit_rate(out: Records, workload: Workload, done: np.ndarray) -> float:
+    """Prompt tokens served from the prefix cache / prompt tokens, over completed requests
+    (vLLM's prefix-cache hit rate, in tokens); 0 with caching off."""
+    total = int(workload.input_len[done].sum())
+    return int(out.cached_tokens[done].sum()) / total if total else 0.0
+
+
+def _check_run(reps: list[Replica], out: Records, log: StepLog, arrivals: np.ndarray,
+               output_len: np.ndarray) -> None:
+    """Debug mode: conservation of requests, blocks, tokens and time order at the end."""
+    out.check_conservation(reps, arrivals)
+    # every later token is one inter-token gap: completed requests emitted all their tokens,
+    # requests cut off by the time cap the ones counted when they were cut off
+    done = out.completed()
+    gaps = int(log.itl()[1].sum())
+    want = int(output_len[done].sum()) - int(done.sum()) + log.cut_gaps
+    if gaps != want:
+        raise AssertionError(f"inter-token gaps {gaps} != {want} (tokens requested by completed "
+                             "requests minus first tokens, plus the gaps of requests cut off)")
+
+
+def _run_stream(pool: Pool, events: EventQueue, workload: Workload, arrivals: np.ndarray, cfg: EngineConfig,
+                out: Records, progress: Callable[[int, int], None] | None
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+    """Serve a stream without dependencies: open loop, closed loop, or open loop under a cap.
+    Returns (arrival = send time per request, client-side wait per request or None)."""
+    closed, capped = workload.concurrency, workload.max_concurrency
+    if capped is not None:
+        send_s = np.full(len(arrivals), np.nan)  # the scheduled times stay in the workload
+        queue_s = np.full(len(arrivals), np.nan)
+        run_capped(pool, events, workload.arrival_s, capped, send_s, queue_s, cfg, out, progress)
+        return send_s, queue_s
+    _run_events(pool, events, arrivals, closed, cfg, out, progress)
+    # a closed-loop client's requests are all scheduled at t = 0: each waited until sent
+    return arrivals, (None if closed is None else arrivals.copy())
+
+
+def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: int | None,
+                cfg: EngineConfig, out: Records,
+                progress: Callable[[int, int], None] | None) -> None:
+    """Hand requests 0..n-1 to the pool in arrival order, advancing it to each event."""
+    n = len(arrivals)
+    cap = cfg.max_duration_s
+    report_every = max(1, n // 100)
+    # open loop: the events are the sorted arrivals alone (nothing pushes to the heap), so
+    # read them as Python floats in order; one replica: every router picks it
+    times = arrivals.tolist() if closed is None else None
+    only = pool.replicas[0] if len(pool.replicas) == 1 else None
+    if times is not None and only is not None and cap is None and progress is None:
+        # the plainest run (open loop, one replica, no cap, no progress): nothing else to check
+        advance_until, enqueue = only.advance_until, only.enqueue
+        for r, t in enumerate(times):
+            advance_until(t)
+            enqueue(r, t)
+        return
+    for r in range(n):
+        if times is None:
+            t = _next_release(pool, events)
+            arrivals[r] = t
+        else:
+            t = times[r]
+        if cap is not None and t > cap:
+            # past the cap nothing more is served: the rest are cut off, with a reason
+            # a closed loop never sent these: no arrival time (not one after the cap)
+            reason = (cut_reason(cap) if closed is None
+                      else f"never sent: the simulated-time cap of {cap} s came first (max_duration_s)")
+            for q in range(r, n):
+                out.reject(q, reason)
+            if closed is not None:
+                arrivals[r:] = np.nan
+            break
+        if only is not None:
+            only.advance_until(t)
+            only.enqueue(r, t)
+        else:
+            pool.advance_until(t)
+            pool.route(r, t)
+        if closed is not None and out.status[r] == REJECTED:
+            events.push(t, RELEASE)
+        if progress is not None and (r % report_every == 0 or r == n - 1):
+            progress(r + 1, n)

@@ -1,0 +1,532 @@
+"""Finding specs: the built-in catalogs, user YAML files and Hugging Face config.json files.
+
+`load_model(ref)` accepts a catalog id or alias, a YAML path, a config.json path, or a folder
+holding one of those. `load_hardware(ref)` accepts a catalog id, a YAML path, or an overlay
+YAML (`base: h100-sxm` plus the fields to change, as `llmsim calibrate` writes).
+Every problem is raised as `SpecError` naming the file, the field and the value.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.specs.checks import (
+    MAX_DEPTH,
+    MAX_INT_DIGITS,
+    MAX_SPEC_BYTES,
+    SpecError,
+    check_tree,
+    is_int,
+    load_json,
+    read_text_bounded,
+    show,
+)
+from simulator.specs.fields import _did_you_mean, build
+from simulator.specs.hardware import HardwareSpec
+from simulator.specs.model import MLASpec, ModelSpec, MoESpec, SlidingWindowSpec
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads `1e12` and `2.5e-6` as floats (YAML 1.1 needs a dot), and
+    refuses what no spec needs and what would hurt: nesting deeper than MAX_DEPTH (the composer
+    recurses), a key given twice (the later one would silently win) and integers longer than
+    MAX_INT_DIGITS digits (Python refuses 4,300; a count needs fewer than 20)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested more than {MAX_DEPTH} levels deep", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: set = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    dup = key in seen
+                    seen.add(key)
+                except TypeError:
+                    continue  # unhashable: the constructor reports it
+                if dup:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {show(key)}", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: Any) -> Any:
+        digits = sum(ch.isdigit() for ch in str(node.value))
+        if digits > MAX_INT_DIGITS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"integer of {digits} digits (at most {MAX_INT_DIGITS})", node.start_mark)
+        return super().construct_yaml_int(node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Parse a YAML file of at most MAX_SPEC_BYTES, nested at most MAX_DEPTH deep, at most
+    MAX_NODES values with aliases expanded; any problem is a SpecError naming file and line."""
+    text = read_text_bounded(Path(path), MAX_SPEC_BYTES, "spec or scenario file")
+    try:
+        data = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError(f"{path}:{line}: invalid YAML: {problem}") from None
+    except RecursionError:  # a guard: the composer's depth is bounded above
+        raise SpecError(f"{path}: invalid YAML: nested too deeply") from None
+    check_tree(data, str(path))
+    return data
+
+
+def _catalog_dir(kind: str) -> Path:
+    """Folder of the built-in catalog (`hardware_specs` or `model_specs`), installed or not."""
+    try:
+        # installed: the YAML files ship as data of simulator.<kind> (a namespace package,
+        # whose files() may be a MultiplexedPath: take the folder of a file inside it)
+        for entry in resources.files(f"simulator.{kind}").iterdir():
+            if entry.name.endswith(".yaml"):
+                return Path(str(entry)).parent
+    except (ModuleNotFoundError, TypeError, FileNotFoundError, NotADirectoryError):
+        pass
+    return Path(__file__).resolve().parents[2] / kind
+
+
+def _in_file(path: Path | str, e: SpecError) -> SpecError:
+    msg = str(e)
+    return SpecError(msg if msg.startswith(str(path)) else f"{path}: {msg}")
+
+
+# --------------------------------------------------------------------------- hardware
+
+
+def hardware_from_dict(data: Any, source: str = "") -> HardwareSpec:
+    try:
+        return build(HardwareSpec, data)
+    except SpecError as e:
+        raise _in_file(source, e) if source else e from None
+
+
+@functools.cache
+def hardware_catalog() -> dict[str, HardwareSpec]:
+    """All built-in accelerators by id."""
+    out: dict[str, HardwareSpec] = {}
+    for path in sorted(_catalog_dir("hardware_specs").glob("*.yaml")):
+        spec = hardware_from_dict(read_yaml(path), str(path))
+        out[spec.id] = spec
+    return out
+
+
+def _alias_key(name: str) -> str:
+    """`H100_SXM5 80GB` and `h100-sxm5-80gb` are one name: case, `_` and spaces ignored."""
+    return re.sub(r"[\s_]+", "-", name.strip().lower())
+
+
+def hardware_alias_index(catalog: dict[str, HardwareSpec]) -> dict[str, tuple[str, ...]]:
+    """normalised id or alias -> the catalog ids it names (more than one: ambiguous)."""
+    index: dict[str, list[str]] = {}
+    for hw_id, spec in catalog.items():
+        for name in (hw_id, *spec.aliases):
+            ids = index.setdefault(_alias_key(name), [])
+            if hw_id not in ids:
+                ids.append(hw_id)
+    return {k: tuple(v) for k, v in index.items()}
+
+
+@functools.cache
+def _catalog_alias_index() -> dict[str, tuple[str, ...]]:
+    return hardware_alias_index(hardware_catalog())
+
+
+def resolve_hardware_id(ref: str, catalog: dict[str, HardwareSpec] | None = None) -> str | None:
+    """The canonical catalog id `ref` names (an id or alias, case-insensitive), None when it
+    names none; a SpecError listing the candidates when it names more than one."""
+    index = _catalog_alias_index() if catalog is None else hardware_alias_index(catalog)
+    ids = index.get(_alias_key(ref), ())
+    if len(ids) > 1:
+        raise SpecError(f"hardware: {show(ref)} is ambiguous: it names {', '.join(ids)}; "
+                        "give one of those ids")
+    return ids[0] if ids else None
+
+
+#: overlays on overlays: at most this many `base:` links from a file to a catalog id
+MAX_OVERLAY_CHAIN = 16
+
+
+def _apply_overlay(data: dict, path: Path, chain: tuple[Path, ...]) -> HardwareSpec:
+    base_id = data.pop("base")
+    if not isinstance(base_id, str) or not base_id:
+        raise SpecError(f"{path}: base: {show(base_id)} is not a hardware id or file path")
+    chain = (*chain, path.resolve())
+    base_path = Path(base_id)
+    if _is_file(base_path) and base_path.resolve() in chain:
+        loop = " -> ".join(str(p.name) for p in (*chain, base_path.resolve()))
+        raise SpecError(f"{path}: base: {show(base_id)} makes a cycle ({loop}); an overlay's base must "
+                        "end at a catalog id or a full spec")
+    if len(chain) > MAX_OVERLAY_CHAIN:
+        raise SpecError(f"{path}: base: more than {MAX_OVERLAY_CHAIN} overlays on overlays")
+    try:
+        base = _load_hardware(base_id, chain)
+    except SpecError as e:
+        raise SpecError(f"{path}: base: {e}") from None
+    merged = _to_plain(base)
+    for key, value in data.items():
+        if key == "efficiency" and isinstance(value, dict):
+            merged["efficiency"].update(value)
+        else:
+            merged[key] = value
+    return hardware_from_dict(merged, str(path))
+
+
+def _to_plain(spec: Any) -> dict:
+    import dataclasses
+
+    out = {}
+    for f in dataclasses.fields(spec):
+        v = getattr(spec, f.name)
+        if dataclasses.is_dataclass(v):
+            v = _to_plain(v)
+        elif isinstance(v, tuple):
+            v = list(v)
+        elif isinstance(v, dict):
+            if not v and f.metadata.get("omit_when_empty"):
+                continue  # optional per-format values: absent means "as the single value"
+            v = dict(v)
+        out[f.name] = v
+    return out
+
+
+def spec_to_dict(spec: Any) -> dict:
+    """A spec as plain data (for JSON/YAML output); optional parts left out when empty."""
+    return {k: v for k, v in _to_plain(spec).items() if v is not None}
+
+
+def _is_file(path: Path) -> bool:
+    """Path.is_file, False for names the OS refuses (too long, NUL byte) instead of raising."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+def _ref_text(kind: str, ref: Any, spec_type: type) -> str:
+    """A spec reference as text: a str, or an os.PathLike (pathlib.Path) as its path."""
+    if isinstance(ref, os.PathLike):
+        return os.fspath(ref)  # type: ignore[return-value]
+    if not isinstance(ref, str):
+        raise SpecError(f"{kind}: {show(ref)} is not a catalog id, file path or {spec_type.__name__}")
+    return ref
+
+
+def load_hardware(ref: str | os.PathLike | HardwareSpec) -> HardwareSpec:
+    """Resolve a hardware reference: catalog id, YAML file (str or Path), or overlay YAML with
+    `base:` (overlays may chain, at most MAX_OVERLAY_CHAIN deep, never in a cycle)."""
+    return _load_hardware(ref, ())
+
+
+def _load_hardware(ref: Any, chain: tuple[Path, ...]) -> HardwareSpec:
+    if isinstance(ref, HardwareSpec):
+        return ref
+    ref = _ref_text("hardware", ref, HardwareSpec)
+    cat = hardware_catalog()
+    if ref in cat:
+        return cat[ref]
+    hw_id = resolve_hardware_id(ref)
+    if hw_id is not None:
+        return cat[hw_id]
+    path = Path(ref)
+    if _is_file(path):
+        data = read_yaml(path)
+        if isinstance(data, dict) and "base" in data:
+            return _apply_overlay(dict(data), path, chain)
+        return hardware_from_dict(data, str(path))
+    raise SpecError(
+        f"hardware: {show(ref)} is not a catalog id or a file{_did_you_mean(ref, cat)}; "
+        f"known ids: {', '.join(cat)} (see `llmsim hardware`)"
+    )
+
+
+# --------------------------------------------------------------------------- models
+
+
+def model_from_dict(data: Any, source: str = "") -> ModelSpec:
+    try:
+        return build(ModelSpec, data)
+    except SpecError as e:
+        raise _in_file(source, e) if source else e from None
+
+
+@functools.cache
+def model_catalog() -> dict[str, ModelSpec]:
+    """All built-in models by id."""
+    out: dict[str, ModelSpec] = {}
+    for path in sorted(_catalog_dir("model_specs").glob("*.yaml")):
+        spec = model_from_dict(read_yaml(path), str(path))
+        out[spec.id] = spec
+    return out
+
+
+def _model_aliases() -> dict[str, str]:
+    out = {}
+    for mid, spec in model_catalog().items():
+        out[mid.lower()] = mid
+        for a in (*spec.aliases, spec.hf_id):
+            if a:
+                out[a.lower()] = mid
+    return out
+
+
+def load_model(ref: str | os.PathLike | ModelSpec) -> ModelSpec:
+    """Resolve a model reference: catalog id or alias, YAML file, HF config.json, or a folder
+    (str or pathlib.Path)."""
+    if isinstance(ref, ModelSpec):
+        return ref
+    ref = _ref_text("model", ref, ModelSpec)
+    aliases = _model_aliases()
+    if ref.lower() in aliases:
+        return model_catalog()[aliases[ref.lower()]]
+    path = Path(ref)
+    if _is_dir(path):
+        for name in ("config.json", "model.yaml", "model.yml"):
+            if (path / name).is_file():
+                path = path / name
+                break
+        else:
+            raise SpecError(f"model: folder {ref!r} holds no config.json or model.yaml")
+    if _is_file(path):
+        if path.suffix == ".json":
+            return import_hf_config(path)
+        return model_from_dict(read_yaml(path), str(path))
+    raise SpecError(
+        f"model: {show(ref)} is not a catalog id, alias or file{_did_you_mean(ref, model_catalog())}; "
+        "see `llmsim models`"
+    )
+
+
+# --------------------------------------------------------------------------- HF import
+
+_SUPPORTED_ARCHS = {
+    "LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "DeepseekV3ForCausalLM",
+    "DeepseekV2ForCausalLM", "GptOssForCausalLM", "FalconForCausalLM", "GPTJForCausalLM",
+    "InternLMForCausalLM", "InternLM2ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM",
+    "PhiForCausalLM", "Phi3ForCausalLM", "GraniteForCausalLM", "OlmoForCausalLM",
+}
+_GELU = {"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "relu"}
+
+
+def _first(cfg: dict, *names: str, default: Any = None) -> Any:
+    for n in names:
+        if cfg.get(n) is not None:
+            return cfg[n]
+    return default
+
+
+def _count(v: Any) -> Any:
+    """An optional HF count: null/0/false -> 0, a whole float -> int; anything else is passed
+    on unchanged for the spec's type check to report (never a TypeError here)."""
+    if v is None or v is False or v == 0:
+        return 0
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+#: (HF model_type prefix, vocab_size) -> tokenizer family, for the HF importer
+_HF_TOKENIZERS = {("llama", 128256): "llama3", ("qwen", 151936): "qwen", ("qwen", 152064): "qwen",
+                  ("gpt_oss", 201088): "o200k"}
+
+
+def tokenizer_for(model_type: str, vocab_size: object) -> str:
+    """A model's tokenizer family from its HF config (model_type and vocab_size), or ""."""
+    for (mt, vocab), fam in _HF_TOKENIZERS.items():
+        if model_type.startswith(mt) and vocab_size == vocab:
+            return fam
+    return ""
+
+
+def import_hf_config(path: Path | str, model_id: str | None = None) -> ModelSpec:
+    """Build a ModelSpec from a Hugging Face config.json, reading its real field names.
+
+    Raises SpecError naming what is missing when the architecture cannot be represented
+    (encoder-decoder, state-space or vision models, configs without the core fields).
+    """
+    path = Path(_ref_text("config", path, ModelSpec))
+    cfg = load_json(path, MAX_SPEC_BYTES, "config.json")
+    if not isinstance(cfg, dict):
+        raise SpecError(f"{path}: expected a JSON object, got {type(cfg).__name__}")
+    if "text_config" in cfg and isinstance(cfg["text_config"], dict):
+        cfg = {**cfg["text_config"], "architectures": cfg.get("architectures")}
+    default_name = path.parent.name if path.name == "config.json" else path.stem
+    name = model_id or cfg.get("_name_or_path") or default_name
+    try:
+        return model_from_hf_dict(cfg, str(name))
+    except SpecError as e:
+        raise _in_file(path, e) from None
+
+
+def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
+    """Map HF config fields onto a ModelSpec (see docs/performance_model.md's Symbols table)."""
+    archs = cfg.get("architectures") or []
+    arch = str(archs[0]) if isinstance(archs, list) and archs else str(cfg.get("model_type", "?"))
+    if cfg.get("is_encoder_decoder"):
+        raise SpecError(f"architectures: {arch} is encoder-decoder; llmsim models decoder-only transformers")
+    required = {
+        "hidden_size": ("hidden_size", "n_embd", "d_model"),
+        "num_layers": ("num_hidden_layers", "n_layer", "num_layers"),
+        "num_heads": ("num_attention_heads", "n_head", "num_heads"),
+    }
+    fields: dict[str, Any] = {"id": model_id, "name": model_id, "hf_id": model_id}
+    for key, names in required.items():
+        v = _first(cfg, *names)
+        if v is None:
+            raise SpecError(
+                f"{names[0]}: missing; cannot represent architecture {show(arch)} without it"
+            )
+        fields[key] = v
+    H = fields["hidden_size"]
+    mt = str(cfg.get("model_type", "")).lower()
+    fields["num_kv_heads"] = _first(cfg, "num_key_value_heads", "n_head_kv", "num_kv_heads",
+                                    default=1 if cfg.get("multi_query") else fields["num_heads"])
+    if cfg.get("new_decoder_architecture") and cfg.get("num_kv_heads"):
+        fields["num_kv_heads"] = cfg["num_kv_heads"]
+    vocab = cfg.get("vocab_size")
+    if vocab is None:
+        raise SpecError(f"vocab_size: missing; cannot represent architecture {show(arch)} without it")
+    fields["vocab_size"] = vocab
+    fields["tokenizer"] = tokenizer_for(mt, vocab)
+    if cfg.get("head_dim") is not None:
+        fields["head_dim"] = cfg["head_dim"]
+    act = str(_first(cfg, "hidden_act", "activation_function", "hidden_activation", default="silu"))
+    gated = act not in _GELU or mt in ("gemma", "gemma2")
+    fields["mlp"] = "gated" if gated else "plain"
+    inter = _first(cfg, "intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim")
+    if inter is None:
+        # GPT-J, Falcon: n_inner null means 4*H (a non-integer H is reported by the type check)
+        inter = 4 * H if is_int(H) else H
+    fields["intermediate_size"] = inter
+    fields["max_context"] = _first(cfg, "max_position_embeddings", "n_positions", "seq_length", default=4096)
+    fields["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
+    fields["attention_bias"] = bool(_first(cfg, "attention_bias", "bias", "qkv_bias", default=False))
+    fields["mlp_bias"] = bool(cfg.get("mlp_bias", False)) or mt == "gptj"
+    fields["parallel_attention"] = bool(cfg.get("parallel_attn", False)) or mt == "gptj"
+    if mt == "falcon" and cfg.get("new_decoder_architecture"):
+        fields["parallel_attention"] = True
+
+    moe_spec = _hf_moe(cfg)
+    if moe_spec is not None:
+        fields["moe"] = moe_spec
+    mla_spec = _hf_mla(cfg)
+    if mla_spec is not None:
+        fields["mla"] = mla_spec
+    window_spec = _hf_sliding_window(cfg, fields["num_layers"])
+    if window_spec is not None:
+        fields["sliding_window"] = window_spec
+    q = cfg.get("quantization_config") or {}
+    method = str(q.get("quant_method", "")).lower() if isinstance(q, dict) else ""
+    if method == "fp8":
+        fields["default_weight_dtype"] = "fp8"
+    elif method == "mxfp4":
+        fields["notes"] = "experts are MXFP4 in the published checkpoint; attention and embeddings bf16"
+    if arch not in _SUPPORTED_ARCHS:
+        fields["notes"] = f"imported from an unrecognised architecture {show(arch)}: check the figures"
+    return build(ModelSpec, fields)
+
+
+def _hf_moe(cfg: dict) -> MoESpec | None:
+    """Routed experts from an HF config (Mixtral, DeepSeek, Qwen-MoE names); None if dense."""
+    experts = _first(cfg, "num_local_experts", "n_routed_experts", "num_experts")
+    if not experts:
+        return None
+    k = _first(cfg, "num_experts_per_tok", "experts_per_token", "moe_top_k")
+    if k is None:
+        raise SpecError("num_experts_per_tok: missing for an MoE model; cannot route tokens")
+    moe: dict[str, Any] = {
+        "num_experts": experts,
+        "experts_per_token": k,
+        "expert_intermediate_size": _first(cfg, "moe_intermediate_size", "intermediate_size"),
+        "num_shared_experts": _count(cfg.get("n_shared_experts")),
+        "first_dense_layers": _count(cfg.get("first_k_dense_replace")),
+    }
+    if cfg.get("shared_expert_intermediate_size") and isinstance(moe["num_shared_experts"], int):
+        moe["num_shared_experts"] = max(1, moe["num_shared_experts"])
+        moe["shared_expert_intermediate_size"] = cfg["shared_expert_intermediate_size"]
+    if cfg.get("mlp_only_layers"):
+        raise SpecError("mlp_only_layers: non-empty lists of dense layers inside an MoE stack are not supported")
+    return build(MoESpec, moe, "moe")
+
+
+def _hf_mla(cfg: dict) -> MLASpec | None:
+    """DeepSeek multi-head latent attention from an HF config; None without kv_lora_rank."""
+    if not cfg.get("kv_lora_rank"):
+        return None
+    mla = {
+        "kv_lora_rank": cfg["kv_lora_rank"],
+        "qk_nope_head_dim": cfg.get("qk_nope_head_dim"),
+        "qk_rope_head_dim": cfg.get("qk_rope_head_dim"),
+        "v_head_dim": cfg.get("v_head_dim"),
+        "q_lora_rank": cfg.get("q_lora_rank"),
+    }
+    for k2, v in mla.items():
+        if v is None and k2 != "q_lora_rank":
+            raise SpecError(f"{k2}: missing; MLA attention (kv_lora_rank set) needs it")
+    return build(MLASpec, mla, "mla")
+
+
+def _hf_sliding_window(cfg: dict, num_layers: Any) -> SlidingWindowSpec | None:
+    """Sliding-window layers: those `layer_types` marks sliding, else every layer; None if off."""
+    window = cfg.get("sliding_window")
+    use_sw = cfg.get("use_sliding_window", True)
+    if not (window and use_sw):
+        return None
+    types_ = cfg.get("layer_types")
+    if isinstance(types_, list):
+        n_sw = sum(1 for t in types_ if t == "sliding_attention")
+    else:
+        n_sw = num_layers
+    if not n_sw:
+        return None
+    return build(SlidingWindowSpec, {"window": window, "num_layers": n_sw}, "sliding_window")
+
+
+def iter_catalog_files(kind: str) -> Iterator[Path]:
+    yield from sorted(_catalog_dir(kind).glob("*.yaml"))

@@ -1,0 +1,54 @@
+"""Numeric formats: bytes per element, the fallback when a chip lacks a format's tensor rate,
+and the formats of one run (`DTypes`: weights, activations, KV cache)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.specs.checks import check_choice
+
+#: Bytes per element of each supported numeric format.
+DTYPE_BYTES: dict[str, float] = {
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "int4": 0.5,
+    "fp4": 0.5,
+}
+DTYPES = tuple(DTYPE_BYTES)
+
+#: When an accelerator has no tensor rate for a format, the next wider format it runs on.
+DTYPE_FALLBACK: dict[str, str] = {
+    "fp4": "fp8",
+    "int4": "int8",
+    "fp8": "bf16",
+    "int8": "fp16",
+    "fp16": "bf16",
+    "bf16": "fp16",
+    "fp32": "",
+}
+
+
+
+
+
+@dataclass(frozen=True)
+class DTypes:
+    """Numeric formats of weights, activations and the KV cache."""
+
+    weight: str = "bf16"
+    activation: str = "bf16"
+    kv: str = "bf16"
+
+    def __post_init__(self) -> None:
+        for name in ("weight", "activation", "kv"):
+            check_choice(f"{name}_dtype", getattr(self, name), DTYPES)
+
+    @property
+    def gemm(self) -> str:
+        """The GEMM format: the wider of weight and activation (W4A16 runs bf16 tensor cores)."""
+        if DTYPE_BYTES[self.weight] >= DTYPE_BYTES[self.activation]:
+            return self.weight
+        return self.activation

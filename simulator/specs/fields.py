@@ -1,0 +1,182 @@
+"""How a spec dataclass is checked and built: field types, numeric ranges, the mapping builder.
+
+Every spec dataclass (`specs.HardwareSpec`, `specs.ModelSpec`, ...) calls `_check_fields` in its
+`__post_init__`: each field must have its annotated type and, for numbers, be finite and inside the
+range its metadata declares (`positive`, `nonneg`, `min`/`max`/`unit`; else +-GENERIC_MAX), so no
+spec prices to inf. `build(cls, mapping)` turns a YAML mapping into such a dataclass, with one-line
+errors naming the unknown key (and the closest allowed one) or the missing field. Re-exported by
+`specs`, where callers import them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from dataclasses import field
+from typing import Any
+
+import numpy as np
+
+from simulator.specs.checks import SpecError, check_choice, check_number, is_number, show
+
+#: any spec number without its own range must stay below this (so float arithmetic on it is finite)
+GENERIC_MAX = 1e18
+
+
+def _where(owner: str, name: str) -> str:
+    return f"{owner}.{name}" if owner else name
+
+
+def _type_ok(value: Any, tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return value is None
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis and isinstance(value, tuple):
+            return all(_type_ok(v, args[0]) for v in value)
+        return isinstance(value, tuple)
+    if origin is dict or tp is dict:
+        return isinstance(value, dict)
+    return isinstance(value, tp)
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        names = [_type_name(a) for a in typing.get_args(tp) if a is not type(None)]
+        return " or ".join(names) + " (or omitted)"
+    if tp is float:
+        return "a number"
+    if tp is int:
+        return "an integer"
+    if tp is bool:
+        return "true or false"
+    if tp is str:
+        return "a string"
+    if origin is tuple:
+        args = typing.get_args(tp)
+        return "a list of strings" if args and args[0] is str else "a list"
+    if origin is dict:
+        return "a mapping"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return str(tp)
+
+
+def _check_fields(obj: Any, owner: str) -> None:
+    """Check types and the numeric constraints declared in each field's metadata."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        tp = hints[f.name]
+        where = _where(owner, f.name)
+        if not _type_ok(value, tp):
+            raise SpecError(f"{where}: {show(value)} is not {_type_name(tp)}")
+        if value is None:
+            continue
+        meta = f.metadata
+        if is_number(value):
+            _check_range(where, value, meta)
+        if "choices" in meta:
+            check_choice(where, value, meta["choices"])
+
+
+def _check_range(where: str, value: Any, meta: Any) -> None:
+    """A spec number: finite, of the field's sign (metadata `positive`, `nonneg`) and in its
+    physically meaningful range (`min`, `max`, `unit`; else within +-GENERIC_MAX)."""
+    try:
+        v = float(value)
+    except OverflowError:  # an integer beyond float range: out of range below
+        v = math.inf
+    if math.isnan(v) or (math.isinf(v) and isinstance(value, (float, np.floating))):
+        raise SpecError(f"{where}: {show(value)} is not a finite number")
+    if meta.get("positive") and v <= 0:
+        raise SpecError(f"{where}: {show(value)} must be > 0")
+    if meta.get("nonneg") and v < 0:
+        raise SpecError(f"{where}: {show(value)} must be >= 0")
+    signed = meta.get("positive") or meta.get("nonneg")
+    low, high = meta.get("min", 0.0 if signed else -GENERIC_MAX), meta.get("max", GENERIC_MAX)
+    if not low <= v <= high:
+        check_number(where, value, low, high, unit=meta.get("unit", ""))
+
+
+def _pos(default: Any = dataclasses.MISSING, **kw: Any) -> Any:
+    return field(default=default, metadata={"positive": True, **kw})
+
+
+def _nonneg(default: Any = dataclasses.MISSING, **kw: Any) -> Any:
+    return field(default=default, metadata={"nonneg": True, **kw})
+
+
+def _did_you_mean(key: str, options: typing.Iterable[str]) -> str:
+    close = difflib.get_close_matches(key, list(options), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def build(cls: type, data: Any, owner: str = "") -> Any:
+    """Make a spec dataclass from a plain mapping, with one-line errors for bad keys/types."""
+    if not isinstance(data, dict):
+        got = "nothing (empty)" if data is None else type(data).__name__
+        raise SpecError(f"{owner or 'spec'}: expected a mapping of fields, got {got}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if not isinstance(key, str) or key not in names:
+            raise SpecError(
+                f"{_where(owner, str(key))}: unknown field{_did_you_mean(str(key), names)}; "
+                f"allowed: {', '.join(names)}"
+            )
+        tp = hints[key]
+        sub = _dataclass_in(tp)
+        if sub is not None and isinstance(value, dict):
+            value = build(sub, value, _where(owner, key))
+        elif typing.get_origin(tp) is tuple and isinstance(value, list):
+            value = tuple(value)
+        elif typing.get_origin(tp) is tuple and isinstance(value, str):
+            value = (value,)
+        elif tp is float and isinstance(value, str):
+            value = _parse_number(value, _where(owner, key))
+        kwargs[key] = value
+    missing = [n for n, f in names.items() if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and n not in kwargs]
+    if missing:
+        raise SpecError(f"{_where(owner, missing[0])}: required field is missing")
+    try:
+        return cls(**kwargs)
+    except SpecError as e:
+        if owner and not str(e).startswith(owner):
+            raise SpecError(f"{owner}.{e}") from None
+        raise
+
+
+def _parse_number(text: str, where: str) -> Any:
+    try:
+        return float(text)
+    except ValueError:
+        return text  # the type check then names the field and value
+
+
+def _dataclass_in(tp: Any) -> type | None:
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return tp
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        for a in typing.get_args(tp):
+            if isinstance(a, type) and dataclasses.is_dataclass(a):
+                return a
+    return None

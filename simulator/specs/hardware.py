@@ -1,0 +1,190 @@
+"""Typed, self-validating description of one accelerator (one GPU/TPU chip): `HardwareSpec`,
+with its fitted kernel efficiencies (`Efficiency`).
+
+A frozen dataclass that checks every field in `__post_init__` and raises `SpecError` with one
+line naming the field, the value and what is allowed; every number is finite and inside its
+field's physically meaningful range (metadata `min`/`max`/`unit`), so no spec prices to inf.
+All quantities are SI: bytes, bytes/s, FLOP/s, seconds. 1 GB = 1e9 bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from simulator.specs.checks import SpecError, check_number, is_number, show
+from simulator.specs.dtypes import DTYPE_BYTES, DTYPE_FALLBACK, DTYPES
+from simulator.specs.fields import _check_fields, _check_range, _did_you_mean, _nonneg, _pos
+
+#: physically meaningful ranges (issue 17): beyond them no step time is finite or meaningful
+_EFF_RANGE = {"min": 1e-3, "max": 1.0}
+_RAMP_RANGE = {"min": 0.0, "max": 1e6, "unit": "tokens"}
+PEAK_FLOPS_RANGE = (1e9, 1e19)
+
+
+
+# --------------------------------------------------------------------------- hardware
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """How far real kernels fall short of the roofline, and fixed costs per step.
+
+    `compute_efficiency` (eta_c) is the fraction of dense peak a large GEMM reaches;
+    a GEMM over T tokens reaches eta_c * T / (T + gemm_ramp_tokens) (small GEMMs are less
+    efficient). `memory_efficiency` (eta_m) is the fraction of HBM bandwidth streaming
+    kernels reach. `attention_efficiency` scales peak for attention FLOPs.
+    `kernel_overhead_s` is paid once per op per layer (launch and tail effects);
+    `step_overhead_s` once per engine step (scheduler, sampling, host sync).
+    `link_efficiency` is the fraction of link bandwidth an all-reduce achieves.
+
+    Optional per-format values (absent: every format uses the single value above):
+    `compute_efficiency_by_dtype` and `gemm_ramp_tokens_by_dtype` map a GEMM's tensor-core format
+    (the rate it runs at, after fallback) to its eta_c and T0, e.g. fp8 GEMMs reaching less of
+    their (twice as high) peak than bf16; `attention_efficiency_by_kv_dtype` maps the KV-cache
+    format to the attention efficiency (an fp8 KV cache is dequantised inside the kernel).
+    """
+
+    compute_efficiency: float = _pos(1.0, **_EFF_RANGE)
+    memory_efficiency: float = _pos(1.0, **_EFF_RANGE)
+    attention_efficiency: float = _pos(1.0, **_EFF_RANGE)
+    gemm_ramp_tokens: float = _nonneg(0.0, **_RAMP_RANGE)
+    kernel_overhead_s: float = _nonneg(0.0, max=1.0, unit="s")
+    step_overhead_s: float = _nonneg(0.0, max=10.0, unit="s")
+    link_efficiency: float = _pos(1.0, **_EFF_RANGE)
+    compute_efficiency_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
+    gemm_ramp_tokens_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
+    attention_efficiency_by_kv_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
+    sources: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "efficiency")
+        for name, at_most_one in (("compute_efficiency_by_dtype", True), ("gemm_ramp_tokens_by_dtype", False),
+                                  ("attention_efficiency_by_kv_dtype", True)):
+            for k, v in getattr(self, name).items():
+                where = f"efficiency.{name}.{k}"
+                if k not in DTYPE_BYTES:
+                    raise SpecError(f"{where}: unknown dtype{_did_you_mean(str(k), DTYPES)}; allowed: {', '.join(DTYPES)}")
+                try:
+                    ok = is_number(v) and math.isfinite(v) and ((0 < v <= 1) if at_most_one else v >= 0)
+                except OverflowError:  # an integer beyond float range
+                    ok = False
+                if not ok:
+                    raise SpecError(f"{where}: {show(v)} must be a number {'in (0, 1]' if at_most_one else '>= 0'}")
+                _check_range(where, v, _EFF_RANGE if at_most_one else _RAMP_RANGE)
+
+    def compute_for(self, gemm_dtype: str) -> float:
+        """eta_c of GEMMs run at `gemm_dtype`'s tensor rate (the single value when not given)."""
+        return float(self.compute_efficiency_by_dtype.get(gemm_dtype, self.compute_efficiency))
+
+    def ramp_for(self, gemm_dtype: str) -> float:
+        """T0 of GEMMs run at `gemm_dtype`'s tensor rate (the single value when not given)."""
+        return float(self.gemm_ramp_tokens_by_dtype.get(gemm_dtype, self.gemm_ramp_tokens))
+
+    def attention_for(self, kv_dtype: str) -> float:
+        """Attention efficiency with a `kv_dtype` KV cache (the single value when not given)."""
+        return float(self.attention_efficiency_by_kv_dtype.get(kv_dtype, self.attention_efficiency))
+
+    @classmethod
+    def ideal(cls) -> Efficiency:
+        """Pure roofline: efficiencies 1, overheads 0."""
+        return cls()
+
+
+#: the Efficiency fields that are one number (settable with `--efficiency KEY=VALUE`)
+SCALAR_EFFICIENCY_FIELDS = ("compute_efficiency", "memory_efficiency", "attention_efficiency", "gemm_ramp_tokens",
+                            "kernel_overhead_s", "step_overhead_s", "link_efficiency")
+
+
+def parse_efficiency_overrides(items: list[str] | tuple[str, ...]) -> dict[str, float]:
+    """Turn ["compute_efficiency=0.7", ...] into {field: value}; unknown fields and
+    non-numbers raise SpecError naming the item."""
+    fields = set(SCALAR_EFFICIENCY_FIELDS)
+    out: dict[str, float] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise SpecError(f"efficiency: {item!r} is not KEY=VALUE")
+        if key not in fields:
+            raise SpecError(f"efficiency: unknown field {key!r}{_did_you_mean(key, fields)}; "
+                            f"allowed: {', '.join(sorted(fields))}")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise SpecError(f"efficiency.{key}: {value!r} is not a number") from None
+    return out
+
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """One accelerator chip. Peak rates are DENSE (no 2:4 sparsity), in FLOP/s per dtype."""
+
+    id: str
+    name: str
+    vendor: str
+    peak_flops_per_s: dict
+    hbm_capacity_bytes: float = _pos(min=1e6, max=1e15, unit="bytes")
+    hbm_bandwidth_bytes_per_s: float = _pos(min=1e6, max=1e16, unit="bytes/s")
+    link_bandwidth_bytes_per_s: float = _pos(min=1e6, max=1e16, unit="bytes/s")
+    link_latency_s: float = _nonneg(5e-6, max=1.0, unit="s")
+    # scale-out network between nodes (InfiniBand / RoCE NIC per GPU); None: the vendor
+    # default of `network.py` (docs/deployments.md). A node holds `gpus_per_node` GPUs on NVLink.
+    scaleout_bandwidth_bytes_per_s: float | None = _pos(None, min=1e6, max=1e16, unit="bytes/s")
+    scaleout_latency_s: float | None = _nonneg(None, max=1.0, unit="s")
+    gpus_per_node: int = _pos(8, min=1, max=4096, unit="GPUs")
+    # GPU <-> host memory, one direction, per GPU: prices reloading offloaded KV blocks. Default
+    # PCIe Gen5 x16's nominal 64 GB/s (H100/H200 SXM; set it for PCIe Gen4 parts or NVLink-C2C)
+    host_link_bandwidth_bytes_per_s: float = _pos(64e9, min=1e6, max=1e16, unit="bytes/s")
+    form_factor: str = ""
+    tdp_w: float | None = _pos(None, max=1e5, unit="W")
+    price_per_gpu_hour_usd: float | None = _pos(None, max=1e6, unit="USD")
+    efficiency: Efficiency = field(default_factory=Efficiency)
+    sources: tuple[str, ...] = ()
+    notes: str = ""
+    #: other names of this chip (other tools' ids, nvidia-smi names); resolved case-insensitively
+    aliases: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "")
+        if not self.id:
+            raise SpecError("id: must be a non-empty string")
+        if not self.peak_flops_per_s:
+            raise SpecError(f"peak_flops_per_s: empty; give FLOP/s for at least one of {', '.join(DTYPES)}")
+        for k, v in self.peak_flops_per_s.items():
+            if k not in DTYPE_BYTES:
+                raise SpecError(f"peak_flops_per_s.{str(k)[:80]}: unknown dtype{_did_you_mean(str(k), DTYPES)}; "
+                                f"allowed: {', '.join(DTYPES)}")
+            check_number(f"peak_flops_per_s.{k}", v, *PEAK_FLOPS_RANGE, unit="FLOP/s")
+
+    def gemm_dtype(self, dtype: str) -> str:
+        """The dtype whose tensor rate a GEMM in `dtype` runs at (falls back to wider ones)."""
+        d = dtype
+        seen = set()
+        while d and d not in self.peak_flops_per_s and d not in seen:
+            seen.add(d)
+            d = DTYPE_FALLBACK[d]
+        if d in self.peak_flops_per_s:
+            return d
+        # nothing narrower or equal: the widest rate the chip has
+        return max(self.peak_flops_per_s, key=lambda k: DTYPE_BYTES[k])
+
+    def flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for `dtype`, after fallback."""
+        return float(self.peak_flops_per_s[self.gemm_dtype(dtype)])
+
+    def ridge_point(self, dtype: str = "bf16") -> float:
+        """Arithmetic intensity (FLOP/byte) where compute and memory time are equal."""
+        return self.flops(dtype) / self.hbm_bandwidth_bytes_per_s
+
+    def with_efficiency(self, **overrides: Any) -> HardwareSpec:
+        """A copy with some efficiency fields replaced."""
+        eff = dataclasses.replace(self.efficiency, **overrides)
+        return dataclasses.replace(self, efficiency=eff)
+
+    def ideal(self) -> HardwareSpec:
+        """A copy with pure-roofline efficiencies (1) and no overheads."""
+        return dataclasses.replace(self, efficiency=Efficiency.ideal())

@@ -1,0 +1,239 @@
+"""Workloads built by name: the registry `NAMED_WORKLOADS` (random, ShareGPT as vLLM samples
+it, inference-perf's shared prefix, ...) and trace replay (whole trace by default).
+
+A named workload is one `NamedWorkload` entry: its generator (a `WorkloadRequest` in, a
+`Workload` out), its own parameters (`WorkloadParam`: each is a scenario setting, a scenario
+YAML key and a command-line flag at once) and which of the common settings it reads (rate,
+burstiness, seed, `-n` and, with `uses_lengths`, --input-len/--output-len/--range-ratio). A
+new synthetic workload is one `register(NamedWorkload(...))` call here (docs/architecture.md,
+"add a synthetic workload"). A name not in the registry is a trace: a built-in
+(`traces.BUILTIN_WORKLOADS`) or a file.
+
+* `sharegpt`: `sharegpt.sample_sharegpt` (vLLM's rules and seed) with the model's tokenizer
+  family; the texts' character counts ride along in `extra` (`prompt_chars`,
+  `output_chars`) so results report characters as well as tokens.
+* `shared-prefix`: `prefix.shared_prefix` (groups x prompts per group, system prompt length,
+  question length, output length, optional multi-turn rounds), arrivals at `rate`
+  (constant spacing as inference-perf sends them; with `burstiness` != 1 gamma).
+* a trace (a built-in or a file): a trace *file* replays whole, once, unless `-n` is given;
+  a built-in trace keeps the 1,000-request default (a sample of a long trace). `-n` below the
+  trace's length takes its first n requests, above it tiles the trace (`workload.take`), and
+  `replay_note` says which.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simulator.specs.checks import SpecError, check_int
+from simulator.workloads import workload as wl
+
+
+class DefaultCount(int):
+    """The default `Scenario.num_requests`, told apart from the same number given on purpose
+    (an int subclass: it prints, compares and serialises as the plain number)."""
+
+    __slots__ = ()
+
+
+#: requests when -n is not given and the workload has no natural size
+DEFAULT_NUM_REQUESTS = DefaultCount(1000)
+
+@dataclass(frozen=True)
+class WorkloadParam:
+    """One parameter of a named workload: a scenario setting `name` (in
+    `Scenario.workload_params`, a YAML key of the same name, the flag `--name-with-dashes`).
+    `minimum`: the smallest integer allowed; None for a true/false flag."""
+
+    name: str
+    default: Any
+    help: str
+    minimum: int | None = 0
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def check(self, value: Any) -> None:
+        if self.minimum is None:
+            if not isinstance(value, bool):
+                raise SpecError(f"{self.name}: {value!r} must be true or false")
+        else:
+            check_int(self.name, value, self.minimum)
+
+
+@dataclass(frozen=True)
+class WorkloadRequest:
+    """What a named workload's generator is given: the scenario's common workload settings and
+    the workload's own parameters (`params`, defaults filled). `num_requests` is None when `-n`
+    was not given (the workload's natural size, else `DEFAULT_NUM_REQUESTS`); `rate` None is
+    rate inf; `model()` loads the served model's spec (ShareGPT needs its tokenizer)."""
+
+    num_requests: int | None
+    rate: float | None
+    burstiness: float
+    seed: int
+    input_len: int
+    output_len: int
+    range_ratio: float
+    dataset_path: str | None
+    params: Mapping[str, Any]
+    model: Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class NamedWorkload:
+    """A workload built by name (module docstring). `uses_lengths`: reads --input-len,
+    --output-len and --range-ratio; `uses_output_len`: reads --output-len only;
+    `dataset_path`: reads --dataset-path (a file of the dataset it samples)."""
+
+    name: str
+    help: str
+    build: Callable[[WorkloadRequest], wl.Workload]
+    params: tuple[WorkloadParam, ...] = ()
+    aliases: tuple[str, ...] = ()
+    uses_lengths: bool = False
+    uses_output_len: bool = False
+    dataset_path: bool = False
+
+    def defaults(self) -> dict[str, Any]:
+        return {p.name: p.default for p in self.params}
+
+    def checked_params(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """`given` with the defaults filled in and every value checked; one-line errors."""
+        allowed = {p.name: p for p in self.params}
+        for k in given:
+            if k not in allowed:
+                owners = [w.name for w in NAMED_WORKLOADS.values() if any(p.name == k for p in w.params)]
+                where = f"applies to workload {' / '.join(owners)} only" if owners else "is not a workload parameter"
+                raise SpecError(f"{k}: {where}; workload {self.name!r} takes "
+                                f"{', '.join(allowed) or 'no parameters of its own'}")
+        out = {**self.defaults(), **given}
+        for k, v in out.items():
+            allowed[k].check(v)
+        return out
+
+
+#: workload name -> its entry (aliases included); `register` adds one
+NAMED_WORKLOADS: dict[str, NamedWorkload] = {}
+
+
+def register(entry: NamedWorkload) -> NamedWorkload:
+    for key in (entry.name, *entry.aliases):
+        NAMED_WORKLOADS[key] = entry
+    return entry
+
+
+def named_workload(name: Any) -> NamedWorkload | None:
+    """The registry entry of a workload name (any case), or None for a trace."""
+    return NAMED_WORKLOADS.get(str(name).strip().lower())
+
+
+def workload_param(name: str) -> WorkloadParam | None:
+    """The parameter called `name` in any registered workload (None if none has it)."""
+    for entry in NAMED_WORKLOADS.values():
+        for p in entry.params:
+            if p.name == name:
+                return p
+    return None
+
+
+def tokenizer_family(model: Any) -> str:
+    """The ShareGPT table family of a model spec's `tokenizer` (llama3 when unknown)."""
+    from simulator.workloads.sharegpt import TOKENIZER_FAMILIES
+
+    tok = str(getattr(model, "tokenizer", "") or "llama3").lower()
+    for fam, enc in TOKENIZER_FAMILIES.items():
+        if tok in (fam, enc) or tok.startswith(fam):
+            return fam
+    return "llama3"
+
+
+def _random(req: WorkloadRequest) -> wl.Workload:
+    n = int(DEFAULT_NUM_REQUESTS) if req.num_requests is None else req.num_requests
+    return wl.synthetic(n, math.inf if req.rate is None else req.rate, req.input_len, req.output_len,
+                        range_ratio=req.range_ratio, burstiness=req.burstiness, seed=req.seed)
+
+
+def _sharegpt(req: WorkloadRequest) -> wl.Workload:
+    return sharegpt_workload(req.num_requests, req.rate, req.burstiness, req.seed, req.model(), req.dataset_path)
+
+
+def sharegpt_workload(n: int | None, rate: float | None, burstiness: float, seed: int, model: Any,
+                      dataset_path: str | None = None) -> wl.Workload:
+    from simulator.workloads.sharegpt import sample_sharegpt
+
+    n = int(DEFAULT_NUM_REQUESTS) if n is None else n
+    s = sample_sharegpt(n, seed=seed, tokenizer=tokenizer_family(model), dataset_path=dataset_path)
+    t = wl.arrivals(n, math.inf if rate is None else rate, burstiness, rng=np.random.default_rng(seed))
+    return wl.Workload(t, s.prompt_tokens, s.output_tokens, name="sharegpt",
+                       extra={"prompt_chars": s.prompt_chars, "output_chars": s.output_chars})
+
+
+def _shared_prefix(req: WorkloadRequest) -> wl.Workload:
+    from simulator.workloads.shared_prefix import shared_prefix
+
+    rate = math.inf if req.rate is None else req.rate
+    process = "constant" if req.burstiness == 1.0 else "gamma"
+    p = req.params
+    pw = shared_prefix(p["num_groups"], p["prompts_per_group"], p["system_prompt_len"], p["question_len"],
+                       req.output_len, req.num_requests, rate=rate, process=process,
+                       burstiness=req.burstiness, multi_turn=p["multi_turn"], seed=req.seed)
+    return pw.to_workload(name="shared-prefix")
+
+
+register(NamedWorkload(
+    "random", "synthetic lengths (--input-len, --output-len, --range-ratio) at --rate, as vLLM's random dataset",
+    _random, aliases=("synthetic",), uses_lengths=True))
+register(NamedWorkload(
+    "sharegpt", "ShareGPT conversations sampled as vllm bench serve samples them (the shipped count table, "
+    "or --dataset-path)", _sharegpt, dataset_path=True))
+register(NamedWorkload(
+    "shared-prefix", "inference-perf's shared prefix: groups of users sharing a system prompt "
+    "(constant arrivals at --rate; gamma with --burstiness)", _shared_prefix, uses_output_len=True,
+    params=(WorkloadParam("num_groups", 8, "groups (one system prompt each)", 1),
+            WorkloadParam("prompts_per_group", 16, "questions per group", 1),
+            WorkloadParam("system_prompt_len", 1000, "system prompt tokens", 0),
+            WorkloadParam("question_len", 100, "question tokens", 0),
+            WorkloadParam("multi_turn", False, "rounds re-send the session's history (-n > groups x prompts)",
+                          None))))
+
+
+def replay(trace: wl.Workload, n: int | None, is_file: bool) -> tuple[wl.Workload, str]:
+    """The trace as replayed, and a note saying how (see the module docstring)."""
+    m = trace.num_requests
+    if n is None:
+        if is_file:
+            return trace, f"whole trace, once ({m} requests)"
+        n = int(DEFAULT_NUM_REQUESTS)
+    if n == m:
+        return trace, f"whole trace, once ({m} requests)"
+    if n < m:
+        return wl.take(trace, n), f"first {n} of the trace's {m} requests"
+    return wl.take(trace, n), f"trace of {m} requests tiled to {n} (repeated in order)"
+
+
+def is_trace_file(name: str) -> bool:
+    from simulator.workloads.traces import BUILTIN_WORKLOADS
+
+    key = name.strip().lower().replace("_", "-")
+    return Path(name).is_file() or key not in BUILTIN_WORKLOADS
+
+
+def chars_summary(w: wl.Workload, done: np.ndarray, duration_s: float) -> dict[str, Any]:
+    """Characters of the completed requests' texts when the workload knows them."""
+    if "output_chars" not in w.extra or "prompt_chars" not in w.extra:
+        return {}
+    out_c = int(np.asarray(w.extra["output_chars"])[done].sum())
+    in_c = int(np.asarray(w.extra["prompt_chars"])[done].sum())
+    out_t = int(w.output_len[done].sum())
+    rate = 1.0 / duration_s if duration_s > 0 else float("nan")
+    return {"total_input_chars": in_c, "total_output_chars": out_c,
+            "output_chars_per_s": out_c * rate,
+            "output_chars_per_token": out_c / out_t if out_t else float("nan")}

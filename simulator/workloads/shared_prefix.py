@@ -1,0 +1,442 @@
+"""Prompts with shared prefixes: shared system prompts, multi-turn chat, Mooncake `hash_ids`.
+
+A prompt is a sequence of *segments* `(segment_id, num_tokens)`. A segment id names a token
+stream: two segments with the same id hold the same tokens (token j of segment s is the same
+token wherever it appears), segments with different ids share none. A generator gives every
+distinct text its own id, so a prefix cache can be exact without token ids.
+
+`block_hashes(segments, B)` chains the prompt's *full* blocks of B tokens by prefix, as vLLM V1's
+prefix cache does (`hash_block_tokens(parent_hash, block_token_ids)`): block k's hash is a hash
+of (block k-1's hash, the tokens of block k), so two prompts share block k's hash iff their first
+(k + 1) x B tokens are identical; a partial last block gets no hash (it is never shared).
+
+Generators (all deterministic from `seed`):
+
+- `shared_prefix`: kubernetes-sigs/inference-perf's `shared_prefix` data generator
+  (`inference_perf/datagen/synthetic/shared_prefix_datagen.py`): `num_groups` system prompts of
+  `system_prompt_len` tokens, `num_prompts_per_group` questions of `question_len` tokens each,
+  all N = groups x prompts shuffled; request i uses prompt i mod N. With `multi_turn`, prompt
+  index p is a user session and request i is round i div N of session i mod N: rounds of a
+  session are serialised and each re-sends the history (inference-perf's `LocalUserSession`:
+  context starts as the system prompt; a round sends context + question; the context then
+  becomes that prompt + the response).
+- `multi_turn_chats`: chat conversations whose turn k sends the system prompt and every earlier
+  user turn and answer, then user turn k; the next turn is sent a think time after the answer.
+- `mooncake_segments` / `read_mooncake_prefix`: a Mooncake trace row's `hash_ids` (one id per
+  512-token block, chained by prefix in the published traces) as segments.
+
+Departures from the sources, on purpose: token texts are not generated, so the separators
+inference-perf inserts (" " between context and question) and any BOS count as zero tokens; the
+shuffle uses its own seeded generator (same structure, not inference-perf's exact order).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simulator.specs.checks import SpecError, check_int
+from simulator.workloads.workload import Workload, arrivals, object_column
+
+#: The parent hash of block 0 (any fixed int: only equality of hashes matters).
+_ROOT_HASH = 0
+
+#: Tokens per `hash_ids` block in the Mooncake traces.
+MOONCAKE_BLOCK_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class Segment:
+    """`num_tokens` tokens of the token stream `segment_id` (from its start)."""
+
+    segment_id: int
+    num_tokens: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_tokens, bool) or not isinstance(self.num_tokens, (int, np.integer)):
+            raise SpecError(f"segment.num_tokens: {self.num_tokens!r} must be an integer >= 0")
+        if self.num_tokens < 0:
+            raise SpecError(f"segment.num_tokens: {self.num_tokens!r} must be an integer >= 0")
+        if isinstance(self.segment_id, bool) or not isinstance(self.segment_id, (int, np.integer)):
+            raise SpecError(f"segment.segment_id: {self.segment_id!r} must be an integer")
+
+
+Prompt = tuple[Segment, ...]
+
+
+def prompt_tokens(segments: Sequence[Segment]) -> int:
+    """Total tokens of a prompt."""
+    return sum(s.num_tokens for s in segments)
+
+
+def block_hashes(segments: Sequence[Segment], block_size: int) -> list[int]:
+    """Hashes of the prompt's full blocks, chained by prefix (vLLM V1 prefix caching).
+
+    h_0 = H(ROOT, b_0), h_k = H(h_{k-1}, b_k), where b_k is block k's token content written as
+    its runs (segment_id, first offset, length). The content is canonical (segments always start
+    at offset 0), so equal hashes mean equal token prefixes (up to 64-bit collisions). Python's
+    hash of int tuples does not depend on PYTHONHASHSEED, so the values are reproducible.
+    """
+    check_int("block_size", block_size)
+    out: list[int] = []
+    parent = _ROOT_HASH
+    runs: list[tuple[int, int, int]] = []
+    room = block_size
+    for seg in segments:
+        off = 0
+        left = int(seg.num_tokens)
+        while left > 0:
+            take = min(left, room)
+            runs.append((int(seg.segment_id), off, take))
+            off += take
+            left -= take
+            room -= take
+            if room == 0:
+                parent = hash((parent, tuple(runs)))
+                out.append(parent)
+                runs = []
+                room = block_size
+    return out
+
+
+def shared_blocks(a: Sequence[int], b: Sequence[int]) -> int:
+    """Number of leading block hashes two prompts share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class PrefixWorkload:
+    """Requests whose prompts carry their prefix structure.
+
+    Request i is sent at max(arrival_s[i], finish of request parent[i] + think_time_s[i]) when
+    parent[i] >= 0 (an earlier round of the same session, which must complete first), else at
+    arrival_s[i]. input_len[i] = total tokens of prompts[i]; output_len[i] >= 1.
+    """
+
+    arrival_s: np.ndarray
+    input_len: np.ndarray
+    output_len: np.ndarray
+    prompts: tuple[Prompt, ...]
+    session: np.ndarray
+    parent: np.ndarray
+    think_time_s: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = len(self.prompts)
+        for name in ("arrival_s", "input_len", "output_len", "session", "parent", "think_time_s"):
+            if len(getattr(self, name)) != n:
+                raise SpecError(
+                    f"prefix workload: {name} has {len(getattr(self, name))} rows, not {n}"
+                )
+        if n == 0:
+            return
+        if not np.all(np.isfinite(self.arrival_s)) or np.any(self.arrival_s < 0):
+            raise SpecError("prefix workload: arrival_s must be finite and >= 0")
+        if np.any(np.diff(self.arrival_s) < 0):
+            raise SpecError("prefix workload: arrival_s must be nondecreasing")
+        if np.any(self.output_len < 1) or np.any(self.input_len < 1):
+            raise SpecError("prefix workload: input_len and output_len must be >= 1")
+        lens = np.array([prompt_tokens(p) for p in self.prompts], dtype=np.int64)
+        if not np.array_equal(lens, self.input_len):
+            i = int(np.flatnonzero(lens != self.input_len)[0])
+            raise SpecError(
+                f"prefix workload: request {i}: input_len {int(self.input_len[i])} != "
+                f"its segments' {int(lens[i])} tokens"
+            )
+        idx = np.arange(n)
+        if np.any(self.parent >= idx) or np.any(self.parent < -1):
+            raise SpecError("prefix workload: parent[i] must be -1 or an earlier request")
+        if not np.all(np.isfinite(self.think_time_s)) or np.any(self.think_time_s < 0):
+            raise SpecError("prefix workload: think_time_s must be finite and >= 0")
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.prompts)
+
+    def block_hashes(self, block_size: int) -> list[list[int]]:
+        """Per request, its full blocks' chained hashes."""
+        return [block_hashes(p, block_size) for p in self.prompts]
+
+    def to_workload(self, name: str = "") -> Workload:
+        """The engine's `Workload`, carrying the prompts (`extra["prompt_segments"]`) and,
+        when any request has a parent, `parent` and `think_time_s` (the engine releases
+        request i at max(arrival_s[i], finish of parent[i] + think_time_s[i]))."""
+        extra: dict[str, np.ndarray] = {"prompt_segments": object_column(self.prompts)}
+        if np.any(self.parent >= 0):
+            extra["parent"] = self.parent
+            extra["think_time_s"] = self.think_time_s
+            extra["session"] = self.session
+        return Workload(self.arrival_s, self.input_len, self.output_len, name=name, extra=extra)
+
+
+def request_block_hashes(wl: Workload, block_size: int) -> list[list[int]]:
+    """Per request of `wl`, its prompt's full-block hashes for blocks of `block_size` tokens:
+    from `extra["prompt_segments"]`, else from Mooncake `extra["hash_ids"]` (512-token blocks,
+    re-cut to `block_size` through `mooncake_segments`), else none (no request shares a block)."""
+    n = wl.num_requests
+    if "prompt_segments" in wl.extra:
+        hashes = [block_hashes(p, block_size) for p in wl.extra["prompt_segments"]]
+        if "parent" in wl.extra:
+            _extend_to_answers(hashes, wl, block_size)
+        return hashes
+    if "hash_ids" in wl.extra:
+        out = []
+        for i, (hids, length) in enumerate(zip(wl.extra["hash_ids"], wl.input_len, strict=True)):
+            segs = mooncake_segments(list(hids), int(length), unique_id=_UNIQUE_BASE + i)
+            out.append(block_hashes(segs, block_size))
+        return out
+    return [[] for _ in range(n)]
+
+
+def _extend_to_answers(hashes: list[list[int]], wl: Workload, block_size: int) -> None:
+    """A request with a later turn also names the blocks of its answer: the child's prompt
+    starts with the parent's prompt + answer, so the child's leading hashes are the parent's
+    whole sequence (vLLM hashes the blocks of generated tokens too)."""
+    for c, p in enumerate(wl.extra["parent"].tolist()):
+        if p >= 0:
+            full = (int(wl.input_len[p]) + int(wl.output_len[p])) // block_size
+            if full > len(hashes[p]):
+                hashes[p] = hashes[c][:full]
+
+
+#: segment ids of Mooncake prompt tails not covered by hash_ids (apart from generator ids)
+_UNIQUE_BASE = 1 << 60
+
+
+def _pos_int(v: object, what: str, minimum: int = 1) -> int:
+    return int(check_int(what, v, minimum))
+
+
+def _nonneg_float(v: object, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
+        raise SpecError(f"{what}: {v!r} is not a number")
+    x = float(v)
+    if not (math.isfinite(x) and x >= 0):
+        raise SpecError(f"{what}: {v!r} must be a finite number >= 0")
+    return x
+
+
+def shared_prefix(
+    num_groups: int,
+    num_prompts_per_group: int,
+    system_prompt_len: int,
+    question_len: int,
+    output_len: int,
+    num_requests: int | None = None,
+    *,
+    rate: float = math.inf,
+    process: str = "constant",
+    burstiness: float = 1.0,
+    multi_turn: bool = False,
+    seed: int = 0,
+) -> PrefixWorkload:
+    """inference-perf's shared-prefix workload (see the module docstring).
+
+    Segment ids: system prompt of group g is g; question of prompt p (group p div
+    num_prompts_per_group) is num_groups + p; with `multi_turn`, the answer to request i is
+    num_groups + N + i. `num_requests` defaults to N = groups x prompts (one round).
+    Arrivals: `process` "constant" (request i at i / rate, as the dev_serving.csv runs sent
+    them), "poisson" or "gamma" (`burstiness`), from `simulator.workloads.workload.arrivals`.
+    """
+    g = _pos_int(num_groups, "num_groups")
+    ppg = _pos_int(num_prompts_per_group, "num_prompts_per_group")
+    s_len = _pos_int(system_prompt_len, "system_prompt_len", 0)
+    q_len = _pos_int(question_len, "question_len", 0)
+    o_len = _pos_int(output_len, "output_len")
+    if s_len + q_len < 1:
+        raise SpecError("system_prompt_len + question_len: must be >= 1 token")
+    n_prompts = g * ppg
+    n = n_prompts if num_requests is None else _pos_int(num_requests, "num_requests")
+    rng = np.random.default_rng(seed)
+    # All N prompts shuffled together (inference-perf: rng.permutation over the prompt list).
+    order = rng.permutation(n_prompts)
+    t = arrivals(n, rate, burstiness, rng=rng, process=process)
+
+    prompts: list[Prompt] = []
+    parent = np.full(n, -1, dtype=np.int64)
+    session = np.full(n, -1, dtype=np.int64)
+    history: dict[int, Prompt] = {}
+    for i in range(n):
+        p = int(order[i % n_prompts])
+        sys_seg = Segment(p // ppg, s_len)
+        q_seg = Segment(g + p, q_len)
+        if not multi_turn:
+            prompts.append(tuple(s for s in (sys_seg, q_seg) if s.num_tokens))
+            continue
+        session[i] = p
+        if i >= n_prompts:
+            prev = i - n_prompts
+            parent[i] = prev
+            answer = Segment(g + n_prompts + prev, o_len)
+            prompt = (*history[p], answer, q_seg)
+        else:
+            prompt = (sys_seg, q_seg)
+        prompt = tuple(s for s in prompt if s.num_tokens)
+        history[p] = prompt
+        prompts.append(prompt)
+    input_len = np.array([prompt_tokens(p) for p in prompts], dtype=np.int64)
+    return PrefixWorkload(
+        arrival_s=t,
+        input_len=input_len,
+        output_len=np.full(n, o_len, dtype=np.int64),
+        prompts=tuple(prompts),
+        session=session,
+        parent=parent,
+        think_time_s=np.zeros(n, dtype=np.float64),
+    )
+
+
+def multi_turn_chats(
+    conversations: Sequence[Sequence[tuple[int, int]]],
+    *,
+    system_prompt_len: int = 0,
+    num_system_prompts: int = 1,
+    rate: float = math.inf,
+    process: str = "poisson",
+    burstiness: float = 1.0,
+    think_time_s: float = 0.0,
+    think_time_dist: str = "constant",
+    seed: int = 0,
+) -> PrefixWorkload:
+    """Multi-turn chats: conversation c's turn k re-sends the whole history.
+
+    `conversations[c]` lists (user_tokens, answer_tokens) per turn. Turn k's prompt =
+    system prompt + u_0 + a_0 + ... + u_{k-1} + a_{k-1} + u_k and its output is a_k, so turn k's
+    prompt starts with turn k-1's whole prompt + answer. Conversations start at arrival times
+    from `arrivals` (`rate`, `process`, `burstiness`); turn k > 0 is sent `think_time` after turn
+    k-1 completes (constant `think_time_s`, or exponential with that mean). Conversation c uses
+    system prompt c mod `num_system_prompts` (segment id that index). Requests are ordered by
+    conversation start, then turn; a later turn's `arrival_s` is its conversation's start.
+    """
+    if think_time_dist not in ("constant", "exponential"):
+        raise SpecError(f"think_time_dist: {think_time_dist!r} is not one of constant, exponential")
+    sys_len = _pos_int(system_prompt_len, "system_prompt_len", 0)
+    nsys = _pos_int(num_system_prompts, "num_system_prompts")
+    think = _nonneg_float(think_time_s, "think_time_s")
+    n_conv = len(conversations)
+    if n_conv == 0:
+        raise SpecError("conversations: need at least one conversation")
+    rng = np.random.default_rng(seed)
+    starts = arrivals(n_conv, rate, burstiness, rng=rng, process=process)
+    next_id = nsys
+    prompts: list[Prompt] = []
+    arr: list[float] = []
+    outs: list[int] = []
+    sess: list[int] = []
+    par: list[int] = []
+    thinks: list[float] = []
+    for c, turns in enumerate(conversations):
+        if len(turns) == 0:
+            raise SpecError(f"conversations[{c}]: needs at least one turn")
+        history: list[Segment] = [Segment(c % nsys, sys_len)] if sys_len else []
+        prev = -1
+        for k, turn in enumerate(turns):
+            try:
+                u_raw, a_raw = turn
+            except (TypeError, ValueError):
+                raise SpecError(
+                    f"conversations[{c}][{k}]: {turn!r} must be (user_tokens, answer_tokens)"
+                ) from None
+            u = _pos_int(u_raw, f"conversations[{c}][{k}].user_tokens", 0)
+            a = _pos_int(a_raw, f"conversations[{c}][{k}].answer_tokens")
+            history.append(Segment(next_id, u))
+            next_id += 1
+            prompt = tuple(s for s in history if s.num_tokens)
+            if not prompt:
+                raise SpecError(f"conversations[{c}][{k}]: the prompt would be empty")
+            prompts.append(prompt)
+            arr.append(float(starts[c]))
+            outs.append(a)
+            sess.append(c)
+            par.append(prev)
+            if prev < 0:
+                thinks.append(0.0)
+            elif think_time_dist == "constant":
+                thinks.append(think)
+            else:
+                thinks.append(float(rng.exponential(think)) if think > 0 else 0.0)
+            prev = len(prompts) - 1
+            history.append(Segment(next_id, a))
+            next_id += 1
+    return PrefixWorkload(
+        arrival_s=np.array(arr, dtype=np.float64),
+        input_len=np.array([prompt_tokens(p) for p in prompts], dtype=np.int64),
+        output_len=np.array(outs, dtype=np.int64),
+        prompts=tuple(prompts),
+        session=np.array(sess, dtype=np.int64),
+        parent=np.array(par, dtype=np.int64),
+        think_time_s=np.array(thinks, dtype=np.float64),
+    )
+
+
+def mooncake_segments(
+    hash_ids: Sequence[int], input_length: int, unique_id: int | None = None
+) -> Prompt:
+    """A Mooncake row's prompt as segments: hash id h covers 512 tokens as segment -(h + 1).
+
+    The published `hash_ids` are chained by prefix (equal ids at position k mean equal first
+    (k + 1) x 512 tokens), so one segment per id keeps `block_hashes` exact for any block size
+    dividing 512. Negative ids keep them apart from generator ids (>= 0). The last id covers
+    the remainder (input_length - 512 x (len - 1) tokens). Tokens beyond 512 x len(hash_ids)
+    (a row with too few ids) become one unshared segment `unique_id` (required then); ids
+    beyond the input length are ignored.
+    """
+    L = _pos_int(input_length, "input_length")
+    segs: list[Segment] = []
+    left = L
+    for h in hash_ids:
+        if left == 0:
+            break
+        if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or h < 0:
+            raise SpecError(f"hash_ids: {h!r} must be an integer >= 0")
+        take = min(left, MOONCAKE_BLOCK_TOKENS)
+        segs.append(Segment(-(int(h) + 1), take))
+        left -= take
+    if left:
+        if unique_id is None:
+            raise SpecError(
+                f"hash_ids: {len(hash_ids)} ids cover {L - left} of input_length {L} tokens "
+                "(pass unique_id for the uncovered tail)"
+            )
+        segs.append(Segment(int(unique_id), left))
+    return tuple(segs)
+
+
+def read_mooncake_prefix(path: str | Path) -> PrefixWorkload:
+    """A Mooncake JSONL trace (`timestamp` ms, `input_length`, `output_length`, `hash_ids`)
+    with each prompt's prefix structure from its `hash_ids` (`mooncake_segments`).
+
+    Read by the one Mooncake reader (`traces.read_trace`, format "mooncake": arrivals from the
+    earliest, rows stably sorted by arrival, bad rows named by line and key). A row whose ids
+    cover fewer tokens than its input_length (or that has none) gets an unshared tail segment
+    (id = its 0-based row index after sorting).
+    """
+    from simulator.workloads.traces import read_trace
+
+    w = read_trace(path, fmt="mooncake")
+    hashes = w.extra.get("hash_ids")
+    prompts: list[Prompt] = []
+    for i, length in enumerate(w.input_len.tolist()):
+        try:
+            prompts.append(mooncake_segments(() if hashes is None else hashes[i], length, unique_id=i))
+        except SpecError as e:
+            raise SpecError(f"{path}: request {i}: {e}") from None
+    n = len(prompts)
+    return PrefixWorkload(
+        arrival_s=w.arrival_s,
+        input_len=np.array([prompt_tokens(p) for p in prompts], dtype=np.int64),
+        output_len=np.asarray(w.output_len, dtype=np.int64),
+        prompts=tuple(prompts),
+        session=np.full(n, -1, dtype=np.int64),
+        parent=np.full(n, -1, dtype=np.int64),
+        think_time_s=np.zeros(n, dtype=np.float64),
+    )

@@ -1,0 +1,195 @@
+"""Trace readers: published request traces in the forms they are published in.
+
+`read_trace` detects the format from the header (or takes `fmt`) and returns a `Workload`;
+each format lives in its own module (`csv_formats`: simple, Azure, BurstGPT; `mooncake`), and
+`cells` holds the checks every reader shares. Every column a format carries is kept: the
+three request columns as the Workload's arrays, the rest in `Workload.extra`. The folder also
+holds the built-in trace files (README.md there gives their source and licence).
+
+Every bad user input raises `SpecError` with one line naming the file, the 1-based line,
+the column, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simulator.specs.checks import SpecError
+from simulator.specs.fields import _did_you_mean
+from simulator.workloads.traces.csv_formats import (
+    _AZURE_COLS,
+    _BURST_COLS,
+    SIMPLE_COLUMNS,
+    _read_simple_like,
+)
+from simulator.workloads.traces.mooncake import _read_mooncake
+from simulator.workloads.workload import Workload
+
+#: Trace formats `read_trace` understands (besides "auto").
+TRACE_FORMATS = ("simple", "azure", "mooncake", "burstgpt")
+
+#: Built-in traces: name -> (file in simulator/traces, one-line description with licence).
+BUILTIN_WORKLOADS: dict[str, tuple[str, str]] = {
+    "azure-conv": (
+        "azure_conv_2023.csv",
+        "Azure LLM inference trace 2023, conversation service: 19,366 requests over ~1 h, "
+        "~5.5 req/s, prompt mean ~1155, output mean ~211 tokens (Microsoft/Splitwise, CC-BY-4.0)",
+    ),
+    "azure-code": (
+        "azure_code_2023.csv",
+        "Azure LLM inference trace 2023, code-completion service: 8,819 requests over ~1 h, "
+        "~2.6 req/s, prompt mean ~2048, output mean ~28 tokens (Microsoft/Splitwise, CC-BY-4.0)",
+    ),
+}
+
+
+def _sniff(path: Path) -> str:
+    """The first line of the file (decoded leniently); SpecError if unreadable or empty."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError as e:
+        raise SpecError(
+            f"{path}: cannot read ({e.__class__.__name__}: {e.strerror or e})"
+        ) from None
+    text = head.decode("utf-8", errors="replace").lstrip("\ufeff")
+    if not text.strip():
+        raise SpecError(
+            f"{path}: empty file; expected a trace with a header and at least one request"
+        )
+    return re.split(r"\r\n|\r|\n", text, maxsplit=1)[0]
+
+
+def _header_cols(line: str) -> list[str]:
+    return [c.strip().strip('"').strip() for c in line.split(",")]
+
+
+def _detect(path: Path, first: str) -> str:
+    cols = {c.lower() for c in _header_cols(first)}
+    if {c.lower() for c in SIMPLE_COLUMNS} <= cols:
+        return "simple"
+    if {c.lower() for c in _AZURE_COLS} <= cols:
+        return "azure"
+    if {c.lower() for c in _BURST_COLS} <= cols:
+        return "burstgpt"
+    if first.lstrip().startswith("{") or path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        return "mooncake"
+    raise SpecError(
+        f"{path}:1: unrecognised trace header {first[:80]!r}; expected simple CSV "
+        f"'{','.join(SIMPLE_COLUMNS)}', Azure CSV '{','.join(_AZURE_COLS)}', BurstGPT CSV "
+        f"'Timestamp,Model,Request tokens,Response tokens,...', or Mooncake JSONL "
+        f"(timestamp, input_length, output_length)"
+    )
+
+
+
+def read_trace(path: str | Path, fmt: str = "auto", skip_bad_rows: bool = False) -> Workload:
+    """Read a published request trace into a `Workload`.
+
+    Formats (`fmt`, or "auto" to detect from the header / extension):
+
+    - "simple": CSV `arrived_at,num_prefill_tokens,num_decode_tokens` (seconds, tokens).
+    - "azure": Azure LLM inference 2023/2024 CSV `TIMESTAMP,ContextTokens,GeneratedTokens`;
+      TIMESTAMP is a date-time string (e.g. `2023-11-16 18:15:46.6805900`, up to 9 fractional
+      digits, optional UTC offset), converted exactly (ns) to seconds.
+    - "mooncake": JSONL with `timestamp` (ms), `input_length`, `output_length` and optional
+      `hash_ids` (the request's KV-block hashes), kept as `extra["hash_ids"]`: one tuple of
+      ints per request (empty where a line has none); the column is absent when no line has it.
+    - "burstgpt": CSV `Timestamp` (s), `Model`, `Request tokens`, `Response tokens`,
+      `Total tokens`, `Log Type`; `Model`, `Total tokens` and `Log Type` are kept as
+      `extra["model"]`, `extra["total_tokens"]`, `extra["log_type"]` when present. Rows with 0
+      response tokens are requests that failed in the trace: they are dropped and counted in
+      `Workload.failed_in_trace`.
+
+    Arrivals are shifted so the earliest is at 0 and the rows (with their extra columns)
+    stably sorted by arrival. Columns/keys outside the format are ignored; blank lines are
+    skipped. A row is malformed when a column
+    is missing, not a number, NaN/inf, negative, fractional (token counts), or when it has
+    more fields than the header. A prompt of 0 tokens is malformed, and so is an output of 0
+    tokens outside BurstGPT (a served request emits at least one token; vLLM cannot serve
+    max_tokens=0). A malformed row raises SpecError naming the file, the 1-based line and the
+    column, unless `skip_bad_rows`, in which case it is skipped and counted in `bad_rows`.
+    """
+    p = Path(path)
+    if fmt not in ("auto", *TRACE_FORMATS):
+        raise SpecError(
+            f"trace format: {fmt!r} is not one of auto, {', '.join(TRACE_FORMATS)}"
+            f"{_did_you_mean(str(fmt), TRACE_FORMATS)}"
+        )
+    if not p.exists():
+        raise SpecError(f"{p}: no such file")
+    if p.is_dir():
+        raise SpecError(f"{p}: is a folder, expected a trace file")
+    first = _sniff(p)
+    kind = _detect(p, first) if fmt == "auto" else fmt
+    if kind == "mooncake":
+        t, i, o, nbad, nfailed, extra = _read_mooncake(p, skip_bad_rows)
+    else:
+        if not first.strip():
+            raise SpecError(f"{p}:1: blank line where the CSV header belongs")
+        t, i, o, nbad, nfailed, extra = _read_simple_like(p, kind, skip_bad_rows)
+    if t.size == 0:
+        why = f"all {nbad} rows are malformed" if nbad else "no request rows"
+        why += f", {nfailed} failed in the trace" if nfailed else ""
+        raise SpecError(f"{p}: no requests ({why})")
+    order = np.argsort(t, kind="stable")
+    t = t[order]
+    t = t - t[0]
+    return Workload(
+        t,
+        i[order].astype(np.int64),
+        o[order].astype(np.int64),
+        name=p.stem,
+        bad_rows=nbad,
+        failed_in_trace=nfailed,
+        extra={k: v[order] for k, v in extra.items()},
+    )
+
+
+# --------------------------------------------------------------------------- built-ins
+
+
+def _read_builtin(fname: str) -> Workload:
+    """Read a packaged trace via importlib.resources, falling back to the path next to this file."""
+    try:
+        res = importlib.resources.files(__name__) / fname
+        if res.is_file():
+            with importlib.resources.as_file(res) as p:
+                return read_trace(p, fmt="simple")
+    except (ModuleNotFoundError, TypeError, AttributeError, NotImplementedError, OSError):
+        pass
+    return read_trace(Path(__file__).resolve().parent / fname, fmt="simple")
+
+
+@functools.cache
+def builtin(name: str) -> Workload:
+    """A built-in trace by name (see `BUILTIN_WORKLOADS`); cached (Workloads are immutable)."""
+    key = name.strip().lower().replace("_", "-")
+    if key not in BUILTIN_WORKLOADS:
+        raise SpecError(
+            f"workload: {name!r} is not a built-in{_did_you_mean(key, BUILTIN_WORKLOADS)}; "
+            f"built-ins: {', '.join(BUILTIN_WORKLOADS)}"
+        )
+    w = _read_builtin(BUILTIN_WORKLOADS[key][0])
+    return Workload(w.arrival_s, w.input_len, w.output_len, name=key)
+
+
+def load_workload(spec: str | Path, **kw: Any) -> Workload:
+    """Resolve a built-in name (e.g. "azure-conv") or a trace file path; `kw` go to `read_trace`."""
+    s = str(spec)
+    key = s.strip().lower().replace("_", "-")
+    if key in BUILTIN_WORKLOADS and not Path(s).is_file():
+        return builtin(key)
+    p = Path(s)
+    if p.is_file():
+        return read_trace(p, **kw)
+    raise SpecError(
+        f"workload: {s!r} is not a built-in or a file{_did_you_mean(key, BUILTIN_WORKLOADS)}; "
+        f"built-ins: {', '.join(BUILTIN_WORKLOADS)}"
+    )
