@@ -50,7 +50,6 @@ from simulator.profiles.apply import (
 )
 from simulator.profiles.profile import load_engine
 from simulator.resolve import make_cost_model
-from simulator.serving.disagg import simulate_disagg, transfer_summary
 from simulator.serving.pool import ROUTERS
 from simulator.serving.records import SimResult
 from simulator.serving.sched.registry import SCHEDULERS, EngineConfig
@@ -447,6 +446,8 @@ class Scenario:
     def _run_disagg(self, workload: wl.Workload,
                     progress: Callable[[int, int], None] | None = None) -> tuple[SimResult, dict[str, Any]]:
         """Simulate the scenario's disaggregated deployment (`deployment.py`): (result, summary)."""
+        from simulator.serving.disagg import simulate_disagg, transfer_summary
+
         sc = self
         P, D = parse_disagg(sc.disagg)
         ps, ds = sc.pool("prefill"), sc.pool("decode")

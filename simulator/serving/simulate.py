@@ -41,7 +41,6 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-import pandas as pd
 
 from simulator.cost.memory import kv_bytes_per_gpu_token
 from simulator.cost.roofline import CostModel
@@ -141,7 +140,6 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     columns = log.timeline_columns()
     columns.update(utilization_columns(cost, columns))  # MFU/MBU per row, from its work sums
     util = utilization_summary(columns)
-    timeline = pd.DataFrame(columns, copy=False)  # built once, with every column
     meta = {
         "num_replicas": replicas,
         "router": router,
@@ -167,7 +165,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     res = SimResult(workload.arrival_s.copy() if closed is None and deps is None and capped is None else arrivals,
                      workload.input_len, workload.output_len, out.first_token_s, out.finish_s,
                      out.preemptions, out.replica, out.status, out.reasons, itl_v, itl_c,
-                     timeline, meta, scheduled_s=out.scheduled_s,
+                     columns, meta, scheduled_s=out.scheduled_s,
                      cached_tokens=out.cached_tokens if cfg.enable_prefix_caching else None,
                      client_queue_s=client_queue_s)
     return res if client is None else client.apply(res)
