@@ -96,11 +96,14 @@ def importtime(root: Path) -> dict[str, object]:
     return {"cli_import_ms": total, "heavy_imports_ms": loaded}
 
 
+def compile_tree(root: Path) -> None:
+    """Bytecode, as `pip install` compiles it: an editable install under PYTHONDONTWRITEBYTECODE
+    would otherwise compile every module from source on every run."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "simulator")], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
 def measure(roots: dict[str, Path], runs: int) -> dict[str, dict[str, list[dict[str, float]]]]:
-    for root in roots.values():  # bytecode, as `pip install` compiles it (an editable install
-        # under PYTHONDONTWRITEBYTECODE would otherwise compile every module on every run)
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(root / "simulator")], check=True,
-                       stdout=subprocess.DEVNULL)
     cases = {"--help": (HELP, False), "simulate 10k": (SIMULATE, True),
              "simulate 10k --engine none": (SIMULATE_NONE, True)}
     out: dict[str, dict[str, list[dict[str, float]]]] = {name: {c: [] for c in cases} for name in roots}
@@ -143,6 +146,7 @@ def main() -> None:
     here = Path(__file__).resolve().parents[1]
     if "--compare" not in sys.argv:
         roots = {"this tree": here}
+        compile_tree(here)
         report(measure(roots, runs), {"this tree": importtime(here)}, runs)
         return
     ref = sys.argv[sys.argv.index("--compare") + 1]
@@ -151,6 +155,8 @@ def main() -> None:
         subprocess.run(["git", "-C", str(here), "worktree", "add", "--detach", "-q", str(other), ref], check=True)
         try:
             roots = {ref: other, "this tree": here}
+            for root in roots.values():
+                compile_tree(root)
             imports = {name: importtime(root) for name, root in roots.items()}
             results = measure(roots, runs)
         finally:
