@@ -53,7 +53,7 @@ from simulator.resolve import make_cost_model
 from simulator.serving.pool import ROUTERS
 from simulator.serving.records import SimResult
 from simulator.serving.sched.registry import SCHEDULERS, EngineConfig
-from simulator.serving.simulate import simulate
+from simulator.serving.simulate import Watch, simulate
 from simulator.specs.catalog import load_hardware, load_model, read_yaml
 from simulator.specs.checks import SpecError, check_int
 from simulator.specs.dtypes import DTYPES
@@ -411,15 +411,18 @@ class Scenario:
             raise SpecError(f"deployment.{name}.{e}") from None
 
     def run(self, progress: Callable[[int, int], None] | None = None,
-            workload: wl.Workload | None = None) -> tuple[SimResult, dict[str, Any]]:
-        """Simulate; returns (per-request result, vLLM-style summary)."""
+            workload: wl.Workload | None = None, watch: Watch | None = None,
+            cost: CostModel | None = None) -> tuple[SimResult, dict[str, Any]]:
+        """Simulate; returns (per-request result, vLLM-style summary). `workload`, `cost`: this
+        scenario's own, already made (a capacity search reuses them across its probes);
+        `watch`: may stop the run early (`serving.simulate.simulate`)."""
         if self.disagg is not None:
             return self._run_disagg(workload if workload is not None else self.make_workload(), progress)
-        cost = self.cost_model()
+        cost = cost if cost is not None else self.cost_model()
         try:
             w, note = (workload, "") if workload is not None else self.make_workload_noted()
             client = client_view_for(load_engine(self.engine)) if self.engine is not None else None
-            res = simulate(cost, w, self.engine_config(cost), self.replicas, self.router, progress, client)
+            res = simulate(cost, w, self.engine_config(cost), self.replicas, self.router, progress, client, watch)
         except MemoryError:
             raise SpecError(f"num_requests: {self.num_requests} requests do not fit in this machine's "
                             "memory (about 80 bytes each); simulate fewer") from None

@@ -134,6 +134,14 @@ class SimResult:
     #: (`arrival_s`) minus scheduled time; None for an uncapped open loop
     client_queue_s: np.ndarray | None = None
 
+    def timeline_column(self, name: str) -> np.ndarray:
+        """One column of the timeline, without building its DataFrame when it is not built yet
+        (empty when the result has no timeline or no such column)."""
+        table = self.__dict__.get("_timeline")
+        if table is None or name not in table:
+            return np.zeros(0)
+        return np.asarray(table[name])
+
     def records(self) -> pd.DataFrame:
         """Tidy per-request table (one row per request), times in seconds."""
         import pandas as pd
