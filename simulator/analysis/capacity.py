@@ -123,7 +123,9 @@ def slo_breakdown(res: SimResult, slos_s: dict[str, float], target: float) -> di
     for k, bound in slos_s.items():
         x = metric[k]
         miss[k] = float(np.mean(x > bound + 1e-9)) if len(x) else 0.0
-        q = float(np.quantile(x, target, method="higher")) if len(x) else math.nan
+        # the ceil(target n)-th smallest value: <= the bound exactly when >= target of the
+        # requests meet this SLO (the goodput rule, one SLO at a time)
+        q = float(np.quantile(x, target, method="inverted_cdf")) if len(x) else math.nan
         at[k] = q * 1e3
         ratio[k] = q / bound
     binding = max(slos_s, key=lambda k: (miss[k], ratio[k]))
@@ -265,7 +267,7 @@ class SloWatch:
 
     def ratio_at_stop(self) -> dict[str, float]:
         """Per SLO, the target quantile of its known lower bounds over its bound (at the stop)."""
-        return {k: float(np.quantile(x, self.target, method="higher")) / self.slos[k]
+        return {k: float(np.quantile(x, self.target, method="inverted_cdf")) / self.slos[k]
                 for k, x in getattr(self, "known", {}).items() if len(x)}
 
     def __call__(self, r: int, t: float, rec: Records) -> str | None:

@@ -568,6 +568,8 @@ def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
         if bracket is not None:
             brackets[c] = bracket
     _bisect(brackets, results, infos, run, slo_target, tol)
+    for c, info in enumerate(infos):  # bisection probes count too
+        info["max_stable_rate"] = max((p["rate"] for p in results[c] if not is_saturated(p)), default=None)
     for c, (info, (_, _, sc)) in enumerate(zip(infos, curves, strict=True)):
         _warn_capacity_above_saturation(info, sc.num_requests)
         _binding(info, results[c], dict(slos))
