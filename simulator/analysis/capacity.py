@@ -383,12 +383,16 @@ def _binding_ratio(p: dict[str, Any] | None) -> float:
 
 
 def search(sc: Scenario, slo_target: float = 0.99, tol: float = 0.02, reuse: Reuse | None = None,
-           early_stop: bool = True, done: Callable[[], None] | None = None) -> dict[str, Any]:
+           early_stop: bool = True, done: Callable[[], None] | None = None,
+           enough: Callable[[float, float], bool] | None = None) -> dict[str, Any]:
     """The SLO capacity of `sc` (module docstring): `slo_capacity` (the verified good rate, 0 when
     the SLOs fail even at LOWEST_PROBE x hi0), `slo_capacity_upper` (the lowest failing rate, or
     hi0), `offline_max_throughput`, `analytic_bound`, `probes` (every probe's summary, in order),
     `binding` (`binding_summary`), `saturation_rate` (the most achieved by a saturated probe, or
-    None), `slo_note`, `warnings`. `done` is called after each simulation."""
+    None), `slo_note`, `warnings`, `refined` (whether the bracket is within `tol`). `done` is
+    called after each simulation. `enough(lo, hi)`: the search may end before the tolerance
+    when it says the bracket already answers the caller's question (a plan: the replica count is
+    the same anywhere in it); `refine` narrows it later."""
     reuse = reuse or Reuse()
     tick = done or (lambda: None)
     cost = reuse.cost(sc)
@@ -400,14 +404,36 @@ def search(sc: Scenario, slo_target: float = 0.99, tol: float = 0.02, reuse: Reu
     info: dict[str, Any] = {"offline_max_throughput": x_off, "analytic_bound": bound, "upper_bound": hi0,
                             "upper_bound_source": "offline maximum" if hi0 == x_off else "analytic bound",
                             "probes": [], "warnings": [], "slo_target": slo_target, "slo_tolerance": tol}
-    lo: dict[str, Any] | None = None
-    hi: dict[str, Any] | None = None
-    slos = sc.goodput
+    return _narrow(sc, info, slo_target, tol, reuse, early_stop, tick, enough)
+
+
+def refine(sc: Scenario, info: dict[str, Any], slo_target: float = 0.99, tol: float = 0.02,
+           reuse: Reuse | None = None, early_stop: bool = True,
+           done: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Continue a `search` that ended early (`enough`) until its bracket is within `tol`."""
+    return _narrow(sc, info, slo_target, tol, reuse or Reuse(), early_stop, done or (lambda: None), None)
+
+
+def _bracket(probes: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(the highest probe that met the SLOs below every failed one, the lowest failed one)."""
+    bad = min((p for p in probes if not p["meets_slo"]), key=lambda p: p["rate"], default=None)
+    good = [p for p in probes if p["meets_slo"] and (bad is None or p["rate"] < bad["rate"])]
+    return max(good, key=lambda p: p["rate"], default=None), bad
+
+
+def _narrow(sc: Scenario, info: dict[str, Any], slo_target: float, tol: float, reuse: Reuse, early_stop: bool,
+            tick: Callable[[], None], enough: Callable[[float, float], bool] | None) -> dict[str, Any]:
+    """Probe until the bracket is within `tol` (or `enough`); the result fields (`_result`)."""
+    hi0, x_off = info["upper_bound"], info["offline_max_throughput"]
     for _ in range(MAX_PROBES):
+        lo, hi = _bracket(info["probes"])
         top = hi["rate"] if hi is not None else hi0
         if lo is not None and top <= lo["rate"] * (1.0 + tol) * (1.0 + 1e-9):
             break
-        r = _next_rate(lo, hi, hi0, tol, [p["meets_slo"] for p in info["probes"] if lo is not None])
+        if lo is not None and enough is not None and enough(lo["rate"], top):
+            break
+        first_good = next((i for i, p in enumerate(info["probes"]) if p["meets_slo"]), len(info["probes"]))
+        r = _next_rate(lo, hi, hi0, tol, [p["meets_slo"] for p in info["probes"][first_good:]])
         if not 0 < r < top:
             break
         p = probe(sc, r, slo_target, reuse, early_stop)
@@ -416,11 +442,8 @@ def search(sc: Scenario, slo_target: float = 0.99, tol: float = 0.02, reuse: Reu
         p["saturated"] = is_saturated(p)
         p["meets_slo"] = meets_slo(p, slo_target)
         info["probes"].append(p)
-        if p["meets_slo"]:
-            lo = p
-        else:
-            hi = p
-    info.update(_result(lo, hi, hi0, info, slos, slo_target, tol))
+    lo, hi = _bracket(info["probes"])
+    info.update(_result(lo, hi, hi0, info, sc.goodput, slo_target, tol))
     return info
 
 
@@ -428,9 +451,11 @@ def _result(lo: dict[str, Any] | None, hi: dict[str, Any] | None, hi0: float, in
             slos: dict[str, float], target: float, tol: float) -> dict[str, Any]:
     sat = [p["achieved_rate"] for p in info["probes"] if p["saturated"] and not p.get("stopped_early")
            and p.get("achieved_rate") is not None and math.isfinite(p["achieved_rate"])]
+    upper = hi["rate"] if hi is not None else hi0
     out: dict[str, Any] = {
         "slo_capacity": lo["rate"] if lo is not None else 0.0,
-        "slo_capacity_upper": hi["rate"] if hi is not None else hi0,
+        "slo_capacity_upper": upper,
+        "refined": lo is None or upper <= lo["rate"] * (1.0 + tol) * (1.0 + 1e-9),
         "saturation_rate": max(sat) if sat else None,
         "bisection_probes": len(info["probes"]),
         "stopped_early": sum(1 for p in info["probes"] if p.get("stopped_early")),
@@ -451,5 +476,5 @@ def _result(lo: dict[str, Any] | None, hi: dict[str, Any] | None, hi0: float, in
     return out
 
 
-__all__ = ["analytic_bound", "search", "probe", "SloWatch", "Reuse", "slo_breakdown", "binding_summary",
+__all__ = ["analytic_bound", "search", "refine", "probe", "SloWatch", "Reuse", "slo_breakdown", "binding_summary",
            "binding_text", "is_saturated", "meets_slo", "SATURATION_RATIO"]

@@ -40,7 +40,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeGuard
 
-from simulator.analysis.capacity import Reuse, meets_slo, probe, search
+from simulator.analysis.capacity import Reuse, meets_slo, probe, refine, search
 from simulator.analysis.executors import Executor
 from simulator.scenario import Scenario
 from simulator.specs.catalog import load_hardware, load_model
@@ -231,10 +231,24 @@ def _screen(base: Scenario, base1: Scenario, hw_specs: dict[str, Any], tp_list: 
 _REUSE = Reuse()
 
 
-def _capacity_task(scenario_dict: dict[str, Any], slo_target: float, tol: float) -> dict[str, Any]:
+def _capacity_task(scenario_dict: dict[str, Any], slo_target: float, tol: float, rate: float,
+                   headroom: float) -> dict[str, Any]:
     """One candidate's `capacity.search` (top-level and fed plain data, so it pickles into a
-    process pool or a Dask worker); the probes' summaries are left out of the result."""
-    info = search(Scenario(**scenario_dict), slo_target, tol, _REUSE)
+    process pool or a Dask worker), ended as soon as the bracket fixes the replica count
+    (`refined` False then; `_refine_task` narrows it); probes kept as `_probe_row`s."""
+    def enough(lo: float, hi: float) -> bool:
+        return replicas_needed(rate, lo, headroom) == replicas_needed(rate, hi * (1 - 1e-9), headroom)
+
+    return _lean(search(Scenario(**scenario_dict), slo_target, tol, _REUSE, enough=enough))
+
+
+def _refine_task(scenario_dict: dict[str, Any], info: dict[str, Any], slo_target: float,
+                 tol: float) -> dict[str, Any]:
+    """`capacity.refine` of a candidate's search to the tolerance."""
+    return _lean(refine(Scenario(**scenario_dict), info, slo_target, tol, _REUSE))
+
+
+def _lean(info: dict[str, Any]) -> dict[str, Any]:
     info["probes"] = [_probe_row(p) for p in info["probes"]]
     if info.get("at_capacity") is not None:
         info["at_capacity"] = _probe_row(info["at_capacity"])
@@ -242,42 +256,66 @@ def _capacity_task(scenario_dict: dict[str, Any], slo_target: float, tol: float)
 
 
 def _probe_row(p: dict[str, Any]) -> dict[str, Any]:
-    """What a plan keeps of one probe."""
+    """What a plan keeps of one probe (enough to continue its search, `capacity.refine`)."""
     keys = ("rate", "meets_slo", "good_fraction", "saturated", "unstable_signals", "stopped_early",
             "achieved_rate", "p99_ttft_ms", "p99_tpot_ms", "slo_miss", "slo_at_target_ms", "slo_ratio",
-            "binding_slo", "joules_per_output_token")
+            "slo_ratio_at_stop", "binding_slo", "joules_per_output_token")
     return {k: p.get(k) for k in keys}
+
+
+def _candidate_dict(base1: Scenario, key: tuple) -> dict[str, Any]:
+    return base1.replace(hardware=key[0], tp=key[1], weight_dtype=key[2], kv_dtype=key[3], ep=key[4]).as_dict()
 
 
 def _slo_capacities(base: Scenario, base1: Scenario, feasible_keys: list[_Key],
                     rows: dict[_Key, dict[str, Any]], ex: Executor, prog: _Offset,
-                    slo_target: float, tol: float) -> None:
+                    slo_target: float, tol: float, rate: float, headroom: float) -> None:
     """Step 2: SLO capacity of one replica per candidate (`capacity.search`: bounded by the
-    analytic bound and the offline maximum, a bracketed search, failing probes stopped early)."""
-    dicts = [base1.replace(hardware=k[0], tp=k[1], weight_dtype=k[2], kv_dtype=k[3], ep=k[4]).as_dict()
-             for k in feasible_keys]
+    analytic bound and the offline maximum, a bracketed search, failing probes stopped early),
+    each search ended once its bracket fixes the candidate's replica count."""
+    dicts = [_candidate_dict(base1, k) for k in feasible_keys]
     prog.add(len(dicts))
-    infos = ex.map(_capacity_task, [(d, slo_target, tol) for d in dicts], prog.tick)
+    infos = ex.map(_capacity_task, [(d, slo_target, tol, rate, headroom) for d in dicts], prog.tick)
     prog.next_call()
     for key, info in zip(feasible_keys, infos, strict=True):
-        row = rows[key]
-        at = info.get("at_capacity") or {}
-        row.update(offline_max_throughput=info["offline_max_throughput"], analytic_bound=info["analytic_bound"],
-                   upper_bound=info["upper_bound"], saturation_rate=info["saturation_rate"],
-                   slo_capacity=info["slo_capacity"], slo_capacity_upper=info["slo_capacity_upper"],
-                   slo_note=info["slo_note"], bisection_probes=info["bisection_probes"],
-                   probes_stopped_early=info["stopped_early"], probes=info["probes"],
-                   warnings=list(info["warnings"]), binding=info["binding"],
-                   binding_slo=(info["binding"] or {}).get("slo"),
-                   joules_per_output_token=at.get("joules_per_output_token"))
-        if not info["slo_capacity"]:
-            row["reason"] = info["slo_note"]
-        x, bound = info["offline_max_throughput"], info["analytic_bound"]
-        if _num(x) and _num(bound) and x < 0.5 * bound:
-            row["warnings"].append(
-                f"the offline maximum {x:.4g} req/s is under half the analytic bound {bound:.4g} req/s: "
-                f"with {base.num_requests} requests per run the replica never reaches a steady state, and "
-                "the capacity is capped by this short run; raise --num-requests")
+        _take_capacity(base, rows[key], info)
+
+
+def _refine_best(base: Scenario, base1: Scenario, best: dict[str, Any], ex: Executor, prog: _Offset,
+                 slo_target: float, tol: float) -> None:
+    """The cheapest candidate's capacity narrowed to the tolerance (the others' brackets already
+    fix their replica counts; the table shows them as ranges)."""
+    if best.get("search", {}).get("refined", True):
+        return
+    prog.add(1)
+    (info,) = ex.map(_refine_task, [(_candidate_dict(base1, best["_key"]), best["search"], slo_target, tol)],
+                     prog.tick)
+    _take_capacity(base, best, info)
+
+
+def _take_capacity(base: Scenario, row: dict[str, Any], info: dict[str, Any]) -> None:
+    """A candidate row's fields from its search (`search`: the state a refinement continues)."""
+    at = info.get("at_capacity") or {}
+    row["search"] = {k: v for k, v in info.items() if k != "at_capacity"}
+    row.update(offline_max_throughput=info["offline_max_throughput"], analytic_bound=info["analytic_bound"],
+               upper_bound=info["upper_bound"], saturation_rate=info["saturation_rate"],
+               slo_capacity=info["slo_capacity"], slo_capacity_upper=info["slo_capacity_upper"],
+               capacity_refined=info["refined"], slo_note=info["slo_note"],
+               bisection_probes=info["bisection_probes"], probes_stopped_early=info["stopped_early"],
+               probes=info["probes"], binding=info["binding"], binding_slo=(info["binding"] or {}).get("slo"),
+               joules_per_output_token=at.get("joules_per_output_token"))
+    warnings = row.setdefault("warnings", [])
+    warnings.extend(w for w in info["warnings"] if w not in warnings)
+    if "usable_capacity" in row:
+        row["usable_capacity"] = info["slo_capacity"] * (1.0 - row.get("headroom", 0.0))
+    if not info["slo_capacity"]:
+        row["reason"] = info["slo_note"]
+    x, bound = info["offline_max_throughput"], info["analytic_bound"]
+    short = (f"the offline maximum {x:.4g} req/s is under half the analytic bound {bound:.4g} req/s: "
+             f"with {base.num_requests} requests per run the replica never reaches a steady state, and "
+             "the capacity is capped by this short run; raise --num-requests") if _num(x) and _num(bound) else ""
+    if short and x < 0.5 * bound and short not in warnings:
+        warnings.append(short)
 
 
 def _price(row: dict[str, Any], n: int, rate: float, mean_out: float) -> None:
@@ -314,7 +352,7 @@ def _price_candidates(feasible_keys: list[_Key], rows: dict[_Key, dict[str, Any]
         hw = hw_specs[key[0]]
         price, source = (price_map[hw.id], "override") if hw.id in price_map else (
             hw.price_per_gpu_hour_usd, "catalog" if hw.price_per_gpu_hour_usd else None)
-        row.update(status="feasible", usable_capacity=cap * (1.0 - headroom), replicas_linear=n,
+        row.update(status="feasible", usable_capacity=cap * (1.0 - headroom), headroom=headroom, replicas_linear=n,
                    price_per_gpu_hour_usd=price, price_source=source, replicas_verified=False)
         _price(row, n, rate, mean_out)
         if price is None:
@@ -352,9 +390,9 @@ def _pool_task(scenario_dict: dict[str, Any], key: tuple, replicas: int, rate: f
 
 def _verify_one(base1: Scenario, row: dict[str, Any], rate_v: float, slo_target: float, ex: Executor,
                 prog: _Offset) -> None:
-    """Step 4 for one candidate: the smallest N whose pool meets the SLOs at `rate_v`, searched
-    from the linear estimate down (while it passes, never below the bound's N) or up (while it
-    fails, at most MAX_POOL_RAISE more)."""
+    """Step 4 for one candidate: the smallest N whose pool meets the SLOs at `rate_v`: from one
+    below the linear estimate down while it passes (never below the fewest the capacity bound
+    allows), else the linear estimate, else up while it fails (at most MAX_POOL_RAISE more)."""
     key = row["_key"]
     d = base1.as_dict()
 
@@ -367,10 +405,12 @@ def _verify_one(base1: Scenario, row: dict[str, Any], rate_v: float, slo_target:
     n0 = row["replicas_linear"]
     floor_n = max(1, math.ceil(rate_v / row["upper_bound"] - 1e-9)) if _num(row.get("upper_bound")) else 1
     row["pool_checks"] = []
-    if check(n0)["meets_slo"]:
-        n = n0
+    if n0 - 1 >= floor_n and check(n0 - 1)["meets_slo"]:  # pooling saves a replica: try for more
+        n = n0 - 1
         while n - 1 >= floor_n and check(n - 1)["meets_slo"]:
             n -= 1
+    elif check(n0)["meets_slo"]:
+        n = n0
     else:
         n = n0 + 1
         while n <= n0 + MAX_POOL_RAISE and not check(n)["meets_slo"]:
@@ -488,11 +528,12 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
     prog = _Offset(progress)
     _REUSE.clear()
     try:
-        _slo_capacities(base, base1, feasible_keys, rows, ex, prog, slo_target, tol)
+        _slo_capacities(base, base1, feasible_keys, rows, ex, prog, slo_target, tol, rate, headroom)
         candidates = _price_candidates(feasible_keys, rows, infeasible, hw_specs, price_map, rate, headroom,
                                        mean_out)
         _verify_pools(base1, candidates, infeasible, rate, headroom, slo_target, mean_out, ex, prog)
         if candidates:
+            _refine_best(base, base1, candidates[0], ex, prog, slo_target, tol)
             _without_headroom(base1, candidates[0], rate, headroom, slo_target, ex, prog)
     finally:
         _REUSE.clear()
@@ -501,6 +542,8 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
     ep_extra = {"expert_parallel": expert_parallel_summary(base1, candidates, infeasible)} if moe else {}
     for r in (*candidates, *infeasible):
         r.pop("_key", None)
+        r.pop("search", None)
+        r.pop("headroom", None)
     extra = _disaggregated(base, rate, hw_specs, price_map, tp_list, headroom, slo_target, tol, executor,
                            candidates) if disagg else {}
     return {
