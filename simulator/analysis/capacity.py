@@ -85,6 +85,8 @@ def is_saturated(p: dict[str, Any]) -> bool:
     rates (< 20 requests) the summary's ``achieved_rate < 0.95 x offered_rate`` is used."""
     if p.get("unstable") or p.get("above_offline_max") or p.get("above_saturation"):
         return True
+    if "unstable_signals" in p:  # the simulator judged every signal, the window's included
+        return False
     pairs = ((p.get("window_offered_rate"), p.get("window_started_rate")),
              (p.get("offered_rate"), p.get("achieved_rate")))
     for off, got in pairs:

@@ -311,9 +311,9 @@ def _take_capacity(base: Scenario, row: dict[str, Any], info: dict[str, Any]) ->
     if not info["slo_capacity"]:
         row["reason"] = info["slo_note"]
     x, bound = info["offline_max_throughput"], info["analytic_bound"]
-    short = (f"the offline maximum {x:.4g} req/s is under half the analytic bound {bound:.4g} req/s: "
-             f"with {base.num_requests} requests per run the replica never reaches a steady state, and "
-             "the capacity is capped by this short run; raise --num-requests") if _num(x) and _num(bound) else ""
+    short = (f"{base.num_requests} requests per run are too few for a steady result: the offline maximum "
+             f"{x:.4g} req/s is under half the analytic bound {bound:.4g} req/s, and the capacity is capped "
+             "by so short a run; raise --num-requests") if _num(x) and _num(bound) else ""
     if short and x < 0.5 * bound and short not in warnings:
         warnings.append(short)
 

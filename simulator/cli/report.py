@@ -371,6 +371,14 @@ def fmt(v: Any, spec: str, dash: str = "-") -> str:
     return format(v, spec) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else dash
 
 
+def _capacity_cell(c: dict[str, Any]) -> str:
+    """A plan row's capacity per replica: '14.1', or '9.75-12.3' while its bracket is wider than
+    the tolerance (the bracket already fixes the replica count; analysis/plan.py)."""
+    if c.get("capacity_refined") is False:
+        return f"{fmt(c['slo_capacity'], '.3g')}-{fmt(c.get('slo_capacity_upper'), '.3g')}"
+    return fmt(c["slo_capacity"], ".3g")
+
+
 def _ep(c: dict[str, Any]) -> str:
     """' ep=4' for a plan row with expert parallelism, else ''."""
     return f" ep={c['ep']}" if c.get("ep", 1) != 1 else ""
@@ -386,7 +394,7 @@ def print_plan(r: dict[str, Any]) -> None:
              **({"ep": c["ep"]} if "ep" in c else {}),  # MoE models: the EP variants (plan.py)
              **({"pp": c["pp"]} if c["pp"] != 1 else {}),
              "weights": c["weight_dtype"], "kv": c["kv_dtype"],
-             "req/s/replica": fmt(c["slo_capacity"], ".3g"), "binds": (c.get("binding_slo") or "-").upper(),
+             "req/s/replica": _capacity_cell(c), "binds": (c.get("binding_slo") or "-").upper(),
              "replicas": c["replicas"], "sized by": "pool" if c.get("replicas_verified") else "1 replica",
              "GPUs": c["gpus"], "$/h": fmt(c["cost_per_hour_usd"], ".2f"),
              "$/M out tok": fmt(c["cost_per_million_output_tokens_usd"], ".3f")} for c in r["candidates"]]
@@ -418,8 +426,10 @@ def print_plan(r: dict[str, Any]) -> None:
         wh = b.get("without_headroom")
         if wh is not None:
             verdict = "meet" if wh["meets_slo"] else "do not meet"
+            why = (f"stopped early: {wh['stopped_early']['reason']}" if wh.get("stopped_early")
+                   else f"good fraction {fmt(wh.get('good_fraction'), '.3f')}")
             click.echo(f"without the headroom: {wh['replicas']} replicas {verdict} the SLOs at {r['rate']:g} req/s "
-                       f"(good fraction {fmt(wh.get('good_fraction'), '.3f')})")
+                       f"({why})")
     if r.get("expert_parallel"):  # MoE models: does EP (ep = tp) win?
         click.echo(r["expert_parallel"]["note"])
 
