@@ -327,6 +327,13 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
     engine = str(data.get("backend") or "vllm")
     if engine == "llmsim":  # llmsim's own saved run: the engine profile it ran under
         saved = data.get("llmsim_scenario")
+        if isinstance(saved, str):  # written as --metadata text (cli/vllm_result.py)
+            import json
+
+            try:
+                saved = json.loads(saved)
+            except ValueError:
+                saved = None
         engine = str((saved.get("engine") if isinstance(saved, dict) else None) or "generic")
     base = {
         "source": f"{p.name} (vllm bench serve, backend {data.get('backend', '?')}, {data.get('date', 'undated')})",

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from simulator.cli import options as opt
-from simulator.cli import outputs, report
+from simulator.cli import outputs, report, vllm_flags
 from simulator.cli.group import CliGroup, Terminated
 from simulator.cli.outputs import OutputSet, check_out_dir, check_out_file
 from simulator.specs.checks import SpecError
@@ -145,17 +145,21 @@ def roofline(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | No
               help="Write the run in Prometheus text format under vLLM's metric names (vllm:*).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def simulate(out_dir: str | None, metrics_out: str | None, as_json: bool, quiet: bool, save_result: bool, result_dir: str | None,
-             result_filename: str | None, percentile_metrics: str, metric_percentiles: str,
-             label: str | None, **kw: Any) -> None:
-    """Serve a request stream through continuous batching and report vLLM's metrics."""
+@vllm_flags.client_flag_options
+def simulate(out_dir: str | None, metrics_out: str | None, as_json: bool, quiet: bool, **kw: Any) -> None:
+    """Serve a request stream through continuous batching and report vLLM's metrics.
+
+    `vllm bench serve`'s flags work as they are (docs/commands.md, "vLLM's spellings"); a
+    vLLM flag llmsim cannot honour is refused with one line that says why."""
     if out_dir is not None:
         check_out_dir(out_dir)
+    result_opts = opt.pop_vllm_result_opts(kw)
+    client = vllm_flags.check_client_flags(kw, kw.get("model"))
     sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
-    res, summary = sc.run(progress=report.Progress("simulating", quiet or as_json))
-    if save_result or result_dir or result_filename:
-        path = report.save_vllm_result(sc, res, summary, result_dir, result_filename, percentile_metrics,
-                                       metric_percentiles, label)
+    res, summary = sc.run(progress=report.Progress("simulating", quiet or as_json or bool(client.get("disable_tqdm"))))
+    if result_opts.get("save_result") or result_opts.get("append_result") or result_opts.get("result_dir") \
+            or result_opts.get("result_filename"):
+        path = report.save_vllm_result(sc, res, result_opts)
         if not (quiet or as_json):
             click.echo(f"wrote {path}", err=True)
     if metrics_out:
