@@ -182,7 +182,8 @@ def simulate(out_dir: str | None, metrics_out: str | None, as_json: bool, quiet:
         with OutputSet(Path(out_dir)) as d:
             report.write_csv(d / "requests.csv", res.records())
             report.write_csv(d / "timeline.csv", res.timeline)
-            outputs.write_atomic(d / "timeline.png", plots.timeline_png(res.timeline, f"{summary['model']} on {summary['hardware']}"))
+            outputs.write_atomic(d / "timeline.png", plots.timeline_png(res.timeline, plots.timeline_title(
+                {**summary, "concurrency": sc.concurrency if sc.rate is None else None})))
             report.write_json(d / "summary.json", {**summary, "scenario": sc.as_dict()})
     if as_json:
         report.echo_json(summary)
