@@ -48,8 +48,9 @@ def plain_log_axis(ax: Any, which: str = "y") -> None:
 
     for name in ("x", "y") if which == "both" else (which,):
         axis = ax.xaxis if name == "x" else ax.yaxis
-        axis.set_major_formatter(Plain())
-        axis.set_minor_formatter(Plain(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+        base = float(getattr(axis.get_transform(), "base", 10.0))  # a base-2 batch axis: 1, 2, 4, 8
+        axis.set_major_formatter(Plain(base=base))
+        axis.set_minor_formatter(Plain(base=base, labelOnlyBase=False, minor_thresholds=(1, 0.4)))
 
 
 def zero_based(ax: Any, values: Any, pad: float = 1.05) -> None:
