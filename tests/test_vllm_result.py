@@ -298,3 +298,17 @@ def test_parse_metadata_and_percentiles_errors():
     with pytest.raises(SpecError, match="is not KEY=VALUE"):
         vr.parse_metadata(["=x"])
     assert vr.parse_percentile_metrics("e2el, itl,ttft") == ["ttft", "itl", "e2el"]
+
+
+def test_validate_reads_a_large_detailed_result(tmp_path):
+    """A --save-detailed file of 800 prompts holds > 100,000 values (the per-request itls):
+    validate reads it (the bound on a spec's values does not apply to result files)."""
+    f = tmp_path / "d.json"
+    code, _, err = run("simulate", "-n", "800", "--input-len", "64", "--output-len", "130", "--request-rate", "50",
+                       "--save-detailed", "--result-filename", str(f), "-q")
+    assert code == 0, err
+    assert sum(len(x) for x in json.loads(f.read_text())["itls"]) > 100_000
+    code, out, err = run("validate", str(f), "-m", "llama-3.1-8b", "-H", "h100-sxm", "--num-requests", "50",
+                         "--json", "-q")
+    assert code == 0, err
+    assert json.loads(out)["predicted"] > 0
