@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.cli.plotkit import COLORS, _finite, _png_bytes
+from simulator.cli.plotkit import COLORS, _finite, _png_bytes, plain_log_axis
 
 
 def plan_png(result: dict[str, Any]) -> bytes:
@@ -148,7 +148,7 @@ def speculative_png(result: dict[str, Any]) -> bytes:
                     xytext=(4, 0), textcoords="offset points", color="tab:red", fontsize=9, va="top")
     if len(bs) > 1 and bs[-1] / max(bs[0], 1) > 20:
         ax.set_xscale("log", base=2)
-    ax.set_xlabel("decode batch size (sequences)")
+        plain_log_axis(ax, "x")  # batch 8, 16, 32: not 2^3    ax.set_xlabel("decode batch size (sequences)")
     ax.set_ylabel("time per output token (ms)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
@@ -193,6 +193,7 @@ def hardware_png(result: dict[str, Any]) -> bytes:
         pos = [r.get(key) for r in rows for key, _ in series if _finite(r.get(key)) and r.get(key) > 0]
         if logy and pos and max(pos) / min(pos) > 30:
             ax.set_yscale("log")
+            plain_log_axis(ax)
         ax.set_title(title, fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
         if k > 1:

@@ -569,19 +569,30 @@ def print_yaml(obj: Any) -> None:
     click.echo(yaml.safe_dump(clean(obj), sort_keys=False, width=100).rstrip())
 
 
-def save_vllm_result(sc: Any, res: Any, summary: dict[str, Any], result_dir: str | None,
-                     result_filename: str | None, percentile_metrics: str, metric_percentiles: str,
-                     label: str | None) -> Any:
-    """Write the run as `vllm bench serve --save-result` would (simulator.cli.vllm_result); returns the path."""
+def save_vllm_result(sc: Any, res: Any, opts: dict[str, Any]) -> Any:
+    """Write the run as `vllm bench serve --save-result` would (simulator.cli.vllm_result):
+    one JSON line, as vLLM's `json.dump`; `append_result` adds a newline and the object to an
+    existing file, as vLLM's --append-result does. `opts`: result_dir, result_filename,
+    percentile_metrics, metric_percentiles, label, save_detailed, metadata, append_result.
+    Returns the path."""
     from pathlib import Path
 
     from simulator.cli import vllm_result as vr
 
-    result = vr.result_json(sc, res, summary, sc.cost_model().model, version=llmsim_version(),
-                            percentile_metrics=percentile_metrics, metric_percentiles=metric_percentiles,
-                            label=label)
-    path = Path(result_dir or ".") / (result_filename or vr.result_filename(result))
-    write_json(path, result)
+    result = vr.result_json(sc, res, sc.cost_model().model, version=llmsim_version(),
+                            percentile_metrics=opts.get("percentile_metrics"),
+                            metric_percentiles=opts.get("metric_percentiles") or vr.DEFAULT_METRIC_PERCENTILES,
+                            label=opts.get("label"), save_detailed=bool(opts.get("save_detailed")),
+                            metadata=opts.get("metadata") or ())
+    path = Path(opts.get("result_dir") or ".") / (opts.get("result_filename") or vr.result_filename(result))
+    text = json.dumps(clean(result))
+    if opts.get("append_result") and path.is_file():
+        try:
+            old = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise click.ClickException(f"--append-result: cannot read {path} ({e})") from None
+        text = old + ("\n" if old else "") + text
+    write_atomic(path, text)
     return path
 
 
