@@ -167,7 +167,8 @@ def speculative_whatif(base: Scenario, speculative_config: Any = None, concurren
     """Speculative decoding against concurrency, simulated in the engine (`serving/speculative.py`).
 
     For each concurrency C (closed loop: C clients, max(requests_per_client x C, min_requests)
-    requests of the base workload, as `vllm bench serve --max-concurrency C` at rate inf), the
+    requests of the base workload, or the scenario's num_requests when it was given, as
+    `vllm bench serve --max-concurrency C --num-prompts N` at rate inf), the
     base scenario runs plain and with `speculative_config` (default: the base scenario's own):
     per-user speed = 1000 / mean TPOT (output tokens/s one user sees), total = output tokens/s.
     `crossover_concurrency`: the smallest C whose total-throughput speedup is below 1;
@@ -189,11 +190,13 @@ def speculative_whatif(base: Scenario, speculative_config: Any = None, concurren
                  if concurrencies is not None or c <= base.max_num_seqs})
     if not cs:
         raise SpecError("speculative what-if: give at least one concurrency")
+    def requests(c: int) -> int:  # the scenario's own count when given (-n), else per client
+        return int(base.num_requests) if base.num_requests_given else max(requests_per_client * c, min_requests)
+
     tasks = []
     for c in cs:
-        n = max(requests_per_client * c, min_requests)
-        tasks += [(plain.replace(concurrency=c, num_requests=n).as_dict(),),
-                  (spec_sc.replace(concurrency=c, num_requests=n).as_dict(),)]
+        tasks += [(plain.replace(concurrency=c, num_requests=requests(c)).as_dict(),),
+                  (spec_sc.replace(concurrency=c, num_requests=requests(c)).as_dict(),)]
     done = [0]
 
     def tick() -> None:
@@ -206,7 +209,7 @@ def speculative_whatif(base: Scenario, speculative_config: Any = None, concurren
     rows = []
     for i, c in enumerate(cs):
         p, s = results[2 * i], results[2 * i + 1]
-        row: dict[str, Any] = {"concurrency": c, "requests": max(requests_per_client * c, min_requests)}
+        row: dict[str, Any] = {"concurrency": c, "requests": requests(c)}
         for name, r in (("plain", p), ("speculative", s)):
             row.update({f"{name}_{k}": r[k] for k in ("per_user_tokens_per_s", "output_throughput", "mean_tpot_ms",
                                                       "mean_ttft_ms", "p99_itl_ms", "mean_batch_size", "preemptions")})
@@ -222,6 +225,13 @@ def speculative_whatif(base: Scenario, speculative_config: Any = None, concurren
     cross, cross_user = first_below("throughput_speedup"), first_below("per_user_speedup")
     again = [r["concurrency"] for r in rows
              if cross is not None and r["concurrency"] > cross and (r["throughput_speedup"] or 0) >= 1.0]
+    warnings = ([f"speculative decoding pays again at concurrency {', '.join(map(str, again))} above the crossover"]
+                if again else [])
+    few = [c for c in cs if requests(c) < 2 * c]
+    if few:
+        warnings.append(f"at concurrency {', '.join(map(str, few))} the runs have fewer than two requests per client "
+                        f"(--num-requests {base.num_requests}): the batch never stays full; drop -n to use "
+                        "--requests-per-client")
     conf = spec.config
     return {
         "whatif": "speculative", "model": spec.target.model.id, "hardware": spec.target.hardware.id, "tp": base.tp,
@@ -233,8 +243,7 @@ def speculative_whatif(base: Scenario, speculative_config: Any = None, concurren
         "crossover_concurrency": cross, "per_user_crossover_concurrency": cross_user,
         "speedup_at_1": rows[0]["per_user_speedup"] if cs[0] == 1 else None,
         "rows": rows, "notes": list(spec.notes), "scenario": base.as_dict(),
-        "warnings": ([f"speculative decoding pays again at concurrency {', '.join(map(str, again))} above the crossover"]
-                     if again else []),
+        "warnings": warnings,
     }
 
 

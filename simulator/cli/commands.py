@@ -513,7 +513,7 @@ def whatif_kv_cmd(values: str, seq_len: int | None, static_only: bool, slo_targe
 @click.option("--concurrencies", default=None,
               help="Closed-loop concurrencies to compare, comma-separated. [default: 1,2,4,...,256 up to --max-num-seqs]")
 @click.option("--requests-per-client", type=int, default=8, show_default=True,
-              help="Requests per client at each concurrency (at least --min-requests in all).")
+              help="Requests per client at each concurrency (at least --min-requests in all); -n N: N requests every run instead.")
 @click.option("--min-requests", type=int, default=32, show_default=True, help="Fewest requests per run.")
 @click.option("--workers", type=int, default=None, help="Process-pool size. [default: serial, or one per CPU once a pool pays off]")
 @click.option("--serial", is_flag=True, help="Run every simulation in this process.")

@@ -257,6 +257,15 @@ def print_serving_summary(s: dict[str, Any]) -> None:
         line("Energy (J/output token, rough):", s["joules_per_output_token"])
         line("Electricity ($/M output tokens):", s["energy_usd_per_million_output_tokens"], "{:<40} {:<10.4f}")
     line("GPU-hours ($/M output tokens):", s.get("gpu_usd_per_million_output_tokens"))
+    if s.get("spec_decode_num_drafts") is not None:  # serving/speculative.py: vLLM's spec-decode counters
+        click.echo("{s:{c}^{n}}".format(s="Speculative Decoding", n=50, c="-"))
+        line("Acceptance rate (%):", s["spec_decode_acceptance_rate"])
+        line("Acceptance length (tokens/step):", s["spec_decode_acceptance_length"])
+        line("Drafts:", s["spec_decode_num_drafts"])
+        line("Draft tokens:", s["spec_decode_draft_tokens"])
+        line("Accepted tokens:", s["spec_decode_accepted_tokens"])
+        line("Per-position acceptance:", " ".join(f"{r:.3f}" for r in s["spec_decode_per_position_acceptance_rates"]),
+             "{:<40} {:<10}")
     if s.get("unstable"):
         click.echo(f"UNSTABLE: offered {s['offered_rate']:.3g} req/s exceeds capacity "
                    f"(achieved {s['achieved_rate']:.3g} req/s); latencies grow with run length")

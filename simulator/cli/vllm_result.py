@@ -89,6 +89,8 @@ def result_json(scenario: Any, res: Any, summary: dict[str, Any], model: Any, *,
     stats = summarize(res, scenario.slos_s, percentiles=tuple(pcts))
     for k in _RUN_KEYS:
         out[k] = stats.get(k)
+    # speculative decoding: vLLM's spec_decode_* keys, present only when it ran (as in vLLM)
+    out.update({k: v for k, v in summary.items() if k.startswith("spec_decode_")})
     out["input_lens"] = [int(x) for x in res.input_len]
     out["output_lens"] = [int(x) for x in res.output_len]
     for m in metrics:
