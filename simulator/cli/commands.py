@@ -521,31 +521,36 @@ def whatif_kv_cmd(values: str, seq_len: int | None, static_only: bool, slo_targe
 
 @whatif_group.command("speculative")
 @opt.scenario_options
-@click.option("--draft-model", required=True, help="Draft model (catalog id, YAML or HF config.json).")
-@click.option("--gamma", type=int, default=4, show_default=True, help="Draft tokens proposed per step.")
-@click.option("--acceptance", type=float, default=0.7, show_default=True, help="Per-token acceptance rate in [0, 1].")
-@click.option("--draft-tp", type=int, default=None, help="Draft TP degree. [default: the target's when it divides the draft's heads, else 1]")
-@click.option("--max-batch", type=int, default=256, show_default=True, help="Static comparison over batch sizes 1..N.")
-@click.option("--static-only", is_flag=True, help="Skip the simulations under load.")
+@click.option("--concurrencies", default=None,
+              help="Closed-loop concurrencies to compare, comma-separated. [default: 1,2,4,...,256 up to --max-num-seqs]")
+@click.option("--requests-per-client", type=int, default=8, show_default=True,
+              help="Requests per client at each concurrency (at least --min-requests in all); -n N: N requests every run instead.")
+@click.option("--min-requests", type=int, default=32, show_default=True, help="Fewest requests per run.")
+@click.option("--workers", type=int, default=None, help="Process-pool size. [default: serial, or one per CPU once a pool pays off]")
+@click.option("--serial", is_flag=True, help="Run every simulation in this process.")
+@click.option("--dask", "dask_address", metavar="ADDRESS", help="Run simulations on a Dask scheduler.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write speculative.json, speculative.csv, speculative.png here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def whatif_spec_cmd(draft_model: str, gamma: int, acceptance: float, draft_tp: int | None, max_batch: int,
-                    static_only: bool, out_dir: str | None, as_json: bool, quiet: bool, **kw: Any) -> None:
-    """Speculative decoding: TPOT vs batch size (where it stops paying) and plain vs speculative under load."""
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def whatif_spec_cmd(concurrencies: str | None, requests_per_client: int, min_requests: int, workers: int | None,
+                    serial: bool, dask_address: str | None, out_dir: str | None, as_json: bool, quiet: bool,
+                    **kw: Any) -> None:
+    """Speculative decoding (--speculative-config) against concurrency: per-user speed and total
+    throughput, plain and speculative, simulated in the engine; the crossover marked."""
+    from simulator.analysis import executors
     from simulator.analysis import whatif as wi
     from simulator.cli import planplots
 
-    if max_batch < 1:
-        raise SpecError(f"--max-batch {max_batch}: must be >= 1")
     if out_dir is not None:
         check_out_dir(out_dir)
     sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
-    r = wi.speculative_whatif(sc, draft_model, gamma, acceptance, batch_sizes=range(1, max_batch + 1),
-                              draft_tp=draft_tp, load=not static_only)
+    cs = opt.csv_list(concurrencies, "--concurrencies", int)
+    with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
+        r = wi.speculative_whatif(sc, concurrencies=cs, requests_per_client=requests_per_client,
+                                  min_requests=min_requests, executor=ex,
+                                  progress=report.Progress("what-if", quiet or as_json))
     if out_dir:
-
-        report.write_whatif_files(out_dir, "speculative", r, r["static"], planplots.speculative_png(r))
+        report.write_whatif_files(out_dir, "speculative", r, r["rows"], planplots.speculative_png(r))
     if as_json:
         report.echo_json(r)
         return

@@ -100,6 +100,7 @@ SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--scheduler",), {"help": lambda: f"{' | '.join(_registries()['schedulers'])} (vllm: V1, chunked prefill). [default: the engine's policy: vllm]"}),
     (("--gpu-memory-utilization",), {"type": float, "help": "Fraction of HBM the engine may use. [default: the engine's: vllm 0.92, none 0.9]"}),
     (("--max-model-len",), {"type": int, "help": "Longest prompt+output accepted (default: the model's context)."}),
+    (("--speculative-config",), {"metavar": "JSON", "help": "Speculative decoding in vLLM's JSON, e.g. '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3, \"mean_acceptance_length\": 2.6}' (methods eagle, eagle3, mtp, draft_model with \"model\", ngram), plus llmsim's acceptance: acceptance_rate (conditional, per position), mean_acceptance_length or per_position_acceptance_rates (docs/serving_model.md)."}),
     (("--goodput",), {"multiple": True, "help": "SLOs in ms, vLLM syntax: --goodput ttft:500 tpot:50 e2el:2000 (or the flag repeated). Overrides --slo."}),
     (("--slo",), {"help": "SLO preset: chat | code | batch | agent (docs/concepts.md); --goodput overrides its SLOs."}),
     (("--seed",), {"type": int, "help": "Seed of every random draw. [default: 0]"}),

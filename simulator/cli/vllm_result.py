@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.serving.speculative import spec_decode_summary
 from simulator.specs.checks import SpecError
 
 BACKEND = "llmsim"
@@ -291,6 +292,9 @@ def result_json(scenario: Any, res: Any, model: Any, *, version: str,
         out["ramp_up_strategy"], out["ramp_up_start_rps"], out["ramp_up_end_rps"] = ramp
     stats = summarize(res, scenario.slos_s, percentiles=tuple(pcts))
     bench: dict[str, Any] = {k: stats.get(k) for k in _RUN_KEYS}
+    # speculative decoding: vLLM's spec_decode_* keys, present only when it ran (as in vLLM)
+    if "speculative" in res.meta:
+        bench.update(spec_decode_summary(res.meta["speculative"]))
     detail = per_request(res)
     ok = np.asarray(res.status) == COMPLETED
     for k in ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
