@@ -454,8 +454,8 @@ def _curve_info(label: str, values: dict[str, Any], results: list[dict[str, Any]
     }
     if above:
         info["warnings"].append(
-            f"{', '.join(f'{r:.4g}' for r in above)} req/s showed no growing queue but lie above the "
-            f"saturation rate {sat_rate:.4g} req/s (the most any point completed): not counted as stable")
+            f"no growing queue at {', '.join(f'{r:.4g}' for r in above)} req/s, but above the saturation "
+            f"rate {sat_rate:.4g} req/s (the most any point completed): not counted as stable")
     if saturated and achieved and max(achieved) < 0.9 * offline:
         info["warnings"].append(
             f"the highest achieved rate ({max(achieved):.4g} req/s) is "
