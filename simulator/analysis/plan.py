@@ -118,7 +118,10 @@ def _blocks(keys: Sequence[_Key]) -> list[tuple[list[str], list[int], list[str],
 
 
 class _Offset:
-    """Progress over a plan's steps (candidates searched, pools checked): (done, total)."""
+    """Progress over a plan's steps, (done, total): one per candidate searched, one per
+    candidate simulated as a pool, one for narrowing the cheapest and one for its check without
+    headroom. The total is planned before the first simulation (every step that may run) and
+    settles on the steps that ran at the end (`finish`)."""
 
     def __init__(self, progress: Callable[[int, int], None] | None) -> None:
         self.progress = progress
@@ -131,14 +134,15 @@ class _Offset:
 
     def tick(self) -> None:
         self.done += 1
+        self.total = max(self.total, self.done)
         self.show()
 
     def show(self) -> None:
         if self.progress:
             self.progress(self.done, self.total)
 
-    def next_call(self) -> None:
-        self.done = self.total
+    def finish(self) -> None:
+        self.total = self.done
         self.show()
 
 
@@ -274,9 +278,7 @@ def _slo_capacities(base: Scenario, base1: Scenario, feasible_keys: list[_Key],
     analytic bound and the offline maximum, a bracketed search, failing probes stopped early),
     each search ended once its bracket fixes the candidate's replica count."""
     dicts = [_candidate_dict(base1, k) for k in feasible_keys]
-    prog.add(len(dicts))
     infos = ex.map(_capacity_task, [(d, slo_target, tol, rate, headroom) for d in dicts], prog.tick)
-    prog.next_call()
     for key, info in zip(feasible_keys, infos, strict=True):
         _take_capacity(base, rows[key], info)
 
@@ -287,7 +289,6 @@ def _refine_best(base: Scenario, base1: Scenario, best: dict[str, Any], ex: Exec
     fix their replica counts; the table shows them as ranges)."""
     if best.get("search", {}).get("refined", True):
         return
-    prog.add(1)
     (info,) = ex.map(_refine_task, [(_candidate_dict(base1, best["_key"]), best["search"], slo_target, tol)],
                      prog.tick)
     _take_capacity(base, best, info)
@@ -397,8 +398,7 @@ def _verify_one(base1: Scenario, row: dict[str, Any], rate_v: float, slo_target:
     d = base1.as_dict()
 
     def check(n: int) -> dict[str, Any]:
-        prog.add(1)
-        (out,) = ex.map(_pool_task, [(d, key, n, rate_v, slo_target)], prog.tick)
+        (out,) = ex.map(_pool_task, [(d, key, n, rate_v, slo_target)])
         row["pool_checks"].append(out)
         return out
 
@@ -440,6 +440,7 @@ def _verify_pools(base1: Scenario, candidates: list[dict[str, Any]], infeasible:
         if best_cost is not None and _rank_key(probe_row)[:3] >= best_cost:
             continue
         _verify_one(base1, row, rate_v, slo_target, ex, prog)
+        prog.tick()
         if row.get("pool_failed"):
             continue
         _price(row, row["replicas"], rate, mean_out)
@@ -483,7 +484,6 @@ def _without_headroom(base1: Scenario, best: dict[str, Any], rate: float, headro
     n = best["replicas"] - 1
     if headroom <= 0 or n < 1 or not best.get("replicas_verified"):
         return
-    prog.add(1)
     (out,) = ex.map(_pool_task, [(base1.as_dict(), best["_key"], n, rate, slo_target)], prog.tick)
     best["without_headroom"] = out
 
@@ -526,6 +526,7 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
                                               moe)
     ex = executor or Executor()
     prog = _Offset(progress)
+    prog.add(2 * len(feasible_keys) + 2)  # every step that may run (`_Offset`)
     _REUSE.clear()
     try:
         _slo_capacities(base, base1, feasible_keys, rows, ex, prog, slo_target, tol, rate, headroom)
@@ -537,6 +538,7 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
             _without_headroom(base1, candidates[0], rate, headroom, slo_target, ex, prog)
     finally:
         _REUSE.clear()
+    prog.finish()
     for r in infeasible:
         r["status"] = "infeasible"
     ep_extra = {"expert_parallel": expert_parallel_summary(base1, candidates, infeasible)} if moe else {}
