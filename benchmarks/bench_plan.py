@@ -50,8 +50,10 @@ def run_plan(root: Path, args: list[str]) -> dict:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     r = json.loads(out)
     b = r.get("best") or {}
-    sims = sum(1 + (c.get("bisection_probes") or 0) + len(c.get("pool_checks") or [])
-               for c in (*r["candidates"], *r["infeasible"]))
+    rows = (*r["candidates"], *r["infeasible"])
+    # counted from the probes a capacity search keeps (this tree); a revision without them: "?"
+    sims = (sum(1 + (c.get("bisection_probes") or 0) + len(c.get("pool_checks") or []) for c in rows)
+            + (1 if b.get("without_headroom") else 0)) if any("probes" in c for c in rows) else "?"
     return {"cpu": cpu, "wall": wall, "best": f"{b.get('replicas')} x {b.get('hardware')} tp={b.get('tp')}",
             "cost_per_hour": b.get("cost_per_hour_usd"), "capacity": b.get("slo_capacity"),
             "binding": b.get("binding_slo"), "verified": b.get("replicas_verified"),

@@ -267,7 +267,8 @@ def print_serving_summary(s: dict[str, Any]) -> None:
         line("Per-position acceptance:", " ".join(f"{r:.3f}" for r in s["spec_decode_per_position_acceptance_rates"]),
              "{:<40} {:<10}")
     if s.get("unstable"):
-        click.echo(f"UNSTABLE: offered {s['offered_rate']:.3g} req/s exceeds capacity "
+        why = f" ({', '.join(s['unstable_signals'])})" if s.get("unstable_signals") else ""
+        click.echo(f"UNSTABLE{why}: offered {s['offered_rate']:.3g} req/s exceeds capacity "
                    f"(achieved {s['achieved_rate']:.3g} req/s); latencies grow with run length")
     for reason, count in (s.get("failed_reasons") or {}).items():
         click.echo(f"rejected x{count}: {reason}")
