@@ -17,13 +17,15 @@ so it asks `search`, which spends its simulations where the answer is:
    to meet the SLOs (good fraction >= target and not saturated, `meets_slo`), hi the lowest
    that failed (hi0 before any). The next probe interpolates the binding SLO's ratio (the
    target quantile of its metric over its bound, `slo_breakdown`) in log scale between the two
-   ends (from lo towards hi0 by the shape 1 / (1 - r / hi0) while only lo is known; the
-   midpoint when hi was stopped early and has no ratio), kept inside the middle 80 % of the
-   bracket; when the estimate lies within the tolerance of lo, the probe is lo x (1 + tol),
+   ends (from lo towards hi0 by the shape 1 / (1 - r / hi0) while only lo is known; a probe
+   stopped early gives the ratio of what was known at the stop, a lower bound; the midpoint
+   when there is no ratio), kept inside the middle 80 % of the bracket; when the estimate lies within the tolerance of lo, the probe is lo x (1 + tol),
    which closes the bracket if it fails. When the same end moved twice in a row the estimates
    keep landing on one side, so the next probe tests the other end's closure (hi / (1 + tol)
    or lo x (1 + tol); the midpoint while the bracket is wider than 4 tol). The search ends when
-   (hi - lo) / lo <= tol. When even the first probe fails it steps down through 45 %, 20 %, 5 %,
+   (hi - lo) / lo <= tol, or earlier when the caller says the bracket answers its question
+   (`enough`: a plan stops once every capacity in the bracket needs the same replica count,
+   and `refine` narrows the cheapest candidate's later). When even the first probe fails it steps down through 45 %, 20 %, 5 %,
    1 % and 0.1 % of hi0 (failing there: capacity 0, "unmeetable even at low load").
 4. **Early stop** (`SloWatch`): a probe is stopped as soon as its failure is certain: more
    requests already miss an SLO than the target allows. A request whose first token has not
