@@ -141,19 +141,20 @@ def load(path: Path, width: int = 1280, settle_s: float = 0.5) -> PageReport:
     to_child_r, to_child_w = os.pipe()
     from_child_r, from_child_w = os.pipe()
 
-    def fds() -> None:  # in the child, before exec: the protocol's fds 3 and 4
-        # through fds >= 100 first: a pipe end may itself be fd 3 or 4
-        a = fcntl.fcntl(to_child_r, fcntl.F_DUPFD, 100)
-        b = fcntl.fcntl(from_child_w, fcntl.F_DUPFD, 100)
-        os.dup2(a, 3)
-        os.dup2(b, 4)
-
     profile = tempfile.mkdtemp(prefix="llmsim-chromium-")
-    proc = subprocess.Popen([exe, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            preexec_fn=fds, close_fds=False)
-    os.close(to_child_r)
-    os.close(from_child_w)
+    # bash puts the pipe ends on fds 3 and 4 and execs chromium (a preexec_fn would do it too,
+    # but is not safe in a process with threads); it reads copies at fds >= 10, since a pipe end
+    # may itself be fd 3 or 4 (and dash takes no fd above 9)
+    r = fcntl.fcntl(to_child_r, fcntl.F_DUPFD_CLOEXEC, 10)
+    w = fcntl.fcntl(from_child_w, fcntl.F_DUPFD_CLOEXEC, 10)
+    shell = f'exec "$0" "$@" 3<&{r} 4>&{w} {r}<&- {w}>&-'
+    cmd = [shutil.which("bash") or "/bin/bash", "-c", shell, exe, *FLAGS, f"--user-data-dir={profile}", "about:blank"]
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, pass_fds=(r, w))
+    finally:
+        for fd in (r, w, to_child_r, from_child_w):
+            os.close(fd)
     pipe = _Pipe(proc, to_child_w, from_child_r)
     rep = PageReport()
     try:
