@@ -109,3 +109,19 @@ def test_the_checks_can_fail(tmp_path):
     text = " ".join(rep.errors)
     assert "boom" in text and "notDefined" in text and "ERR_FILE_NOT_FOUND" in text
     assert not rep.images_ok
+
+
+def test_binding_slo_is_shown_when_the_result_has_it(tmp_path):
+    """Plan candidates and sweep rows that name their binding SLO (a field whose name starts
+    with 'binding') show it in a column of its own; without the field there is no column."""
+    from simulator.cli import html
+    from simulator.cli.commands import main
+
+    r = CliRunner().invoke(main, [*COMMANDS["plan"], "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.output)
+    assert "binding SLO" not in html.plan_page(plan)
+    for i, c in enumerate(plan["candidates"]):
+        c["binding_slo"] = "ttft" if i % 2 else "tpot"
+    page = html.plan_page(plan)
+    assert "<th>binding SLO</th>" in page and page.count("<td>ttft</td>") == len(plan["candidates"]) // 2
