@@ -343,3 +343,19 @@ def test_cli_serves_the_replay_and_stops(tmp_path):
             out, err = proc.communicate()
     assert proc.returncode == 0, err
     assert "stopped serving" in err
+
+
+def test_speculative_chunks_count_every_token():
+    """Speculative decoding: a verify step's chunk of n tokens is one inter-token gap and n
+    generated tokens (vLLM streams it as one message); the counter still ends at the run's
+    output tokens, and the gaps are fewer than the tokens after the first."""
+    sc = Scenario(model="llama-3.1-8b", hardware="h100-sxm", num_requests=60, rate=4.0, input_len=256,
+                  output_len=64, seed=2, speculative_config={"method": "ngram", "num_speculative_tokens": 3,
+                                                              "acceptance_rate": 0.7})
+    res, summary = sc.run(itl_times=True)
+    assert res.merged_timed is not None and res.merged_timed[2].sum() > 0
+    s = P.run_series(res, MODEL, interval_s=1.0)
+    gen = values(s, "vllm:generation_tokens")
+    assert gen[-1] == summary["total_output_tokens"] and (np.diff(gen) >= 0).all()
+    itl_counts, _ = hist(s, "vllm:inter_token_latency_seconds")
+    assert itl_counts[-1, -1] + res.merged_timed[2].sum() == summary["total_output_tokens"] - summary["completed"]

@@ -230,7 +230,9 @@ def simulate_page(sc: Any, res: Any, summary: dict[str, Any]) -> str:
                 '<p class="note">TPOT: (E2E - TTFT) / (output tokens - 1) per request; ITL: every gap '
                 "between two tokens (vLLM's definitions).</p>"),
         section("Per request", chart(requests_png(res), "per-request latencies")),
-        section("Timeline", chart(plots.timeline_png(res.timeline, title), "timeline")),
+        section("Timeline", chart(plots.timeline_png(res.timeline, plots.timeline_title(
+            {**summary, "concurrency": sc.concurrency if sc is not None and sc.rate is None else None})),
+            "timeline")),
         section("Settings", settings(sc.as_dict() if sc is not None else None), notes(data.get("notes") or [])),
     ]
     return page(title, sub, body, data)

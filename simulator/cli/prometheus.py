@@ -23,7 +23,9 @@ What is observed when (vLLM's moments, vllm/v1/metrics/stats.py and loggers.py):
   (its prompt) and one `vllm:generation_tokens_total`;
 * at every later token (`SimResult.itl_timed`: the step that emitted it): one
   `vllm:generation_tokens_total` and one inter-token gap in `vllm:inter_token_latency_seconds`
-  and its older name `vllm:time_per_output_token_seconds` (the same data);
+  and its older name `vllm:time_per_output_token_seconds` (the same data); a speculative
+  verify step's chunk of n tokens is one gap and n `vllm:generation_tokens_total`
+  (`SimResult.merged_timed`), as vLLM streams it;
 * at a request's finish: `vllm:request_success_total{finished_reason="length"}` (bench
   requests stop at max_tokens), `vllm:e2e_request_latency_seconds`,
   `vllm:request_queue_time_seconds` (arrival to first scheduled),
@@ -331,6 +333,10 @@ def _token_counters(fams: dict[str, Family], grid: _Grid, res: Any, sel: np.ndar
              res.input_len[fsel].astype(float))
     t, _, v, c = (a[itl_sel] for a in res.itl_timed)
     gen = grid.counter(first) + grid.counter(t, c.astype(float))
+    if res.merged_timed is not None:  # speculative chunks: tokens beyond each chunk's first
+        mt, mr, mn = res.merged_timed
+        r = int(labels["engine"].rsplit("-", 1)[-1])
+        gen = gen + grid.counter(mt[mr == r], mn[mr == r].astype(float))
     _add(fams, "vllm:generation_tokens", "counter", "Number of generation tokens processed.",
          Series(dict(labels), values=gen))
     for name in ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"):

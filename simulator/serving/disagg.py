@@ -310,7 +310,8 @@ def _result(wl: Workload, out: Records, out_p: Records, xfer: dict[str, np.ndarr
     return SimResult(wl.arrival_s.copy(), wl.input_len, wl.output_len, out.first_token_s, out.finish_s,
                      out.preemptions, out.replica, out.status, out.reasons, itl_v, itl_c,
                      timeline, meta, out_p.scheduled_s,
-                     itl_timed=dlog.timed_itl() if isinstance(dlog, TimedStepLog) else None)
+                     itl_timed=dlog.timed_itl() if isinstance(dlog, TimedStepLog) else None,
+                     merged_timed=dlog.timed_merged() if isinstance(dlog, TimedStepLog) else None)
 
 
 def transfer_summary(res: SimResult) -> dict[str, Any]:

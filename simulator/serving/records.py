@@ -132,6 +132,9 @@ class SimResult:
     #: replica, value_s, count), unsorted; only when asked for (`simulate(..., itl_times=True)`,
     #: for a time series of the run); the (value, count) pairs are those of itl_values_s/itl_counts
     itl_timed: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+    #: with itl_timed: tokens emitted without a gap of their own (speculative decoding's
+    #: chunks beyond their first token), (time_s, replica, tokens) per step that emitted them
+    merged_timed: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def records(self) -> pd.DataFrame:
         """Tidy per-request table (one row per request), times in seconds."""

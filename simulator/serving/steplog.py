@@ -64,6 +64,9 @@ class StepLog:
         self.busy_s = 0.0
         self.peak_kv = 0.0
         self.cut_gaps = 0  # inter-token gaps of requests cut off by max_duration_s (debug ledger)
+        # tokens that reached the client in one chunk with an earlier token of the same step
+        # (speculative decoding): no inter-token gap of their own (debug ledger)
+        self.merged_tokens = 0
         # an instance copy of the class limit: hot methods read it, and CPython 3.11 does not
         # specialise class attributes read through an instance (tests lower it per instance)
         self.ITL_EXACT_LIMIT = type(self).ITL_EXACT_LIMIT
@@ -202,6 +205,7 @@ class TimedStepLog(StepLog):
         self.mark_gap = array("q")  # end positions in gap_v, lines (records) and itl_chunks
         self.mark_line = array("q")
         self.mark_chunk = array("q")
+        self.mark_merged = array("q")  # merged_tokens so far (speculative chunks)
 
     def record(self, t: float, replica: int, batch: int, kv: float, queue: int, busy_s: float = 0.0,
                steps: int = 0, decode_tokens: float = 0, stats: tuple = StepLog._NO_STATS) -> None:
@@ -211,6 +215,7 @@ class TimedStepLog(StepLog):
         self.mark_gap.append(len(self.gap_v))
         self.mark_line.append(len(self.lines) // _LINE.itemsize)
         self.mark_chunk.append(len(self.itl_chunks))
+        self.mark_merged.append(self.merged_tokens)
 
     def timed_itl(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every inter-token gap with when and where it was observed: (time_s, replica,
@@ -220,6 +225,17 @@ class TimedStepLog(StepLog):
         mr = np.frombuffer(self.mark_replica, dtype=np.int64) if len(self.mark_replica) else np.zeros(1, np.int64)
         parts = [self._timed_gaps(mt, mr), self._timed_lines(mt, mr), self._timed_chunks(mt, mr)]
         return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))  # type: ignore[return-value]
+
+    def timed_merged(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Tokens emitted without a gap of their own (a speculative verify step's chunk beyond
+        its first token, `merged_tokens`), per step that emitted them: (time_s, replica,
+        tokens), steps with none left out."""
+        merged = np.frombuffer(self.mark_merged, dtype=np.int64) if len(self.mark_merged) else np.zeros(0, np.int64)
+        added = np.diff(merged, prepend=0)
+        keep = added > 0
+        mt = np.frombuffer(self.mark_t, dtype=float) if len(self.mark_t) else np.zeros(0)
+        mr = np.frombuffer(self.mark_replica, dtype=np.int64) if len(self.mark_replica) else np.zeros(0, np.int64)
+        return mt[keep].copy(), mr[keep].copy(), added[keep]
 
     @staticmethod
     def _owner(marks: array, n: int) -> np.ndarray:
