@@ -359,3 +359,15 @@ def test_speculative_chunks_count_every_token():
     assert gen[-1] == summary["total_output_tokens"] and (np.diff(gen) >= 0).all()
     itl_counts, _ = hist(s, "vllm:inter_token_latency_seconds")
     assert itl_counts[-1, -1] + res.merged_timed[2].sum() == summary["total_output_tokens"] - summary["completed"]
+
+
+def test_served_model_name_is_the_label(tmp_path):
+    from simulator.cli.commands import main
+
+    path = tmp_path / "run.prom"
+    r = CliRunner().invoke(main, ["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-n", "20", "-r", "5",
+                                  "--input-len", "64", "--output-len", "8", "-q", "--served-model-name", "llama-8b",
+                                  "--metrics-out", str(path), "--metrics-format", "text"])
+    assert r.exit_code == 0, r.output
+    labels = {x.labels["model_name"] for f in text_string_to_metric_families(path.read_text()) for x in f.samples}
+    assert labels == {"llama-8b"}
