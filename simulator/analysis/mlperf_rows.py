@@ -7,11 +7,14 @@ the system's `Tokens per second` or `Samples per second`. The run is rebuilt as 
 * one query of `loadgen_sample_count` samples, all at t = 0: max(min_query_count,
   1.1 x min_duration x target_qps) padded to whole passes over the dataset. `min_duration`
   is the row's (notes); target_qps, the submitter's expected rate, is taken as the rate the
-  simulation itself reaches on a first, pilot run of the minimum count (a submitter tunes it
-  to the achieved rate; using the measured rate would put the answer into the question).
+  simulation itself reaches at saturation (a submitter tunes it to the achieved rate; using
+  the measured rate would put the answer into the question).
 * the engine instances (num_gpus / (tp x pp)) serve disjoint shares of the query and never
   interact, so one instance is simulated with its share (ceil(samples / instances)) and the
-  system's numbers are instances x the instance's totals / its makespan;
+  system's numbers are instances x the instance's totals / its makespan. An attention-DP
+  instance (DeepSeek-R1 on TensorRT-LLM) is `tp` ranks, each scheduling its own batch with
+  the row's per-rank limits: one rank is simulated with 1/tp of the instance's share, its
+  steps priced as tp ranks in lockstep (`LockstepRanks`);
 * Tokens per second = output tokens / time of the last completion, Samples per second =
   samples / that time (INF-RES): the drain tail counts, as it does in the measurement;
 * the workload is the synthetic dataset with the **run's own mean output per sample** (its
@@ -86,22 +89,52 @@ def settings(profile: EngineProfile, cost: Any, row: Mapping[str, Any], ds: Mlpe
         params["chunked_context"] = lim["chunked"]
     out["policy_params"] = params
     out["notes"] = lim["notes"]
+    out["dp_ranks"] = lim["dp_ranks"]
     return out
+
+
+class LockstepRanks:
+    """The cost of one attention-DP rank's step when `ranks` identical ranks step together: the
+    instance's batch statistics are `ranks` x the rank's (every statistic is a sum over
+    sequences), priced by the instance's cost model. Simulating one rank this way is the
+    instance with its sequences spread evenly over the ranks, at 1/ranks of the work."""
+
+    def __init__(self, cost: Any, ranks: int) -> None:
+        self._cost, self._k = cost, float(ranks)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cost, name)
+
+    def step_time(self, T: float, S: float, Ad: float = 0.0, Ap: float = 0.0, R: float = 0.0,
+                  Aw: float | None = None, Rw: float | None = None, Pc: float = 0.0) -> float:
+        k = self._k
+        return self._cost.step_time(k * T, k * S, k * Ad, k * Ap, k * R, None if Aw is None else k * Aw,
+                                    None if Rw is None else k * Rw, k * Pc)
+
+    def step_times(self, T: Any, S: Any, Ad: Any = 0.0, Ap: Any = 0.0, R: Any = 0.0, Aw: Any = None,
+                   Rw: Any = None, Pc: Any = 0.0) -> np.ndarray:
+        k = self._k
+        return self._cost.step_times(np.multiply(k, T), np.multiply(k, S), np.multiply(k, Ad), np.multiply(k, Ap),
+                                     np.multiply(k, R), None if Aw is None else np.multiply(k, Aw),
+                                     None if Rw is None else np.multiply(k, Rw), np.multiply(k, Pc))
 
 
 def _run(cost: Any, profile: EngineProfile, row: Mapping[str, Any], ds: MlperfDataset, limits: dict[str, Any],
          n: int, mean_out: float | None) -> tuple[float, int, int]:
-    """(makespan s, completed samples, their output tokens) of one instance serving n samples."""
+    """(makespan s, completed samples, their output tokens) of one scheduler (an instance, or
+    one attention-DP rank of it) serving n samples."""
     from simulator.scenario import Scenario
     from simulator.serving.simulate import simulate
 
-    lim = {k: v for k, v in limits.items() if k not in ("notes", "num_requests")}
+    lim = {k: v for k, v in limits.items() if k not in ("notes", "num_requests", "dp_ranks")}
     sc = Scenario(model=cost.model, hardware=cost.hardware, tp=cost.par.tp, pp=cost.par.pp,
                   weight_dtype=row["weight_dtype"], activation_dtype=row["activation_dtype"],
                   kv_dtype=row["kv_dtype"], replicas=1, workload="random", rate=math.inf,
                   num_requests=n, **lim)
     w = offline_query(ds.name, n, seed=SEED, output_mean=mean_out)
-    res = simulate(cost, w, sc.engine_config(cost), 1, sc.router, client=client_view_for(profile))
+    ranks = limits.get("dp_ranks", 1)
+    step_cost: Any = LockstepRanks(cost, ranks) if ranks > 1 else cost  # priced as CostModel is
+    res = simulate(step_cost, w, sc.engine_config(cost), 1, sc.router, client=client_view_for(profile))
     done = res.status == 1
     if not done.all():
         reason = next(iter(res.reasons.values()), "not completed")
@@ -121,17 +154,18 @@ def predict(validator: Any, row: Mapping[str, Any]) -> tuple[float, str]:
     duration = facts.get("min_duration_ms", DEFAULT_MIN_DURATION_S * 1e3) / 1e3
     profile = validator.profile_of(row)
     cost = validator.cost_model(row)
-    instances = int(row["replicas"])
-    key = ("mlperf", id(cost), ds.name, row.get("max_batch_size"), row.get("max_num_tokens"), instances,
+    key = ("mlperf", id(cost), ds.name, row.get("max_batch_size"), row.get("max_num_tokens"), row["replicas"],
            duration, mean_out, validator.num_requests)
 
     def compute() -> tuple[float, float, str]:
         try:
             lim = settings(profile, cost, row, ds)
+            # schedulers that never interact: every engine instance, every attention-DP rank
+            instances = int(row["replicas"]) * lim["dp_ranks"]
             minq = _min_query_count(ds, profile)
             if validator.num_requests:  # a quick look: that many samples per instance, no LoadGen sizing
                 t, k, tok = _run(cost, profile, row, ds, lim, validator.num_requests, mean_out)
-                return instances * tok / t, instances * k / t, "; ".join([*lim["notes"], f"{k} samples per instance"])
+                return instances * tok / t, instances * k / t, "; ".join([*lim["notes"], f"{k} samples per scheduler"])
             n_min = -(-loadgen_sample_count(ds, 0.0, 0.0, minq) // instances)
             # first run: the minimum query, at most one full batch of seats (but >= 1,000)
             n1 = min(n_min, max(int(lim["max_num_seqs"]), MIN_PILOT_SAMPLES))
@@ -150,7 +184,7 @@ def predict(validator: Any, row: Mapping[str, Any]) -> tuple[float, str]:
                     t += (n2 - m) * slope
                     tok = int(round(tok * n2 / m))
                     k = n2
-            note = "; ".join([*lim["notes"], f"LoadGen query {total} samples ({k} per instance x {instances})"])
+            note = "; ".join([*lim["notes"], f"LoadGen query {total} samples ({k} per scheduler x {instances})"])
             return instances * tok / t, instances * k / t, note
         except SpecError as e:
             raise SkipRow(str(e)) from None

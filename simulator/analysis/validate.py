@@ -389,7 +389,8 @@ POINT_FIELDS = ("id", "source", "scenario", "engine", "engine_family", "hardware
 def _point(v: Validator, row: Mapping[str, Any], pred: float, note: str) -> dict[str, Any]:
     r = v.resolve_row(row)
     out = {k: r.get(k) for k in POINT_FIELDS}
-    out.update({"engine": v.engine_of(row), "engine_family": engine_family(str(row.get("engine") or "")),
+    out.update({"hardware": v.hardware(row["hardware"]).id,  # the catalog id (rows may use an alias)
+                "engine": v.engine_of(row), "engine_family": engine_family(str(row.get("engine") or "")),
                 "measured": row["value"], "predicted": pred, "error_pct": error_pct(pred, row["value"]),
                 "note": note})
     return out

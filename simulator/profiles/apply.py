@@ -280,19 +280,21 @@ MLPERF_RUNTIME_TOKENS: dict[tuple[str, str, int], int] = {
 }
 #: DeepSeek-R1 on TensorRT-LLM runs attention data-parallel: "max-bs applies per
 #: attention-rank, when enabled, each TP rank has a DP rank of attention block" (llmlib
-#: config.py TrtllmEndpointConfig), so an instance holds tp x max_batch_size sequences; the
-#: token budget is per rank too (ASSUMED: each rank schedules its own batch)
+#: config.py TrtllmEndpointConfig), so an instance holds tp x max_batch_size sequences, each
+#: rank scheduling its own batch (the token budget per rank too: ASSUMED)
 MLPERF_ATTENTION_DP = ("deepseek-r1",)
 
 
 def mlperf_limits(profile: EngineProfile, benchmark: str, hardware_id: str, tp: int,
                   max_batch_size: int | None, max_num_tokens: int | None) -> dict[str, Any]:
     """An MLPerf v5.1 row's engine settings beyond its columns: {max_batch_size,
-    max_num_tokens (runtime), chunked (None: the profile's), capacity_policy, kv_fraction
-    (None: the profile's), notes}. vLLM and SGLang rows run as their columns say (AMD's
-    harness: max_num_seqs / max_num_batched_tokens, budgets far above every prompt)."""
+    max_num_tokens (runtime; per scheduler), dp_ranks (attention-DP ranks per instance, each
+    with its own scheduler and these limits; 1 without), chunked (None: the profile's),
+    capacity_policy, kv_fraction (None: the profile's), notes}. vLLM and SGLang rows run as
+    their columns say (AMD's harness: max_num_seqs / max_num_batched_tokens, budgets far above
+    every prompt)."""
     notes: list[str] = []
-    out: dict[str, Any] = {"max_batch_size": max_batch_size, "max_num_tokens": max_num_tokens,
+    out: dict[str, Any] = {"max_batch_size": max_batch_size, "max_num_tokens": max_num_tokens, "dp_ranks": 1,
                            "chunked": None, "capacity_policy": None, "kv_fraction": None}
     if profile.policy != "trtllm":
         out["notes"] = notes
@@ -304,12 +306,9 @@ def mlperf_limits(profile: EngineProfile, benchmark: str, hardware_id: str, tp: 
     if runtime is not None:
         out["max_num_tokens"] = runtime
         notes.append(f"max_num_tokens {max_num_tokens} is the build flag; runtime {runtime}")
-    if benchmark in MLPERF_ATTENTION_DP:
-        if max_batch_size:
-            out["max_batch_size"] = max_batch_size * tp
-        if out["max_num_tokens"]:
-            out["max_num_tokens"] = out["max_num_tokens"] * tp
-        notes.append(f"attention DP: limits per rank x {tp} ranks")
+    if benchmark in MLPERF_ATTENTION_DP and tp > 1:
+        out["dp_ranks"] = tp
+        notes.append(f"attention DP: {tp} ranks of {max_batch_size} seats / {out['max_num_tokens']} tokens")
     out["notes"] = notes
     return out
 
