@@ -352,6 +352,8 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
 @click.option("--num-requests", type=int, help="Simulated rows: requests to simulate [default: the row's, else 1000].")
 @click.option("--skip-bad-rows", is_flag=True, help="Skip malformed CSV rows (listed with the reason) instead of stopping.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write validation.csv and scatter.png here.")
+@click.option("--points", "points_file", type=click.Path(dir_okay=False),
+              help="Write every predicted point with all its settings (chip, engine, dtypes, batch, ...) to this CSV.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @opt.html_option
@@ -360,7 +362,8 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
                  output_len: int | None, max_num_seqs: int | None, max_num_batched_tokens: int | None,
                  workloads: tuple[str, ...], scenario: str | None, hardware_filter: str | None,
                  hardware_specs: tuple[str, ...], num_requests: int | None, skip_bad_rows: bool,
-                 out_dir: str | None, as_json: bool, quiet: bool, engine_text: str | None, html_out: str | None = None) -> None:
+                 out_dir: str | None, points_file: str | None, as_json: bool, quiet: bool, engine_text: str | None,
+                 html_out: str | None = None) -> None:
     """Compare predictions with measured numbers: a measurement CSV (docs/measurement_schema.md), a
     `vllm bench serve` result JSON, a GuideLLM report JSON, an inference-perf run (its folder or a
     lifecycle report in it, with its config.yaml) or an AIPerf export (profile_export_aiperf.json or
@@ -375,6 +378,8 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
         check_out_dir(out_dir)
     if html_out:
         check_out_file(html_out, "--html")
+    if points_file is not None:
+        check_out_file(points_file)
     specs = opt.hardware_spec_map(hardware_specs)
     hw_id = hardware
     if hardware and Path(hardware).is_file():
@@ -396,6 +401,8 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
         report.write_validation_files(out_dir, result, file)
     if html_out:
         _write_html(html_out, "validate_page", result, str(file), quiet=quiet or as_json)
+    if points_file:
+        report.write_validation_points(points_file, result)
     if as_json:
         report.echo_json(result)
     else:
