@@ -315,10 +315,13 @@ NOTEBOOKS["capacity_planning.ipynb"] = [
 Target: serve the Azure conversation trace at **R = 40 requests/s** with Llama-3.1-8B, such that
 99 % of requests see **TTFT <= 2 s** and **TPOT <= 100 ms**, keeping 20 % headroom. For each
 candidate accelerator, `llmsim.make_plan` finds one replica's **SLO capacity** (the highest rate at
-which 99 % of requests meet both SLOs and the replica is not saturated: a rate sweep, then
-bisection, exactly as `llmsim sweep`; docs/sweep.md) and sizes the fleet:
+which 99 % of requests meet both SLOs and the replica is not saturated, as `llmsim sweep` defines
+it; docs/sweep.md), found by a bracketed search below the offline maximum, sizes the fleet by it,
+then simulates the cheapest fleets as pools, N replicas behind the router at R / (1 - headroom),
+and keeps the fewest that meet the SLOs (docs/plan.md):
 
-    replicas = ceil(R / (capacity x (1 - headroom)))
+    replicas_linear = ceil(R / (capacity x (1 - headroom)))
+    replicas        = the pooled count (replicas_verified), else replicas_linear
     $/hour   = replicas x GPUs per replica x $/GPU-hour
     $ per million output tokens = $/hour / (R x mean output tokens x 3600) x 1e6
 
@@ -333,7 +336,8 @@ SLOS = {"ttft": 2000, "tpot": 100}
 base = llmsim.Scenario(model="llama-3.1-8b", workload="azure-conv", num_requests=1000, goodput=SLOS)
 HARDWARE = ["a100-sxm-80gb", "h100-sxm", "h200-sxm", "l40s"]
 result = llmsim.make_plan(base, R, hardware=HARDWARE, tps=[1], headroom=HEADROOM)
-cols = ["rank", "hardware", "tp", "slo_capacity", "replicas", "gpus", "price_per_gpu_hour_usd",
+cols = ["rank", "hardware", "tp", "slo_capacity", "binding_slo", "replicas_linear", "replicas", "replicas_verified",
+        "gpus", "price_per_gpu_hour_usd",
         "cost_per_hour_usd", "cost_per_million_output_tokens_usd", "kv_capacity_tokens", "offline_max_throughput"]
 table = pd.DataFrame(result["candidates"])[cols]
 print(f"mean output tokens per request: {result['mean_output_tokens']:.1f}")
@@ -354,14 +358,21 @@ plt.tight_layout(); plt.show()
     ("md", """\
 ## Checks: the sizing arithmetic, by hand
 
-For every candidate: replicas = ceil(R / (capacity x (1 - headroom))), GPUs = replicas x tp,
-and the cost per million output tokens from the $/hour."""),
+For every candidate: replicas_linear = ceil(R / (capacity x (1 - headroom))); a pooled count
+was simulated and passed; GPUs = replicas x tp, and the cost per million output tokens from
+the $/hour."""),
     ("code", '''\
 mean_out = result["mean_output_tokens"]
 for r in result["candidates"]:
     expected = math.ceil(R / (r["slo_capacity"] * (1 - HEADROOM)))
-    check(f"{r['hardware']}: replicas", r["replicas"], f"ceil({R:g} / ({r['slo_capacity']:.3f} x {1 - HEADROOM:g})) = {expected}",
-          r["replicas"] == expected)
+    check(f"{r['hardware']}: replicas by one replica", r["replicas_linear"],
+          f"ceil({R:g} / ({r['slo_capacity']:.3f} x {1 - HEADROOM:g})) = {expected}", r["replicas_linear"] == expected)
+    if r["replicas_verified"]:
+        passed = [c["replicas"] for c in r["pool_checks"] if c["meets_slo"]]
+        check(f"{r['hardware']}: the pool of {r['replicas']} met the SLOs at R / (1 - headroom)", passed,
+              f"contains {r['replicas']}", r["replicas"] in passed)
+    else:
+        check(f"{r['hardware']}: replicas", r["replicas"], r["replicas_linear"], r["replicas"] == r["replicas_linear"])
     per_hour = r["replicas"] * r["tp"] * r["price_per_gpu_hour_usd"]
     per_m = per_hour / (R * mean_out * 3600) * 1e6
     check(f"{r['hardware']}: $ per million output tokens", f"{r['cost_per_million_output_tokens_usd']:.4f}",

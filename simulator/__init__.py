@@ -19,8 +19,8 @@ Every public name is a plain function or class, and none shares its name with a 
 `calibrate_hardware` is `simulator.analysis.calibrate.calibrate`, `make_plan` is `simulator.analysis.plan.plan`
 and `run_whatif` is `simulator.analysis.whatif.whatif`; ``from simulator import sweep`` is the module.
 
-Importing the package is cheap and has no side effects: everything but the spec/catalog
-layer is imported on first use (PEP 562 module ``__getattr__``).
+Importing the package is cheap and has no side effects: every name is imported on first use
+(PEP 562 module ``__getattr__``).
 """
 
 from __future__ import annotations
@@ -28,22 +28,21 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from simulator.specs.catalog import (
-    hardware_catalog,
-    import_hf_config,
-    load_hardware,
-    load_model,
-    model_catalog,
-)
-from simulator.specs.checks import SpecError
-from simulator.specs.dtypes import DTYPES
-from simulator.specs.hardware import HardwareSpec
-from simulator.specs.model import ModelSpec
-
 __version__ = "0.1.0"
 
-#: public name -> (module, attribute) imported on first use
+#: public name -> (module, attribute) imported on first use: `import simulator` (and so every
+#: `llmsim` command, `llmsim --help` included) loads neither numpy nor YAML until a name is used
 _LAZY: dict[str, tuple[str, str]] = {
+    # catalogs
+    "load_model": ("specs.catalog", "load_model"),
+    "load_hardware": ("specs.catalog", "load_hardware"),
+    "model_catalog": ("specs.catalog", "model_catalog"),
+    "hardware_catalog": ("specs.catalog", "hardware_catalog"),
+    "import_hf_config": ("specs.catalog", "import_hf_config"),
+    "HardwareSpec": ("specs.hardware", "HardwareSpec"),
+    "ModelSpec": ("specs.model", "ModelSpec"),
+    "SpecError": ("specs.checks", "SpecError"),
+    "DTYPES": ("specs.dtypes", "DTYPES"),
     # roofline
     "make_cost_model": ("resolve", "make_cost_model"),
     "CostModel": ("cost.roofline", "CostModel"),
@@ -80,10 +79,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "run_whatif": ("analysis.whatif", "whatif"),
 }
 
-__all__ = [
-    "DTYPES", "HardwareSpec", "ModelSpec", "SpecError", "hardware_catalog", "import_hf_config",
-    "load_hardware", "load_model", "model_catalog", *_LAZY,
-]
+__all__ = [*_LAZY]
 
 
 def __getattr__(name: str) -> Any:

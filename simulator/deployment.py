@@ -15,13 +15,15 @@ defaults to NVLink when both pools fit in one node of the same hardware
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.cost.network import scaleout_link, scaleup_link
 from simulator.cost.roofline import CostModel
-from simulator.serving.disagg import KVLink
 from simulator.specs.checks import SpecError
 from simulator.specs.fields import _did_you_mean
+
+if TYPE_CHECKING:  # imported where a link is made: an aggregated run never loads the disagg engine
+    from simulator.serving.disagg import KVLink
 
 #: scenario settings a pool may override
 POOL_KEYS = ("hardware", "tp", "pp", "ep", "pp_microbatches", "expert_imbalance", "weight_dtype", "activation_dtype", "kv_dtype", "ideal", "efficiency",
@@ -67,6 +69,8 @@ def check_deployment(dep: Any) -> None:
 
 def kv_link(prefill: CostModel, decode: CostModel, P: int, D: int, over: dict[str, Any] | None = None) -> KVLink:
     """The link KV crosses between the pools (module docstring)."""
+    from simulator.serving.disagg import KVLink
+
     over = {str(k).replace("-", "_"): v for k, v in (over or {}).items()}
     hp, hd = prefill.hardware, decode.hardware
     gp, gd = prefill.par.num_gpus, decode.par.num_gpus

@@ -51,11 +51,10 @@ from simulator.profiles.apply import (
 )
 from simulator.profiles.profile import load_engine
 from simulator.resolve import make_cost_model, make_speculative
-from simulator.serving.disagg import simulate_disagg, transfer_summary
 from simulator.serving.pool import ROUTERS
 from simulator.serving.records import SimResult
 from simulator.serving.sched.registry import SCHEDULERS, EngineConfig
-from simulator.serving.simulate import simulate
+from simulator.serving.simulate import Watch, simulate
 from simulator.serving.speculative import SPECULATIVE_SCHEDULERS, spec_decode_summary
 from simulator.specs.catalog import load_hardware, load_model, read_yaml
 from simulator.specs.checks import SpecError, check_int
@@ -443,19 +442,22 @@ class Scenario:
             raise SpecError(f"deployment.{name}.{e}") from None
 
     def run(self, progress: Callable[[int, int], None] | None = None,
-            workload: wl.Workload | None = None, itl_times: bool = False) -> tuple[SimResult, dict[str, Any]]:
+            workload: wl.Workload | None = None, itl_times: bool = False, watch: Watch | None = None,
+            cost: CostModel | None = None) -> tuple[SimResult, dict[str, Any]]:
         """Simulate; returns (per-request result, vLLM-style summary). `itl_times`: keep when
-        each inter-token gap was observed (`SimResult.itl_timed`: a time series of the run)."""
+        each inter-token gap was observed (`SimResult.itl_timed`: a time series of the run).
+        `workload`, `cost`: this scenario's own, already made (a capacity search reuses them
+        across its probes); `watch`: may stop the run early (`serving.simulate.simulate`)."""
         if self.disagg is not None:
             return self._run_disagg(workload if workload is not None else self.make_workload(), progress,
                                     itl_times)
-        cost = self.cost_model()
+        cost = cost if cost is not None else self.cost_model()
         try:
             w, note = (workload, "") if workload is not None else self.make_workload_noted()
             client = client_view_for(load_engine(self.engine)) if self.engine is not None else None
             spec = self.speculative(cost)
             res = simulate(cost, w, self.engine_config(cost), self.replicas, self.router, progress, client,
-                           speculative=spec, itl_times=itl_times)
+                           speculative=spec, itl_times=itl_times, watch=watch)
         except MemoryError:
             raise SpecError(f"num_requests: {self.num_requests} requests do not fit in this machine's "
                             "memory (about 80 bytes each); simulate fewer") from None
@@ -485,6 +487,8 @@ class Scenario:
     def _run_disagg(self, workload: wl.Workload, progress: Callable[[int, int], None] | None = None,
                     itl_times: bool = False) -> tuple[SimResult, dict[str, Any]]:
         """Simulate the scenario's disaggregated deployment (`deployment.py`): (result, summary)."""
+        from simulator.serving.disagg import simulate_disagg, transfer_summary
+
         sc = self
         P, D = parse_disagg(sc.disagg)
         ps, ds = sc.pool("prefill"), sc.pool("decode")

@@ -216,13 +216,16 @@ def test_worked_example_plan():
     assert r.exit_code == 0, r.output
     p = json.loads(r.output)
     agg, dis = p["best"], p["best_disaggregated"]
-    assert (agg["replicas"], agg["tp"], agg["gpus"], agg["cost_per_hour_usd"]) == (4, 8, 32, 80.0)
+    # sized by one replica 4 x TP 8 (32 GPUs); simulated as a pool, 3 replicas meet the SLOs
+    assert (agg["replicas_linear"], agg["replicas"], agg["tp"], agg["gpus"], agg["cost_per_hour_usd"]) == (
+        4, 3, 8, 24, 60.0)
+    assert agg["replicas_verified"]
     assert (dis["disagg"], dis["prefill_tp"], dis["decode_tp"], dis["gpus"], dis["cost_per_hour_usd"]) == (
         "3:1", 8, 4, 28, 70.0)
-    assert p["winner"] == "disaggregated"
+    assert p["winner"] == "aggregated"
     assert dis["mean_kv_transfer_ms"] == pytest.approx(8.39, abs=0.01)
     doc = (Path(__file__).resolve().parent.parent / "docs" / "deployments.md").read_text()
-    assert "**28 GPUs, $70.00/h**" in doc and "**32 GPUs, $80.00/h**" in doc and "8.4 ms KV transfer" in doc
+    assert "**28 GPUs, $70.00/h**" in doc and "**3 x TP 8 (24 GPUs, $60.00/h)**" in doc and "8.4 ms KV transfer" in doc
 
 
 def test_distserve_qualitative_result():
@@ -237,11 +240,13 @@ def test_distserve_qualitative_result():
     assert long["ratio_disagg_over_agg"] > 1.05
     assert short["ratio_disagg_over_agg"] < 0.95
     # the numbers the doc's table states, under the default engine (vllm: no step overhead,
-    # 1024 seats; under the historical limits they were 1.69, 1.91, 112 and 88)
+    # 1024 seats; under the historical limits they were 1.69, 1.91, 112 and 88). The short
+    # case was 116 and 92 before issue 24: rates above the offline maximum (158 and 75 req/s)
+    # no longer count, nor runs whose requests in flight keep growing
     assert long["aggregated_4x_tp1"]["goodput_per_gpu"] == pytest.approx(2.38, abs=0.01)
     assert long["disaggregated"]["3:1"]["goodput_per_gpu"] == pytest.approx(2.75, abs=0.01)
-    assert short["aggregated_4x_tp1"]["goodput_per_gpu"] == pytest.approx(116, abs=0.5)
-    assert short["disaggregated"]["3:1"]["goodput_per_gpu"] == pytest.approx(92, abs=0.5)
+    assert short["aggregated_4x_tp1"]["goodput_per_gpu"] == pytest.approx(34, abs=0.5)
+    assert short["disaggregated"]["3:1"]["goodput_per_gpu"] == pytest.approx(13, abs=0.5)
 
 
 @settings(max_examples=40, deadline=None)

@@ -40,14 +40,17 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeGuard
 
+from simulator.analysis.capacity import Reuse, meets_slo, probe, refine, search
 from simulator.analysis.executors import Executor
-from simulator.analysis.sweep import planned_points, sweep
 from simulator.scenario import Scenario
 from simulator.specs.catalog import load_hardware, load_model
 from simulator.specs.checks import SpecError, check_int
+from simulator.workloads.named import named_workload
+from simulator.workloads.workload import scale_to_rate, take, with_arrivals
 
-#: Fractions of the offline max throughput probed when the SLOs fail at the lowest grid rate.
-LOW_LOAD_FRACTIONS = (0.001, 0.01, 0.03, 0.1)
+#: pooled check: at most this many replicas above the linear estimate before a candidate is
+#: called infeasible as a deployment
+MAX_POOL_RAISE = 4
 
 
 def _num(v: Any) -> TypeGuard[float]:
@@ -115,34 +118,32 @@ def _blocks(keys: Sequence[_Key]) -> list[tuple[list[str], list[int], list[str],
 
 
 class _Offset:
-    """Progress over several sweep calls: (done, total) accumulated across calls, the total
-    including the planned size of the sweeps still to come (`plan`), so that it is known
-    before the first simulation runs."""
+    """Progress over a plan's steps, (done, total): one per candidate searched, one per
+    candidate simulated as a pool, one for narrowing the cheapest and one for its check without
+    headroom. The total is planned before the first simulation (every step that may run) and
+    settles on the steps that ran at the end (`finish`)."""
 
     def __init__(self, progress: Callable[[int, int], None] | None) -> None:
         self.progress = progress
-        self.base_done = 0
-        self.base_total = 0
-        self.last = (0, 0)
-        self.ahead: list[int] = []  # planned simulations of the sweeps after the current one
+        self.done = 0
+        self.total = 0
 
-    def plan(self, sizes: list[int]) -> None:
-        """The planned sizes of the sweeps to run, in order (`sweep.planned_points`)."""
-        self.ahead = list(sizes[1:])
+    def add(self, n: int) -> None:
+        self.total += n
+        self.show()
+
+    def tick(self) -> None:
+        self.done += 1
+        self.total = max(self.total, self.done)
+        self.show()
+
+    def show(self) -> None:
         if self.progress:
-            self.progress(self.base_done, self.base_total + sum(sizes))
+            self.progress(self.done, self.total)
 
-    def __call__(self, done: int, total: int) -> None:
-        self.last = (done, total)
-        if self.progress:
-            self.progress(self.base_done + done, self.base_total + total + sum(self.ahead))
-
-    def next_call(self) -> None:
-        self.base_done += self.last[0]
-        self.base_total += self.last[1]
-        self.last = (0, 0)
-        if self.ahead:
-            self.ahead.pop(0)
+    def finish(self) -> None:
+        self.total = self.done
+        self.show()
 
 
 #: the largest target rate (req/s) plan sizes a fleet for: 10 million requests/s
@@ -228,83 +229,118 @@ def _screen(base: Scenario, base1: Scenario, hw_specs: dict[str, Any], tp_list: 
     return feasible_keys, rows, infeasible
 
 
-def _low_load_retry(base: Scenario, base1: Scenario, key: _Key, row: dict[str, Any], x: float,
-                    ex: Executor, prog: _Offset, slo_target: float, tol: float) -> None:
-    """Step 2b: the SLOs failed at the lowest grid rate; sweep again at LOW_LOAD_FRACTIONS of
-    the offline max throughput `x` (capacity 0 with a reason when even 0.1 % fails)."""
-    low = sorted({float(f"{f * x:.4g}") for f in LOW_LOAD_FRACTIONS})
-    sc = base1.replace(hardware=key[0], tp=key[1], weight_dtype=key[2], kv_dtype=key[3], ep=key[4])
-    res = sweep(sc, low, (), ex, prog, slo_target=slo_target, tol=tol)
-    prog.next_call()
-    info2 = res["curves"][0]
-    row.update(slo_capacity=info2["slo_capacity"], slo_capacity_upper=info2["slo_capacity_upper"],
-               slo_note=info2["slo_note"], bisection_probes=row["bisection_probes"] + info2["bisection_probes"])
-    row["warnings"] += info2["warnings"]
-    if info2["slo_capacity"] is None:
-        pts = [p for p in res["points"] if p["rate"] == low[0]]
-        worst = _worst_slo(pts[0] if pts else {}, base.goodput)
-        row["slo_capacity"] = 0.0
-        good = pts[0].get("good_fraction") if pts else None
-        if good is not None and good >= slo_target:  # low load meets them: the grid's miss was noise
-            row["reason"] = (f"SLOs met at every low-load rate ({low[0]:.4g}-{low[-1]:.4g} req/s) but not at "
-                             f"the sweep's lowest rate: {base.num_requests} requests per simulation are too "
-                             "few for a steady result; raise --num-requests")
-            return
-        row["reason"] = (f"SLOs unmeetable even at low load: good fraction "
-                         f"{(pts[0].get('good_fraction') or 0.0) if pts else 0.0:.3f} < {slo_target:g} "
-                         f"at {low[0]:.4g} req/s (0.1 % of the offline max throughput)" + worst)
+#: the workloads and cost models this process has made for the plan it runs (`capacity.Reuse`):
+#: a plan's candidates share the offline and pooled runs' workloads, a candidate's probes its
+#: cost model. Emptied when a plan starts; a pool worker keeps its own.
+_REUSE = Reuse()
+
+
+def _capacity_task(scenario_dict: dict[str, Any], slo_target: float, tol: float, rate: float,
+                   headroom: float) -> dict[str, Any]:
+    """One candidate's `capacity.search` (top-level and fed plain data, so it pickles into a
+    process pool or a Dask worker), ended as soon as the bracket fixes the replica count
+    (`refined` False then; `_refine_task` narrows it); probes kept as `_probe_row`s."""
+    def enough(lo: float, hi: float) -> bool:
+        return replicas_needed(rate, lo, headroom) == replicas_needed(rate, hi * (1 - 1e-9), headroom)
+
+    return _lean(search(Scenario(**scenario_dict), slo_target, tol, _REUSE, enough=enough))
+
+
+def _refine_task(scenario_dict: dict[str, Any], info: dict[str, Any], slo_target: float,
+                 tol: float) -> dict[str, Any]:
+    """`capacity.refine` of a candidate's search to the tolerance."""
+    return _lean(refine(Scenario(**scenario_dict), info, slo_target, tol, _REUSE))
+
+
+def _lean(info: dict[str, Any]) -> dict[str, Any]:
+    info["probes"] = [_probe_row(p) for p in info["probes"]]
+    if info.get("at_capacity") is not None:
+        info["at_capacity"] = _probe_row(info["at_capacity"])
+    return info
+
+
+def _probe_row(p: dict[str, Any]) -> dict[str, Any]:
+    """What a plan keeps of one probe (enough to continue its search, `capacity.refine`)."""
+    keys = ("rate", "meets_slo", "good_fraction", "saturated", "unstable_signals", "stopped_early",
+            "achieved_rate", "p99_ttft_ms", "p99_tpot_ms", "slo_miss", "slo_at_target_ms", "slo_ratio",
+            "slo_ratio_at_stop", "binding_slo", "joules_per_output_token")
+    return {k: p.get(k) for k in keys}
+
+
+def _candidate_dict(base1: Scenario, key: tuple) -> dict[str, Any]:
+    return base1.replace(hardware=key[0], tp=key[1], weight_dtype=key[2], kv_dtype=key[3], ep=key[4]).as_dict()
 
 
 def _slo_capacities(base: Scenario, base1: Scenario, feasible_keys: list[_Key],
                     rows: dict[_Key, dict[str, Any]], ex: Executor, prog: _Offset,
-                    slo_target: float, tol: float) -> None:
-    """Step 2: SLO capacity of one replica per candidate, one `sweep` per cartesian block."""
-    curves: dict[_Key, dict[str, Any]] = {}
-    # the scenario's own ep: cartesian blocks as for a dense model; ep = tp: one group per TP
-    groups: dict[int | None, list[_Key]] = {}
-    for key in feasible_keys:
-        groups.setdefault(None if key[4] == base1.ep else key[1], []).append(key)
-    blocks = [(ep, b) for ep, keys in groups.items() for b in _blocks(keys)]
-    prog.plan([planned_points(len(h) * len(t) * len(w) * len(k), "auto", bool(base1.goodput), tol)
-               for _, (h, t, w, k) in blocks])
-    for ep, (hws, tpl, wds, kvs) in blocks:
-        dims: list[tuple[str, list[Any]]] = [("hardware", hws), ("tp", tpl), ("weight_dtype", wds),
-                                             ("kv_dtype", kvs), *([("ep", [ep])] if ep is not None else [])]
-        res = sweep(base1, "auto", dims, ex, prog, slo_target=slo_target, tol=tol)
-        prog.next_call()
-        for info in res["curves"]:
-            v = info["values"]
-            curves[(v["hardware"], v["tp"], v["weight_dtype"], v["kv_dtype"], v.get("ep", base1.ep))] = info
-    for key in feasible_keys:
-        info = curves[key]
-        row = rows[key]
-        row.update(offline_max_throughput=info["offline_max_throughput"],
-                   saturation_rate=info["saturation_rate"], slo_capacity=info["slo_capacity"],
-                   slo_capacity_upper=info["slo_capacity_upper"], slo_note=info["slo_note"],
-                   bisection_probes=info["bisection_probes"], warnings=list(info["warnings"]),
-                   joules_per_output_token=info.get("joules_per_output_token_at_slo_capacity"))
-        if info["slo_capacity"] is None and "already at the lowest" in (info["slo_note"] or ""):
-            _low_load_retry(base, base1, key, row, info["offline_max_throughput"], ex, prog, slo_target, tol)
-        elif info["slo_capacity"] is None:  # every sampled rate met the SLOs: a lower bound
-            row["slo_capacity"] = info["max_stable_rate"]
-            row["warnings"].append(f"capacity is above the highest sampled rate; using {info['max_stable_rate']:.4g} "
-                                   "req/s (a lower bound)")
-    for key in feasible_keys:
-        row = rows[key]
-        cap, x = row["slo_capacity"], row["offline_max_throughput"]
-        if _num(cap) and _num(x) and cap >= x > 0:
-            row["warnings"].append(
-                f"SLO capacity {cap:.4g} req/s is not below the offline max throughput {x:.4g} req/s: "
-                f"with {base.num_requests} requests per run no queue builds up before the run ends, so "
-                "the capacity is overstated; raise --num-requests")
+                    slo_target: float, tol: float, rate: float, headroom: float) -> None:
+    """Step 2: SLO capacity of one replica per candidate (`capacity.search`: bounded by the
+    analytic bound and the offline maximum, a bracketed search, failing probes stopped early),
+    each search ended once its bracket fixes the candidate's replica count."""
+    dicts = [_candidate_dict(base1, k) for k in feasible_keys]
+    infos = ex.map(_capacity_task, [(d, slo_target, tol, rate, headroom) for d in dicts], prog.tick)
+    for key, info in zip(feasible_keys, infos, strict=True):
+        _take_capacity(base, rows[key], info)
+
+
+def _refine_best(base: Scenario, base1: Scenario, best: dict[str, Any], ex: Executor, prog: _Offset,
+                 slo_target: float, tol: float) -> None:
+    """The cheapest candidate's capacity narrowed to the tolerance (the others' brackets already
+    fix their replica counts; the table shows them as ranges)."""
+    if best.get("search", {}).get("refined", True):
+        return
+    (info,) = ex.map(_refine_task, [(_candidate_dict(base1, best["_key"]), best["search"], slo_target, tol)],
+                     prog.tick)
+    _take_capacity(base, best, info)
+
+
+def _take_capacity(base: Scenario, row: dict[str, Any], info: dict[str, Any]) -> None:
+    """A candidate row's fields from its search (`search`: the state a refinement continues)."""
+    at = info.get("at_capacity") or {}
+    row["search"] = {k: v for k, v in info.items() if k != "at_capacity"}
+    row.update(offline_max_throughput=info["offline_max_throughput"], analytic_bound=info["analytic_bound"],
+               upper_bound=info["upper_bound"], saturation_rate=info["saturation_rate"],
+               slo_capacity=info["slo_capacity"], slo_capacity_upper=info["slo_capacity_upper"],
+               capacity_refined=info["refined"], slo_note=info["slo_note"],
+               bisection_probes=info["bisection_probes"], probes_stopped_early=info["stopped_early"],
+               probes=info["probes"], binding=info["binding"], binding_slo=(info["binding"] or {}).get("slo"),
+               joules_per_output_token=at.get("joules_per_output_token"))
+    warnings = row.setdefault("warnings", [])
+    warnings.extend(w for w in info["warnings"] if w not in warnings)
+    if "usable_capacity" in row:
+        row["usable_capacity"] = info["slo_capacity"] * (1.0 - row.get("headroom", 0.0))
+    if not info["slo_capacity"]:
+        row["reason"] = info["slo_note"]
+    x, bound = info["offline_max_throughput"], info["analytic_bound"]
+    short = (f"{base.num_requests} requests per run are too few for a steady result: the offline maximum "
+             f"{x:.4g} req/s is under half the analytic bound {bound:.4g} req/s, and the capacity is capped "
+             "by so short a run; raise --num-requests") if _num(x) and _num(bound) else ""
+    if short and x < 0.5 * bound and short not in warnings:
+        warnings.append(short)
+
+
+def _price(row: dict[str, Any], n: int, rate: float, mean_out: float) -> None:
+    """Replicas, GPUs and $ of a candidate row at `n` replicas."""
+    gpus = n * row["gpus_per_replica"]
+    price = row["price_per_gpu_hour_usd"]
+    per_hour = gpus * price if price else None
+    row.update(replicas=n, gpus=gpus, cost_per_hour_usd=per_hour,
+               cost_per_million_output_tokens_usd=(cost_per_million_tokens(per_hour, rate, mean_out)
+                                                   if per_hour else None))
+
+
+def _rank_key(r: dict[str, Any]) -> tuple:
+    return (r["cost_per_hour_usd"] is None, r["cost_per_hour_usd"] or 0.0, r["gpus"], -r["slo_capacity"],
+            r["hardware"], r["tp"], r.get("ep", 1))
 
 
 def _price_candidates(feasible_keys: list[_Key], rows: dict[_Key, dict[str, Any]],
                       infeasible: list[dict[str, Any]], hw_specs: dict[str, Any],
                       price_map: dict[str, float], rate: float, headroom: float,
                       mean_out: float) -> list[dict[str, Any]]:
-    """Step 3: replicas, GPUs and cost of each candidate with a capacity, ranked cheapest
-    first (the others join `infeasible`)."""
+    """Step 3: replicas by one replica's capacity (ceil(R / (capacity x (1 - headroom))), kept as
+    `replicas_linear`), GPUs and cost of each candidate with a capacity, cheapest first (the
+    others join `infeasible`)."""
     candidates: list[dict[str, Any]] = []
     for key in feasible_keys:
         row = rows[key]
@@ -317,20 +353,139 @@ def _price_candidates(feasible_keys: list[_Key], rows: dict[_Key, dict[str, Any]
         hw = hw_specs[key[0]]
         price, source = (price_map[hw.id], "override") if hw.id in price_map else (
             hw.price_per_gpu_hour_usd, "catalog" if hw.price_per_gpu_hour_usd else None)
-        gpus = n * row["gpus_per_replica"]
-        per_hour = gpus * price if price else None
-        row.update(status="feasible", usable_capacity=cap * (1.0 - headroom), replicas=n, gpus=gpus,
-                   price_per_gpu_hour_usd=price, price_source=source, cost_per_hour_usd=per_hour,
-                   cost_per_million_output_tokens_usd=(cost_per_million_tokens(per_hour, rate, mean_out)
-                                                       if per_hour else None))
+        row.update(status="feasible", usable_capacity=cap * (1.0 - headroom), headroom=headroom, replicas_linear=n,
+                   price_per_gpu_hour_usd=price, price_source=source, replicas_verified=False)
+        _price(row, n, rate, mean_out)
         if price is None:
             row["warnings"].append(f"{hw.id} has no catalog price; give one with --price {hw.id}=USD")
         candidates.append(row)
-    candidates.sort(key=lambda r: (r["cost_per_hour_usd"] is None, r["cost_per_hour_usd"] or 0.0, r["gpus"],
-                                   -r["slo_capacity"], r["hardware"], r["tp"], r.get("ep", 1)))
+    candidates.sort(key=_rank_key)
+    return candidates
+
+
+def pool_check(base1: Scenario, key: tuple, replicas: int, rate: float, slo_target: float,
+               reuse: Reuse | None = None) -> dict[str, Any]:
+    """`replicas` replicas of candidate `key` behind the scenario's router at `rate` req/s, each
+    serving as many requests as the one-replica runs (replicas x num_requests in all), the
+    early-stop watch on. A named workload draws them afresh; a trace serves the same requests
+    the one-replica runs served (its first num_requests), tiled, so the pool is not judged on
+    another stretch of the trace. Returns the probe's summary row with `meets_slo`."""
+    one = base1.replace(hardware=key[0], tp=key[1], weight_dtype=key[2], kv_dtype=key[3], ep=key[4])
+    sc = one.replace(replicas=replicas, num_requests=base1.num_requests * replicas)
+    workload = None
+    if named_workload(str(base1.workload)) is None:  # a trace
+        tiled = take(one.replace(rate=None).make_workload(), sc.num_requests)
+        workload = (scale_to_rate(tiled, rate) if base1.burstiness == 1.0
+                    else with_arrivals(tiled, rate, base1.burstiness, base1.seed))
+    p = probe(sc, rate, slo_target, reuse, workload=workload)
+    p["meets_slo"] = meets_slo(p, slo_target)
+    row = _probe_row(p)
+    row["replicas"] = replicas
+    return row
+
+
+def _pool_task(scenario_dict: dict[str, Any], key: tuple, replicas: int, rate: float,
+               slo_target: float) -> dict[str, Any]:
+    return pool_check(Scenario(**scenario_dict), key, replicas, rate, slo_target, _REUSE)
+
+
+def _verify_one(base1: Scenario, row: dict[str, Any], rate_v: float, slo_target: float, ex: Executor,
+                prog: _Offset) -> None:
+    """Step 4 for one candidate: the smallest N whose pool meets the SLOs at `rate_v`: from one
+    below the linear estimate down while it passes (never below the fewest the capacity bound
+    allows), else the linear estimate, else up while it fails (at most MAX_POOL_RAISE more)."""
+    key = row["_key"]
+    d = base1.as_dict()
+
+    def check(n: int) -> dict[str, Any]:
+        (out,) = ex.map(_pool_task, [(d, key, n, rate_v, slo_target)])
+        row["pool_checks"].append(out)
+        return out
+
+    n0 = row["replicas_linear"]
+    floor_n = max(1, math.ceil(rate_v / row["upper_bound"] - 1e-9)) if _num(row.get("upper_bound")) else 1
+    row["pool_checks"] = []
+    if n0 - 1 >= floor_n and check(n0 - 1)["meets_slo"]:  # pooling saves a replica: try for more
+        n = n0 - 1
+        while n - 1 >= floor_n and check(n - 1)["meets_slo"]:
+            n -= 1
+    elif check(n0)["meets_slo"]:
+        n = n0
+    else:
+        n = n0 + 1
+        while n <= n0 + MAX_POOL_RAISE and not check(n)["meets_slo"]:
+            n += 1
+        if n > n0 + MAX_POOL_RAISE:
+            row["pool_failed"] = n0 + MAX_POOL_RAISE
+            return
+    row["replicas"] = n
+    row["replicas_verified"] = True
+
+
+def _verify_pools(base1: Scenario, candidates: list[dict[str, Any]], infeasible: list[dict[str, Any]],
+                  rate: float, headroom: float, slo_target: float, mean_out: float, ex: Executor,
+                  prog: _Offset) -> None:
+    """Step 4: the whole deployment simulated. Candidates in order of their linear cost; the
+    cheapest, and each other that would beat the cheapest verified so far if pooling saved it
+    one replica (at max(linear - 1, the fewest its capacity bound allows) replicas), is checked
+    by `_verify_one` at rate / (1 - headroom); the others keep their linear count
+    (`replicas_verified` False: pooling would have to save them more than one replica). Re-ranked
+    after."""
+    rate_v = rate / (1.0 - headroom)
+    best_cost: tuple | None = None
+    for row in sorted(candidates, key=_rank_key):
+        floor_n = max(1, math.ceil(rate_v / row["upper_bound"] - 1e-9)) if _num(row.get("upper_bound")) else 1
+        probe_row = dict(row)
+        _price(probe_row, max(floor_n, row["replicas_linear"] - 1), rate, mean_out)
+        if best_cost is not None and _rank_key(probe_row)[:3] >= best_cost:
+            continue
+        _verify_one(base1, row, rate_v, slo_target, ex, prog)
+        prog.tick()
+        if row.get("pool_failed"):
+            continue
+        _price(row, row["replicas"], rate, mean_out)
+        key = _rank_key(row)[:3]
+        best_cost = key if best_cost is None or key < best_cost else best_cost
+    for row in [r for r in candidates if r.get("pool_failed")]:
+        candidates.remove(row)
+        row.update(status="infeasible", reason=(
+            f"{row['pool_failed']} replicas behind the router still miss the SLOs at {rate_v:.4g} req/s "
+            f"(rate / (1 - headroom)); one replica's capacity {row['slo_capacity']:.4g} req/s does not pool"))
+        infeasible.append(row)
+    candidates.sort(key=_rank_key)
     for i, r in enumerate(candidates, 1):
         r["rank"] = i
-    return candidates
+        checks = r.get("pool_checks") or []
+        r["pool_note"] = r.get("pool_note") or _pool_note(r, checks, rate_v)
+
+
+def _pool_note(r: dict[str, Any], checks: list[dict[str, Any]], rate_v: float) -> str:
+    """One line on the pooled check of a candidate."""
+    if not checks:
+        return ""
+    ok = sorted(c["replicas"] for c in checks if c["meets_slo"])
+    bad = sorted(c["replicas"] for c in checks if not c["meets_slo"])
+    parts = [f"{r['replicas']} replicas meet the SLOs at {rate_v:.4g} req/s"]
+    if bad:
+        fail = next(c for c in checks if c["replicas"] == max(bad))
+        why = (f"stopped early: {fail['stopped_early']['reason']}" if fail.get("stopped_early")
+               else f"good fraction {fail['good_fraction'] or 0:.3f}"
+               + (f", unstable: {', '.join(fail['unstable_signals'])}" if fail.get("unstable_signals") else ""))
+        parts.append(f"{max(bad)} do not ({why})")
+    if r["replicas"] != r["replicas_linear"]:
+        parts.append(f"the linear estimate was {r['replicas_linear']}")
+    return "; ".join(parts) if ok else ""
+
+
+def _without_headroom(base1: Scenario, best: dict[str, Any], rate: float, headroom: float, slo_target: float,
+                      ex: Executor, prog: _Offset) -> None:
+    """With headroom, whether the best deployment less one replica still meets the SLOs at the
+    target rate itself (`without_headroom`): what the headroom costs in replicas."""
+    n = best["replicas"] - 1
+    if headroom <= 0 or n < 1 or not best.get("replicas_verified"):
+        return
+    (out,) = ex.map(_pool_task, [(base1.as_dict(), best["_key"], n, rate, slo_target)], prog.tick)
+    best["without_headroom"] = out
 
 
 def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps: Sequence[int] | None = None,
@@ -346,8 +501,9 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
     `candidates` (feasible, cheapest first), `infeasible` (with `reason`) and `best`.
 
     Steps (module docstring): memory screen (`_screen`), SLO capacity per replica
-    (`_slo_capacities`), replicas and cost (`_price_candidates`). `disagg`: also search
-    disaggregated deployments (`plan_disagg.py`), listed in `disaggregated`, compared in `why`.
+    (`_slo_capacities`), replicas and cost by one replica (`_price_candidates`), the deployment
+    simulated as a pool (`_verify_pools`). `disagg`: also search disaggregated deployments
+    (`plan_disagg.py`), listed in `disaggregated`, compared in `why`.
     """
     _check_inputs(base, rate, headroom)
     price_map = normalise_prices(prices)
@@ -368,13 +524,28 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
     moe = load_model(base.model).moe is not None
     feasible_keys, rows, infeasible = _screen(base, base1, hw_specs, tp_list, wd_list, kv_list, seq_len, longest,
                                               moe)
-    _slo_capacities(base, base1, feasible_keys, rows, executor or Executor(), _Offset(progress), slo_target, tol)
-    candidates = _price_candidates(feasible_keys, rows, infeasible, hw_specs, price_map, rate, headroom, mean_out)
+    ex = executor or Executor()
+    prog = _Offset(progress)
+    prog.add(2 * len(feasible_keys) + 2)  # every step that may run (`_Offset`)
+    _REUSE.clear()
+    try:
+        _slo_capacities(base, base1, feasible_keys, rows, ex, prog, slo_target, tol, rate, headroom)
+        candidates = _price_candidates(feasible_keys, rows, infeasible, hw_specs, price_map, rate, headroom,
+                                       mean_out)
+        _verify_pools(base1, candidates, infeasible, rate, headroom, slo_target, mean_out, ex, prog)
+        if candidates:
+            _refine_best(base, base1, candidates[0], ex, prog, slo_target, tol)
+            _without_headroom(base1, candidates[0], rate, headroom, slo_target, ex, prog)
+    finally:
+        _REUSE.clear()
+    prog.finish()
     for r in infeasible:
         r["status"] = "infeasible"
     ep_extra = {"expert_parallel": expert_parallel_summary(base1, candidates, infeasible)} if moe else {}
     for r in (*candidates, *infeasible):
         r.pop("_key", None)
+        r.pop("search", None)
+        r.pop("headroom", None)
     extra = _disaggregated(base, rate, hw_specs, price_map, tp_list, headroom, slo_target, tol, executor,
                            candidates) if disagg else {}
     return {
@@ -478,27 +649,23 @@ def expert_parallel_summary(base1: Scenario, candidates: list[dict[str, Any]],
     return {"pairs": pairs, "note": note}
 
 
-def _worst_slo(point: dict[str, Any], slos_ms: dict[str, float]) -> str:
-    """'; p99 ttft 2400 ms vs SLO 500 ms, ...' for the SLOs the point's p99 misses."""
-    bad = []
-    for k, v in slos_ms.items():
-        got = point.get(f"p99_{k}_ms")
-        if _num(got) and got > v:
-            bad.append(f"p99 {k.upper()} {got:.4g} ms > SLO {v:g} ms")
-    return ("; " + ", ".join(bad)) if bad else ""
-
-
 def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     """Flat rows (feasible then infeasible) for a CSV or a table."""
     rows = (*result["candidates"], *result["infeasible"])
     ep = ("ep",) if any("ep" in r for r in rows) else ()  # MoE models only
-    cols = ("rank", "status", "hardware", "tp", *ep, "pp", "weight_dtype", "kv_dtype", "slo_capacity", "replicas",
-            "gpus", "price_per_gpu_hour_usd", "cost_per_hour_usd", "cost_per_million_output_tokens_usd",
-            "kv_capacity_tokens", "max_concurrent_sequences", "offline_max_throughput", "saturation_rate",
-            "joules_per_output_token",
+    cols = ("rank", "status", "hardware", "tp", *ep, "pp", "weight_dtype", "kv_dtype", "slo_capacity", "binding_slo",
+            "replicas", "replicas_verified", "replicas_linear", "gpus", "price_per_gpu_hour_usd", "cost_per_hour_usd",
+            "cost_per_million_output_tokens_usd", "kv_capacity_tokens", "max_concurrent_sequences",
+            "offline_max_throughput", "analytic_bound", "saturation_rate", "joules_per_output_token",
             "smallest_tp_that_fits", "reason")
-    return [{c: r.get(c) for c in cols} for r in rows]
+    out = []
+    for r in rows:
+        row = {c: r.get(c) for c in cols}
+        for k, m in ((r.get("binding") or {}).get("margins") or {}).items():
+            row[f"{k}_margin_at_capacity"] = m.get("margin")
+        out.append(row)
+    return out
 
 
 __all__ = ["plan", "replicas_needed", "expert_parallel_summary", "cost_per_million_tokens", "normalise_prices", "table_rows",
-           "LOW_LOAD_FRACTIONS"]
+           "pool_check", "MAX_POOL_RAISE"]

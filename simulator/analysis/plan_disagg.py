@@ -177,13 +177,18 @@ def why(best_agg: dict[str, Any] | None, best_dis: dict[str, Any] | None) -> str
 
 def goodput_per_gpu(sc: Scenario, slo_target: float = 0.9, tol: float = 0.02) -> dict[str, float]:
     """DistServe's metric: the highest rate at which >= slo_target of requests meet every SLO
-    (stable run), per GPU of the deployment (aggregated replicas or a P:D pair)."""
+    (stable run, below the deployment's offline maximum), per GPU of the deployment
+    (aggregated replicas or a P:D pair)."""
     _, s0 = sc.replace(num_requests=2).run()
     gpus = int(s0["num_gpus"])
+    # no rate at or above the offline maximum is sustainable, whatever a finite run shows
+    offline = sc.replace(rate=math.inf).run()[1]["request_throughput"]
 
     def ok(r: float) -> bool:
+        if r >= offline:
+            return False
         frac, unstable, _ = _good_fraction(sc, r, sc.slos_s)
         return frac >= slo_target and not unstable
 
     rate = _capacity(ok, tol)
-    return {"goodput": rate, "gpus": gpus, "goodput_per_gpu": rate / gpus}
+    return {"goodput": rate, "gpus": gpus, "goodput_per_gpu": rate / gpus, "offline_max_throughput": offline}

@@ -5,15 +5,19 @@ for every combination of other settings: one *curve* per combination) and reads 
 numbers off each curve (docs/serving_model.md, "Load, saturation and the knee"; docs/sweep.md):
 
 * **offline max throughput** X: `request_throughput` of the same workload with every request
-  arriving at t = 0 (rate = inf). It seeds the automatic rate grid.
-* a point is **saturated** when the simulator flags it ``unstable`` (TTFT grows with
-  arrival time) or when, while load is offered, fewer than 0.95 x the arriving requests
-  get their first token: ``window_started_rate < 0.95 x window_offered_rate``, both counted
-  inside the arrival window (`window_rates`), i.e. the waiting queue grows.
+  arriving at t = 0 (rate = inf). It seeds the automatic rate grid. The **analytic bound**
+  (`capacity.analytic_bound`, from the cost model alone) is reported beside it.
+* a point is **saturated** when the simulator flags it ``unstable`` (any of its signals:
+  TTFT, TPOT, the decode batch or the requests in the system growing with time, or fewer
+  than 0.95 x the arriving requests getting their first token inside the arrival window;
+  `metrics.summary.stability`), when it is offered at or above the offline max throughput or
+  the analytic bound (no rate there is sustainable: ``above_offline_max``), or when it is
+  offered above the curve's saturation rate (``above_saturation``).
 * **saturation rate**: the most the replica(s) complete per second once they cannot keep
   up: ``max(achieved_rate)`` over the curve, *provided* the curve has a saturated point;
   otherwise the curve never saturated and only ``saturation_lower_bound`` is given.
-  ``max_stable_rate`` is the largest offered rate whose point is not saturated. In runs
+  ``max_stable_rate`` is the largest offered rate whose point is not saturated, so it never
+  exceeds the saturation rate, the offline max throughput or the analytic bound. In runs
   that are short compared with the requests' E2EL the achieved rate stays below the
   capacity; a warning says so when it is < 0.9 x the offline max throughput.
 * **knee**: the point of maximum curvature of a p99 latency (TTFT by default) vs offered
@@ -23,7 +27,11 @@ numbers off each curve (docs/serving_model.md, "Load, saturation and the knee"; 
   the last good and the first bad sampled rate until ``(hi - lo) / lo <= tol``; each probe
   is a full simulation. The answer is the verified good rate ``lo`` (the true capacity lies
   in [lo, hi)). Bisection assumes good_fraction falls monotonically with rate; a sampled
-  good point above the first bad one is reported in the curve's warnings.
+  good point above the first bad one is reported in the curve's warnings. A bisection probe
+  stops early once it has certainly failed (`capacity.SloWatch`); grid points always run whole.
+* **binding SLO** (per point and at the capacity, `capacity.slo_breakdown`): the SLO that
+  fails first (the most requests miss it at the first failing rate) and the margins of all
+  SLOs at the capacity.
 
 Everything here is pure (no printing, no files). Points run through an executor (serial, a
 process pool, or a Dask cluster; `simulator.analysis.executors`; finished points may be kept in
@@ -40,6 +48,15 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from simulator.analysis.capacity import (
+    Reuse,
+    SloWatch,
+    analytic_bound,
+    binding_summary,
+    is_saturated,
+    meets_slo,
+    slo_breakdown,
+)
 from simulator.analysis.executors import Executor, PointCache, point_key
 from simulator.scenario import Scenario
 from simulator.specs.checks import SpecError
@@ -49,10 +66,6 @@ from simulator.specs.fields import _did_you_mean
 AUTO_FRACTIONS = (0.1, 0.25, 0.4, 0.55, 0.7, 0.8, 0.87, 0.92, 0.96, 1.0, 1.08, 1.2)
 #: `--rates auto`: how many times the top rate is doubled when the grid never saturated.
 AUTO_EXTENSIONS = 3
-#: A point is saturated when achieved < SATURATION_RATIO x offered (or flagged unstable).
-SATURATION_RATIO = 0.95
-#: Arrival-window rates skip this fraction of the arrival span (start-up from an empty system).
-WINDOW_WARMUP = 0.1
 #: Knee: the p99 latency must rise by this fraction over the stable points ...
 KNEE_MIN_RISE = 0.25
 #: ... and the normalised curve must sag this far below its chord (Kneedle score).
@@ -177,50 +190,21 @@ def parse_sweep(items: Iterable[str] | None) -> list[tuple[str, list[Any]]]:
 # --------------------------------------------------------------------------- one point
 
 
-def run_point(scenario_dict: dict[str, Any], rate: float) -> dict[str, Any]:
-    """Simulate `Scenario(**scenario_dict)` at `rate` req/s; the vLLM summary plus `rate`.
+def run_point(scenario_dict: dict[str, Any], rate: float, slo_target: float = 0.99,
+              early_stop: bool = False) -> dict[str, Any]:
+    """Simulate `Scenario(**scenario_dict)` at `rate` req/s; the vLLM summary plus `rate` and,
+    with SLOs, their breakdown at `slo_target` (`capacity.slo_breakdown`). `early_stop`: the
+    run stops once it has certainly failed the SLOs (`capacity.SloWatch`; bisection probes).
 
     Top-level and fed only plain data, so it pickles into a process pool or a Dask worker.
     """
     sc = Scenario(**{**scenario_dict, "rate": float(rate)})
-    res, summary = sc.run()
+    w = sc.make_workload() if early_stop else None
+    watch = SloWatch(w, sc.slos_s, slo_target) if w is not None and math.isfinite(rate) else None
+    res, summary = sc.run(workload=w, watch=watch)
     summary["rate"] = float(rate)
-    (summary["window_offered_rate"], summary["window_started_rate"],
-     summary["window_completed_rate"]) = window_rates(res)
+    summary.update(slo_breakdown(res, sc.slos_s, slo_target))
     return summary
-
-
-def window_rates(res: Any) -> tuple[float, float, float]:
-    """Requests (arriving, getting their first token, completing) per second inside the
-    arrival window (t0, t_last], t0 = first arrival + WINDOW_WARMUP x arrival span.
-
-    In a steady state the first-token rate equals the arrival rate up to the change in the
-    waiting queue; past saturation the queue grows and it falls behind, so it tells a
-    growing queue from a long drain. (The summary's ``achieved_rate``, completions / (last
-    finish - first arrival), and the windowed completion rate both read low whenever the
-    run is short compared with the requests' E2EL: e.g. azure-conv at 12 req/s, 500
-    requests, completes 0.89x the offered rate with no queue at all.) NaN for < 20
-    requests or when every request arrives at once.
-    """
-    import numpy as np
-
-    from simulator.serving.records import COMPLETED
-
-    arr = np.asarray(res.arrival_s, dtype=float)
-    if len(arr) < 20 or not np.all(np.isfinite(arr)):
-        return math.nan, math.nan, math.nan
-    a0, a1 = float(arr.min()), float(arr.max())
-    t0 = a0 + WINDOW_WARMUP * (a1 - a0)
-    span = a1 - t0
-    if not span > 0:
-        return math.nan, math.nan, math.nan
-    done = res.status == COMPLETED
-    fin = res.finish_s
-    first = res.first_token_s
-    arrivals = int(np.count_nonzero((arr > t0) & (arr <= a1)))
-    started = int(np.count_nonzero(done & (first > t0) & (first <= a1)))
-    departures = int(np.count_nonzero(done & (fin > t0) & (fin <= a1)))
-    return arrivals / span, started / span, departures / span
 
 
 # --------------------------------------------------------------------------- analysis
@@ -257,29 +241,6 @@ def knee_point(x: Sequence[float], y: Sequence[float | None], min_rise: float = 
         if float(a) == target[0] and b is not None and float(b) == target[1]:
             return i
     return None  # pragma: no cover
-
-
-def is_saturated(p: dict[str, Any]) -> bool:
-    """A point past saturation: flagged `unstable` by the simulator (TTFT grows with arrival
-    time), or, while load is offered, fewer than 0.95 x the arriving requests get their
-    first token (``window_started_rate < 0.95 x window_offered_rate``, `window_rates`): the
-    waiting queue grows. Without window rates (< 20 requests) the summary's
-    ``achieved_rate < 0.95 x offered_rate`` is used."""
-    if p.get("unstable"):
-        return True
-    pairs = ((p.get("window_offered_rate"), p.get("window_started_rate")),
-             (p.get("offered_rate"), p.get("achieved_rate")))
-    for off, got in pairs:
-        if off is not None and got is not None and math.isfinite(off) and math.isfinite(got):
-            return got < SATURATION_RATIO * off
-    return False
-
-
-def meets_slo(p: dict[str, Any], target: float) -> bool:
-    """A point counts toward SLO capacity when good_fraction >= target *and* it is not
-    saturated: past saturation the queue grows without bound, so a finite run's good
-    fraction there describes the run's length, not a sustainable rate."""
-    return (p.get("good_fraction") or 0.0) >= target and not is_saturated(p)
 
 
 def _curves(scenario: Scenario, sweeps: Sequence[tuple[str, Sequence[Any]]]) -> list[tuple[str, dict, Scenario]]:
@@ -388,18 +349,22 @@ class _Runner:
     are taken from it (counted as done) and every new point is kept as it finishes."""
 
     def __init__(self, dicts: list[dict[str, Any]], ex: Executor, count: _Counter,
-                 store: PointCache | None) -> None:
+                 store: PointCache | None, slo_target: float = 0.99) -> None:
         self.dicts = dicts
         self.ex = ex
         self.count = count
         self.store = store
+        self.slo_target = slo_target
 
-    def __call__(self, tasks: list[tuple[int, float]]) -> list[dict[str, Any]]:
-        dicts, count, store = self.dicts, self.count, self.store
+    def __call__(self, tasks: list[tuple[int, float]], early_stop: bool = False) -> list[dict[str, Any]]:
+        dicts, count, store, target = self.dicts, self.count, self.store, self.slo_target
+        args = [(dicts[c], r, target, early_stop) for c, r in tasks]
         if store is None:
             count.add(len(tasks))
-            return self.ex.map(run_point, [(dicts[c], r) for c, r in tasks], count)
-        keys = [point_key(dicts[c], r) for c, r in tasks]
+            return self.ex.map(run_point, args, count)
+        # a probe that may stop early is kept apart from a whole point at the same rate
+        keys = [point_key(dicts[c], r) + (f"|target={target!r}|early-stop" if early_stop else f"|target={target!r}")
+                for c, r in tasks]
         out = [store.get(k) for k in keys]
         todo = [i for i, s in enumerate(out) if s is None]
         count.done += len(tasks) - len(todo)  # kept points count as done
@@ -408,18 +373,26 @@ class _Runner:
         def keep(j: int, summary: dict[str, Any]) -> None:
             store.add(keys[todo[j]], summary)
 
-        got = self.ex.map(run_point, [(dicts[tasks[i][0]], tasks[i][1]) for i in todo], count, on_result=keep)
+        got = self.ex.map(run_point, [args[i] for i in todo], count, on_result=keep)
         for i, s in zip(todo, got, strict=True):
             out[i] = s
         return out
 
 
+def _mark_bounds(p: dict[str, Any], offline: float, bound: float) -> dict[str, Any]:
+    """A point offered at or above the offline max throughput or the analytic bound is saturated
+    whatever its finite run showed (`above_offline_max`)."""
+    p["above_offline_max"] = bool(p["rate"] >= offline or p["rate"] >= bound)
+    return p
+
+
 def _grid_points(curves: list[tuple[str, dict, Scenario]], rates: list[float] | str,
-                 run: _Runner) -> tuple[list[float], list[list[dict[str, Any]]]]:
+                 run: _Runner, bounds: list[float]) -> tuple[list[float], list[list[dict[str, Any]]]]:
     """Step 1: every curve's offline max throughput (rate = inf), then its rate grid (the
     explicit rates, or `_auto_grid` of the offline throughput, doubled at the top up to
     AUTO_EXTENSIONS times while the curve has not saturated)."""
     offline = [s["request_throughput"] for s in run([(c, math.inf) for c in range(len(curves))])]
+    mark = [(lambda p, c=c: _mark_bounds(p, offline[c], bounds[c])) for c in range(len(curves))]
     grids: list[list[float]] = []
     for c in range(len(curves)):
         if isinstance(rates, str):  # "auto" (validated by the caller)
@@ -432,7 +405,7 @@ def _grid_points(curves: list[tuple[str, dict, Scenario]], rates: list[float] | 
     results: list[list[dict[str, Any]]] = [[] for _ in curves]
     tasks = [(c, r) for c in range(len(curves)) for r in grids[c]]
     for (c, _), s in zip(tasks, run(tasks), strict=True):
-        results[c].append({**s, "kind": "grid"})
+        results[c].append(mark[c]({**s, "kind": "grid"}))
     if rates == "auto":
         for _ in range(AUTO_EXTENSIONS):
             todo = [c for c in range(len(curves)) if not any(is_saturated(p) for p in results[c])]
@@ -440,24 +413,31 @@ def _grid_points(curves: list[tuple[str, dict, Scenario]], rates: list[float] | 
                 break
             tasks = [(c, float(f"{2 * max(p['rate'] for p in results[c]):.4g}")) for c in todo]
             for (c, _), s in zip(tasks, run(tasks), strict=True):
-                results[c].append({**s, "kind": "grid"})
+                results[c].append(mark[c]({**s, "kind": "grid"}))
     return offline, results
 
 
 def _curve_info(label: str, values: dict[str, Any], results: list[dict[str, Any]], offline: float,
-                num_requests: int, metric: str, slo_target: float, tol: float) -> dict[str, Any]:
-    """Step 2: one curve's saturation rate, max stable rate and knee from its grid points."""
+                bound: float, num_requests: int, metric: str, slo_target: float, tol: float) -> dict[str, Any]:
+    """Step 2: one curve's saturation rate, max stable rate and knee from its grid points. A
+    point offered above the saturation rate is saturated too (`above_saturation`), so the max
+    stable rate never exceeds it."""
     pts = sorted(results, key=lambda p: p["rate"])
+    achieved = [p["achieved_rate"] for p in pts if p.get("achieved_rate") is not None
+                and math.isfinite(p["achieved_rate"]) and not p.get("stopped_early")]
+    sat_rate = max(achieved) if achieved and any(is_saturated(p) for p in pts) else None
+    above = [p["rate"] for p in pts if sat_rate is not None and p["rate"] > sat_rate and not is_saturated(p)]
+    for p in pts:
+        p["above_saturation"] = bool(sat_rate is not None and p["rate"] > sat_rate)
     stable = [p for p in pts if not is_saturated(p)]
     saturated = [p for p in pts if is_saturated(p)]
-    achieved = [p["achieved_rate"] for p in pts if p.get("achieved_rate") is not None
-                and math.isfinite(p["achieved_rate"])]
     info: dict[str, Any] = {
         "curve": label,
         "values": values,
         "offline_max_throughput": offline,
+        "analytic_bound": bound,
         "saturated": bool(saturated),
-        "saturation_rate": max(achieved) if saturated and achieved else None,
+        "saturation_rate": sat_rate,
         "saturation_lower_bound": None if saturated else (max(achieved) if achieved else None),
         "max_stable_rate": max((p["rate"] for p in stable), default=None),
         "unstable_rates": [p["rate"] for p in pts if p.get("unstable")],
@@ -472,6 +452,10 @@ def _curve_info(label: str, values: dict[str, Any], results: list[dict[str, Any]
         "bisection_probes": 0,
         "warnings": [],
     }
+    if above:
+        info["warnings"].append(
+            f"no growing queue at {', '.join(f'{r:.4g}' for r in above)} req/s, but above the saturation "
+            f"rate {sat_rate:.4g} req/s (the most any point completed): not counted as stable")
     if saturated and achieved and max(achieved) < 0.9 * offline:
         info["warnings"].append(
             f"the highest achieved rate ({max(achieved):.4g} req/s) is "
@@ -518,17 +502,23 @@ def _slo_bracket(info: dict[str, Any], results: list[dict[str, Any]], slo_target
 def _bisect(brackets: dict[int, list[float]], results: list[list[dict[str, Any]]],
             infos: list[dict[str, Any]], run: _Runner, slo_target: float, tol: float) -> None:
     """Step 4: bisect every bracketed curve in lockstep until (hi - lo) / lo <= tol; the SLO
-    capacity is the verified good rate lo."""
+    capacity is the verified good rate lo. A probe stops early once it has certainly failed
+    (`capacity.SloWatch`); a probe above the saturation rate counts as failed."""
     probes = 0
     while probes < MAX_BISECTION_PROBES:
         todo = [c for c, (lo, hi) in brackets.items() if (hi - lo) > tol * lo]
         if not todo:
             break
         tasks = [(c, 0.5 * (brackets[c][0] + brackets[c][1])) for c in todo]
-        for (c, r), s in zip(tasks, run(tasks), strict=True):
-            results[c].append({**s, "kind": "bisection"})
-            infos[c]["bisection_probes"] += 1
-            if meets_slo(s, slo_target):
+        for (c, r), s in zip(tasks, run(tasks, early_stop=True), strict=True):
+            info = infos[c]
+            p = _mark_bounds({**s, "kind": "bisection"}, info["offline_max_throughput"], info["analytic_bound"])
+            sat = info["saturation_rate"]
+            p["above_saturation"] = bool(sat is not None and r > sat)
+            results[c].append(p)
+            info["bisection_probes"] += 1
+            info["probes_stopped_early"] = info.get("probes_stopped_early", 0) + bool(p.get("stopped_early"))
+            if meets_slo(p, slo_target):
                 brackets[c][0] = r
             else:
                 brackets[c][1] = r
@@ -538,6 +528,26 @@ def _bisect(brackets: dict[int, list[float]], results: list[list[dict[str, Any]]
         infos[c]["slo_capacity_upper"] = hi
         infos[c]["slo_note"] = (f"good_fraction >= {slo_target:g} verified at {lo:.4g} req/s and "
                                 f"below it at {hi:.4g} req/s (relative tolerance {tol:g})")
+
+
+def _bound(sc: Scenario) -> float:
+    """The curve's analytic bound (`capacity.analytic_bound`) x its replicas; inf for a
+    disaggregated deployment (the bound prices one aggregated replica)."""
+    if sc.disagg is not None:
+        return math.inf
+    reuse = Reuse()
+    cost = reuse.cost(sc)
+    return analytic_bound(cost, sc.engine_config(cost), sc.replace(rate=None).make_workload()) * sc.replicas
+
+
+def _binding(info: dict[str, Any], results: list[dict[str, Any]], slos_ms: dict[str, float]) -> None:
+    """The curve's binding SLO at its capacity (`capacity.binding_summary`): the SLO the first
+    failing probe above the capacity misses most, and every SLO's margin at the capacity."""
+    cap, upper = info.get("slo_capacity"), info.get("slo_capacity_upper")
+    at = next((p for p in results if cap is not None and p["rate"] == cap), None)
+    bad = next((p for p in results if upper is not None and p["rate"] == upper), None)
+    info["binding"] = binding_summary(at, bad, slos_ms)
+    info["binding_slo"] = (info["binding"] or {}).get("slo")
 
 
 def _warn_capacity_above_saturation(info: dict[str, Any], num_requests: int) -> None:
@@ -574,11 +584,12 @@ def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
         _check_curve(label, sc)
     slos = scenario.goodput
     count = _Counter(progress, planned_points(len(curves), rates, bool(slos), tol))
-    run = _Runner([sc.as_dict() for _, _, sc in curves], executor or Executor(), count, store)
+    run = _Runner([sc.as_dict() for _, _, sc in curves], executor or Executor(), count, store, slo_target)
     count.report()  # the planned total, before the first simulation
-    offline, results = _grid_points(curves, rates, run)
+    bounds = [_bound(sc) for _, _, sc in curves]
+    offline, results = _grid_points(curves, rates, run, bounds)
     metric = KNEE_METRICS[knee_metric]
-    infos = [_curve_info(label, values, results[c], offline[c], sc.num_requests, metric, slo_target, tol)
+    infos = [_curve_info(label, values, results[c], offline[c], bounds[c], sc.num_requests, metric, slo_target, tol)
              for c, (label, values, sc) in enumerate(curves)]
     brackets: dict[int, list[float]] = {}
     for c, info in enumerate(infos):
@@ -591,8 +602,11 @@ def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
     count.settle(sum(_probes_to_close(lo, hi, tol) for lo, hi in brackets.values()))
     _bisect(brackets, results, infos, run, slo_target, tol)
     count.settle(0)
+    for c, info in enumerate(infos):  # bisection probes count too
+        info["max_stable_rate"] = max((p["rate"] for p in results[c] if not is_saturated(p)), default=None)
     for c, (info, (_, _, sc)) in enumerate(zip(infos, curves, strict=True)):
         _warn_capacity_above_saturation(info, sc.num_requests)
+        _binding(info, results[c], dict(slos))
         at = [p for p in results[c] if info["slo_capacity"] is not None and p["rate"] == info["slo_capacity"]]
         for k in ("joules_per_output_token", "energy_usd_per_million_output_tokens"):  # simulator.metrics.energy
             info[f"{k}_at_slo_capacity"] = at[0].get(k) if at else None
@@ -601,7 +615,7 @@ def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
     for c, (label, values, _sc) in enumerate(curves):
         for p in sorted(results[c], key=lambda p: p["rate"]):
             points.append({"curve": label, **values, "rate": p["rate"], "kind": p["kind"],
-                           "saturated": is_saturated(p), **p})
+                           **p, "saturated": is_saturated(p)})
     first = points[0] if points else {}
     return {
         "model": first.get("model", scenario.model),
@@ -626,7 +640,4 @@ __all__ = [
     "run_point",
     "sweep",
     "knee_point",
-    "is_saturated",
-    "meets_slo",
-    "window_rates",
 ]

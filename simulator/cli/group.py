@@ -18,7 +18,11 @@ from simulator.specs.checks import SpecError
 
 class CliGroup(click.Group):
     """Click group that turns SpecError (and bad files) into one line and exit 2, and accepts
-    vLLM's space-separated `--goodput ttft:500 tpot:50` (`options.expand_nargs`)."""
+    vLLM's space-separated `--goodput ttft:500 tpot:50` (`options.expand_nargs`). Its commands
+    add the named workloads' flags when first parsed (`options.LazyOptionsCommand`)."""
+
+    command_class = opt.LazyOptionsCommand
+    group_class = opt.LazyOptionsGroup
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, opt.expand_nargs(list(args)))

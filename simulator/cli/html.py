@@ -296,6 +296,8 @@ def _log_if_spread(ax: Any, v: Any) -> None:
 def binding_key(row: dict[str, Any]) -> str | None:
     """The binding-SLO field of a plan candidate or sweep row, when the result has one (its
     name starts with 'binding')."""
+    if "binding_slo" in row:  # plan and sweep rows name it so (analysis/capacity.py)
+        return "binding_slo"
     return next((k for k in row if k.startswith("binding")), None)
 
 

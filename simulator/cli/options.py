@@ -345,13 +345,54 @@ LIST_OPTS = ("--hardware", "--tp", "--kv-dtype", "--weight-dtype")
 
 
 def scenario_options_except(*drop: str) -> Any:
-    """The shared scenario options minus `drop` (plan/whatif redefine some as lists)."""
+    """The shared scenario options minus `drop` (plan/whatif redefine some as lists). The named
+    workloads' flags follow them, added by `LazyOptionsCommand` when the command is parsed or
+    its help shown (listing them reads the workload registry, which imports numpy)."""
     def deco(fn: Any) -> Any:
-        for decls, kw in reversed(SCENARIO_OPTIONS + workload_param_options()):
+        for decls, kw in reversed(SCENARIO_OPTIONS):
             if decls[0] not in drop:
                 fn = _option(decls, kw)(fn)
+        fn.__llmsim_workload_params__ = True
         return fn
     return deco
+
+
+class LazyOptionsCommand(click.Command):
+    """A command whose named-workload flags (`workload_param_options`) join its parameters the
+    first time they are read (parsing its arguments, showing its help), right after the shared
+    scenario options: `llmsim --help` and the commands without scenario options never import
+    the workload layer."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        self._lazy_params = False
+        super().__init__(*args, **kw)
+        self._lazy_params = bool(getattr(self.callback, "__llmsim_workload_params__", False))
+
+    @property  # type: ignore[override]
+    def params(self) -> list[click.Parameter]:
+        if self._lazy_params:
+            self._lazy_params = False
+            names = [p.name for p in self._params]
+            at = names.index("config") + 1 if "config" in names else len(names)
+            self._params[at:at] = [_option(decls, kw)(_Holder()).__click_params__[0]
+                                   for decls, kw in workload_param_options()]
+        return self._params
+
+    @params.setter
+    def params(self, value: list[click.Parameter]) -> None:
+        self._params = value
+
+
+class _Holder:
+    """What click's option decorator attaches a parameter to (`__click_params__`)."""
+
+    __click_params__: list[click.Parameter]
+
+
+class LazyOptionsGroup(click.Group):
+    """A command group (`llmsim whatif`) whose commands are `LazyOptionsCommand`s."""
+
+    command_class = LazyOptionsCommand
 
 
 def csv_list(text: str | None, option: str, conv: Any = str) -> list[Any] | None:

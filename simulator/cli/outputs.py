@@ -19,15 +19,13 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from simulator.specs.checks import SpecError
-from simulator.workloads.sharegpt import ShareGPTTable
-from simulator.workloads.traces.csv_formats import SIMPLE_COLUMNS
-from simulator.workloads.workload import Workload
+
+if TYPE_CHECKING:  # the writers import numpy, pandas and the workload layer when they run
+    from simulator.workloads.sharegpt import ShareGPTTable
+    from simulator.workloads.workload import Workload
 
 
 def _nearest_existing(p: Path) -> Path:
@@ -168,6 +166,10 @@ def write_trace(w: Workload, path: str | Path) -> None:
 
     Floats are written in shortest round-trip form, so `read_trace` gives back the same arrays.
     """
+    import pandas as pd
+
+    from simulator.workloads.traces.csv_formats import SIMPLE_COLUMNS
+
     pd.DataFrame(
         {SIMPLE_COLUMNS[0]: w.arrival_s, SIMPLE_COLUMNS[1]: w.input_len, SIMPLE_COLUMNS[2]: w.output_len}
     ).to_csv(path, index=False)
@@ -175,6 +177,8 @@ def write_trace(w: Workload, path: str | Path) -> None:
 
 def save_table(table: ShareGPTTable, path: str | Path) -> None:
     """Write `table` as a compressed .npz (uint32 counts)."""
+    import numpy as np
+
     arrays: dict[str, np.ndarray] = {
         "prompt_chars": table.prompt_chars.astype(np.uint32),
         "completion_chars": table.completion_chars.astype(np.uint32),

@@ -267,7 +267,8 @@ def print_serving_summary(s: dict[str, Any]) -> None:
         line("Per-position acceptance:", " ".join(f"{r:.3f}" for r in s["spec_decode_per_position_acceptance_rates"]),
              "{:<40} {:<10}")
     if s.get("unstable"):
-        click.echo(f"UNSTABLE: offered {s['offered_rate']:.3g} req/s exceeds capacity "
+        why = f" ({', '.join(s['unstable_signals'])})" if s.get("unstable_signals") else ""
+        click.echo(f"UNSTABLE{why}: offered {s['offered_rate']:.3g} req/s exceeds capacity "
                    f"(achieved {s['achieved_rate']:.3g} req/s); latencies grow with run length")
     for reason, count in (s.get("failed_reasons") or {}).items():
         click.echo(f"rejected x{count}: {reason}")
@@ -291,17 +292,20 @@ def print_sweep(result: dict[str, Any]) -> None:
     for info in result["curves"]:
         click.echo("")
         click.echo("{s:{c}^{n}}".format(s=f" {info['curve']} ", n=78, c="="))
+        slos = bool(result["goodput_slos_ms"])
         click.echo(f"{'rate/s':>9} {'achieved/s':>10} {'p99 TTFT ms':>12} {'p99 TPOT ms':>12} "
-                   f"{'good frac':>9}  {'unstable':<8} point")
+                   f"{'good frac':>9}  {'unstable':<8} " + (f"{'binds':<5} " if slos else "") + "point")
         for p in result["points"]:
             if p["curve"] != info["curve"]:
                 continue
-            flag = "UNSTABLE" if p.get("unstable") else ("sat" if p.get("saturated") else "")
+            flag = ("stopped" if p.get("stopped_early") else "UNSTABLE" if p.get("unstable")
+                    else ("sat" if p.get("saturated") else ""))
+            binds = f"{(p.get('binding_slo') or '-').upper():<5} " if slos else ""
             click.echo(f"{p['rate']:9.4g} {num(p.get('achieved_rate'), '10.4g'):>10} "
                        f"{num(p.get('p99_ttft_ms'), '12.1f'):>12} {num(p.get('p99_tpot_ms'), '12.2f'):>12} "
-                       f"{num(p.get('good_fraction'), '9.3f'):>9}  {flag:<8} {p.get('kind', '')}")
+                       f"{num(p.get('good_fraction'), '9.3f'):>9}  {flag:<8} {binds}{p.get('kind', '')}")
         click.echo(f"  offline max throughput: {num(info['offline_max_throughput'], '.4g')} req/s "
-                   "(every request at t = 0)")
+                   f"(every request at t = 0; analytic bound {num(info.get('analytic_bound'), '.4g')} req/s)")
         if info["saturation_rate"] is not None:
             first = min(info["saturated_rates"])
             click.echo(f"  saturation rate:        {info['saturation_rate']:.4g} req/s (max achieved; "
@@ -310,7 +314,7 @@ def print_sweep(result: dict[str, Any]) -> None:
             click.echo(f"  saturation rate:        not reached; achieved up to "
                        f"{num(info['saturation_lower_bound'], '.4g')} req/s")
         click.echo(f"  max stable rate:        {num(info['max_stable_rate'], '.4g')} req/s "
-                   "(not unstable; first tokens keep within 5 % of arrivals)")
+                   "(no growing queue, batch, TTFT or TPOT; at most the saturation rate)")
         if info["knee"]:
             click.echo(f"  knee:                   {info['knee']['rate']:.4g} req/s "
                        f"({info['knee_metric']} {info['knee']['value']:.1f}; max curvature, Kneedle)")
@@ -318,9 +322,14 @@ def print_sweep(result: dict[str, Any]) -> None:
             click.echo(f"  knee:                   none in {info['knee_metric']} (flat or straight curve, "
                        "or fewer than 3 stable points)")
         if info["slo_capacity"] is not None:
+            from simulator.analysis.capacity import binding_text
+
+            stopped = info.get("probes_stopped_early") or 0
             click.echo(f"  SLO capacity:           {info['slo_capacity']:.4g} req/s "
                        f"(good fraction >= {info['slo_target']:g}; fails at {info['slo_capacity_upper']:.4g}; "
-                       f"tolerance {info['slo_tolerance']:.0%}, {info['bisection_probes']} bisection probes)")
+                       f"tolerance {info['slo_tolerance']:.0%}, {info['bisection_probes']} bisection probes"
+                       + (f", {stopped} stopped early" if stopped else "") + ")")
+            click.echo(f"  binding SLO:            {binding_text(info.get('binding'), info['slo_target'])}")
         else:
             click.echo(f"  SLO capacity:           - ({info['slo_note']})")
         for w in info["warnings"]:
@@ -371,6 +380,14 @@ def fmt(v: Any, spec: str, dash: str = "-") -> str:
     return format(v, spec) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else dash
 
 
+def _capacity_cell(c: dict[str, Any]) -> str:
+    """A plan row's capacity per replica: '14.1', or '9.75-12.3' while its bracket is wider than
+    the tolerance (the bracket already fixes the replica count; analysis/plan.py)."""
+    if c.get("capacity_refined") is False:
+        return f"{fmt(c['slo_capacity'], '.3g')}-{fmt(c.get('slo_capacity_upper'), '.3g')}"
+    return fmt(c["slo_capacity"], ".3g")
+
+
 def _ep(c: dict[str, Any]) -> str:
     """' ep=4' for a plan row with expert parallelism, else ''."""
     return f" ep={c['ep']}" if c.get("ep", 1) != 1 else ""
@@ -386,11 +403,15 @@ def print_plan(r: dict[str, Any]) -> None:
              **({"ep": c["ep"]} if "ep" in c else {}),  # MoE models: the EP variants (plan.py)
              **({"pp": c["pp"]} if c["pp"] != 1 else {}),
              "weights": c["weight_dtype"], "kv": c["kv_dtype"],
-             "req/s/replica": fmt(c["slo_capacity"], ".3g"), "replicas": c["replicas"], "GPUs": c["gpus"],
-             "$/h": fmt(c["cost_per_hour_usd"], ".2f"),
+             "req/s/replica": _capacity_cell(c), "binds": (c.get("binding_slo") or "-").upper(),
+             "replicas": c["replicas"], "sized by": "pool" if c.get("replicas_verified") else "1 replica",
+             "GPUs": c["gpus"], "$/h": fmt(c["cost_per_hour_usd"], ".2f"),
              "$/M out tok": fmt(c["cost_per_million_output_tokens_usd"], ".3f")} for c in r["candidates"]]
     click.echo("")
     click.echo(table(rows) if rows else "no feasible candidate")
+    if any(not c.get("replicas_verified") for c in r["candidates"]):
+        click.echo("sized by 1 replica: ceil(rate / (capacity x (1 - headroom))), not simulated as a pool "
+                   "(with one replica fewer it would still not beat the cheapest pooled one)")
     if r["infeasible"]:
         click.echo("")
         click.echo("infeasible:")
@@ -401,10 +422,23 @@ def print_plan(r: dict[str, Any]) -> None:
         for w in c.get("warnings") or []:
             click.echo(f"warning: {c['hardware']} tp={c['tp']}{_ep(c)}: {w}")
     if r["best"]:
+        from simulator.analysis.capacity import binding_text
+
         b = r["best"]
         click.echo(f"\ncheapest: {b['replicas']} x {b['hardware']} tp={b['tp']}{_ep(b)} ({b['gpus']} GPUs), "
                    f"${fmt(b['cost_per_hour_usd'], '.2f')}/h, "
                    f"${fmt(b['cost_per_million_output_tokens_usd'], '.3f')} per million output tokens")
+        click.echo(f"binding SLO: {binding_text(b.get('binding'), r['slo_target'])}")
+        if b.get("pool_note"):
+            click.echo(f"pooled: {b['pool_note']} (rate / (1 - {r['headroom']:.0%} headroom), "
+                       f"{b['replicas']} replicas behind the router)")
+        wh = b.get("without_headroom")
+        if wh is not None:
+            verdict = "meet" if wh["meets_slo"] else "do not meet"
+            why = (f"stopped early: {wh['stopped_early']['reason']}" if wh.get("stopped_early")
+                   else f"good fraction {fmt(wh.get('good_fraction'), '.3f')}")
+            click.echo(f"without the headroom: {wh['replicas']} replicas {verdict} the SLOs at {r['rate']:g} req/s "
+                       f"({why})")
     if r.get("expert_parallel"):  # MoE models: does EP (ep = tp) win?
         click.echo(r["expert_parallel"]["note"])
 

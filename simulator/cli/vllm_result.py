@@ -40,12 +40,13 @@ from __future__ import annotations
 import json
 import math
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from simulator.serving.speculative import spec_decode_summary
 from simulator.specs.checks import SpecError
+
+if TYPE_CHECKING:  # numpy and the serving layer are imported where a result is written, so
+    # that importing the CLI (llmsim --help, the option defaults read from here) needs neither
+    import numpy as np
 
 BACKEND = "llmsim"
 #: vLLM's percentile metrics, in the order it writes them; the last two need a client-side
@@ -125,6 +126,8 @@ def model_id(model: Any, given: Any = None) -> str:
 
 def per_request(res: Any) -> dict[str, Any]:
     """vLLM's per-request lists of a SimResult (module docstring), in request order."""
+    import numpy as np
+
     from simulator.serving.records import COMPLETED
 
     ok = np.asarray(res.status) == COMPLETED
@@ -158,6 +161,8 @@ def max_output_tokens_per_s(start: np.ndarray, first: np.ndarray, finish: np.nda
     at the earliest start time; every token of a successful request counts once, its first at
     start + TTFT and the rest, here, evenly spaced up to its finish (module docstring).
     Arrays hold the successful requests only."""
+    import numpy as np
+
     if len(start) == 0:
         return 0.0
     s0 = float(np.min(start))
@@ -187,6 +192,8 @@ def max_output_tokens_per_s(start: np.ndarray, first: np.ndarray, finish: np.nda
 def max_concurrent_requests(start: np.ndarray, finish: np.ndarray) -> int:
     """vLLM's peak of in-flight successful requests: a sweep over [start, finish), a
     departure before an arrival at the same time (serve.py, `events.sort`)."""
+    import numpy as np
+
     if len(start) == 0:
         return 0
     times = np.concatenate([start, finish])
@@ -227,6 +234,8 @@ def rps_change_events(scenario: Any, send_s: np.ndarray, start: datetime) -> lis
 
 def _values_stats(values: np.ndarray, pcts: list[float]) -> dict[str, float]:
     """vLLM's `process_one_metric` on a list of seconds (an empty list is the scalar 0)."""
+    import numpy as np
+
     v = values if len(values) else np.zeros(1)
     out = {"mean": float(np.mean(v)) * 1e3, "median": float(np.median(v)) * 1e3, "std": float(np.std(v)) * 1e3}
     out.update({f"p{p:g}": float(np.percentile(v, p)) * 1e3 for p in pcts})
@@ -237,6 +246,8 @@ def _metric_stats(m: str, stats: dict[str, Any], detail: dict[str, Any], scenari
                   pcts: list[float]) -> dict[str, float] | None:
     """mean/median/std/pP (ms) of one percentile metric as vLLM writes it, None where vLLM
     writes nothing. A statistic of an empty list is 0.0, as vLLM's `np.mean(x or 0)`."""
+    import numpy as np
+
     capped = scenario.concurrency is not None
     if m == "client_queue_time" and capped and "mean_client_queue_time_ms" not in stats:
         # rate inf + --max-concurrency: every task is created at t = 0 and waits for a slot;
@@ -256,8 +267,11 @@ def result_json(scenario: Any, res: Any, model: Any, *, version: str,
                 label: str | None = None, save_detailed: bool = False, metadata: Any = (),
                 now: datetime | None = None) -> dict[str, Any]:
     """The result dict (see the module docstring). `res`: the SimResult."""
+    import numpy as np
+
     from simulator.metrics.summary import summarize
     from simulator.serving.records import COMPLETED
+    from simulator.serving.speculative import spec_decode_summary
 
     metrics = parse_percentile_metrics(percentile_metrics or DEFAULT_PERCENTILE_METRICS)
     pcts = parse_metric_percentiles(metric_percentiles)

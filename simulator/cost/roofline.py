@@ -483,6 +483,14 @@ class CostModel:
         t = np.maximum(self._C @ flat, self._M @ flat).sum(axis=0) + self._P @ flat
         return t.reshape(X.shape[1:])
 
+    def time_of(self, x: np.ndarray) -> float:
+        """The step-time formula at one feature vector `x` (FEATURES): sum over ops of
+        max(compute, memory) plus the extras. At the sum of several steps' features it is at
+        most their total time (a max of sums never exceeds the sum of maxes), which
+        `analysis.capacity.analytic_bound` uses for a throughput bound."""
+        x = np.asarray(x, dtype=float)
+        return float(np.maximum(self._C @ x, self._M @ x).sum() + self._P @ x)
+
     def work_forms(self) -> tuple[np.ndarray, np.ndarray]:
         """(FLOPs, HBM bytes) of a step per GPU as linear forms over FEATURES: the same op
         forms the step time is built from, summed (bytes: weights + activations + KV read and

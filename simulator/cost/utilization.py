@@ -27,10 +27,12 @@ utilisation `energy.run_energy` scales power by.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 STAT_COLUMNS = ("T", "S", "Ad", "Ap", "R", "Aw", "Rw", "Pc")
 UTIL_COLUMNS = ("mfu", "mbu", "mfu_prefill", "mfu_decode", "mbu_prefill", "mbu_decode")
@@ -55,10 +57,10 @@ def utilization_columns(cost: Any, timeline: Mapping[str, Any]) -> dict[str, np.
     without busy time. Computed, they come in the order mfu, mbu, mfu_decode, mbu_decode,
     mfu_prefill, mbu_prefill (as `add_utilization` always added them); without work forms
     (NaN) or without rows (0) in UTIL_COLUMNS order."""
-    if isinstance(timeline, pd.DataFrame):
-        rows = len(timeline)
-    else:
+    if isinstance(timeline, dict):
         rows = len(next(iter(timeline.values()))) if timeline else 0
+    else:  # a DataFrame (pandas is not imported here: a run needs none)
+        rows = len(timeline)
     if not hasattr(cost, "work_forms"):
         # a custom StepCost (tests, what-ifs) need not expose its work as linear forms:
         # MFU/MBU unknown (NaN), and the summary reports None rather than a made-up 0

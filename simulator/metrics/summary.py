@@ -174,15 +174,54 @@ def summarize(res: SimResult, goodput: dict[str, float] | None = None,
     return s
 
 
-def stability(res: SimResult) -> dict[str, Any]:
-    """Did the run reach a steady state?
+#: Stability (docs/sweep.md, "Unstable point"): the arrival window skips this fraction of the
+#: arrival span (start-up from an empty system) ...
+WINDOW_WARMUP = 0.1
+#: ... and growth compares the mid window [25 %, 50 %] of the arrival span with the late one
+#: [75 %, 100 %] (and the one between them, [50 %, 75 %])
+MID_WINDOW, LATE_WINDOW = (0.25, 0.5), (0.75, 1.0)
+#: growth that keeps up: the late half of it at least this share of the early half (a system
+#: filling towards its steady state grows ever more slowly; an overloaded one steadily)
+KEEPS_GROWING = 0.5
+#: requests in the system (waiting + running) grow at more than this share of the arrival rate
+GROWTH_SHARE = 0.05
+#: TPOT or the decode batch growing by this factor between the windows counts while requests
+#: accumulate at more than ACCUMULATING x the arrival rate
+GROWTH_RATIO = 1.5
+ACCUMULATING = 0.02
+#: fewer than this share of the arriving requests get their first token inside the window
+STARTED_RATIO = 0.95
 
-    Past saturation the queue grows without bound, so the queueing delay (TTFT) of request
-    i grows linearly with its arrival time, at slope 1 - capacity/offered. A run is flagged
-    unstable when the least-squares slope of TTFT vs arrival time exceeds 0.05 s/s (capacity
-    below ~95 % of the offered rate) and the median TTFT of the last quarter of arrivals is
-    more than twice (and 50 ms more than) that of the first quarter. `achieved_rate` is the
-    completion rate over the run.
+
+def stability(res: SimResult) -> dict[str, Any]:
+    """Did the run reach a steady state? `unstable` when any signal fires (`unstable_signals`
+    lists them; docs/sweep.md gives the thresholds):
+
+    * ``ttft_growth``: past saturation the queue grows, so the queueing delay (TTFT) of request
+      i grows with its arrival time, at slope 1 - capacity/offered: the least-squares slope of
+      TTFT vs arrival time exceeds 0.05 s/s and the median TTFT of the last quarter of arrivals
+      is more than twice (and 50 ms more than) that of the first quarter;
+    * ``in_flight_growth``: the requests in the system (waiting and running) keep growing: their
+      mean over the late window [75 %, 100 %] of the arrival span exceeds the mid window's
+      [25 %, 50 %] by more than GROWTH_SHARE of the requests that arrived in between, by more
+      than twice the counting noise (2 sqrt(N_mid + N_late)), and steadily: the growth from
+      [50 %, 75 %] to the late window is at least KEEPS_GROWING of that from the mid window to
+      [50 %, 75 %] (a system filling towards its steady state, as a short run does, grows ever
+      more slowly). With many seats (vLLM: 1024) overload admits everyone and
+      shows as a growing decode batch, not as TTFT;
+    * ``tpot_growth`` / ``decode_batch_growth``: the median TPOT of the requests arriving in the
+      late window, or the mean decode batch of its steps, is GROWTH_RATIO x the mid window's
+      while requests accumulate (in-flight growth > ACCUMULATING of arrivals, beyond the
+      counting noise);
+    * ``throughput_deficit``: inside the arrival window fewer than STARTED_RATIO of the
+      arriving requests get their first token (`window_started_rate` <
+      0.95 x `window_offered_rate`), by more than sqrt(arrivals): the waiting queue grows;
+    * ``stopped_early``: the run was stopped before its end because it had already failed
+      (`meta["stopped_early"]`, set by a capacity search's watch).
+
+    `achieved_rate` is the completion rate over the run; the window rates count requests
+    arriving, getting their first token and completing per second inside the arrival window
+    (t0, t_last], t0 = t_first + WINDOW_WARMUP x the arrival span.
     """
     arr = res.arrival_s
     n = len(arr)
@@ -194,21 +233,148 @@ def stability(res: SimResult) -> dict[str, Any]:
         out["achieved_rate"] = float(done.sum()) / dur if dur > 0 else float("nan")
     else:
         out["achieved_rate"] = 0.0
+    out.update(zip(("window_offered_rate", "window_started_rate", "window_completed_rate"),
+                   window_rates(res), strict=True))
+    out["window_span_s"] = _window_span(res)
+    signals: list[str] = []
+    stopped = res.meta.get("stopped_early")
+    if stopped:
+        signals.append("stopped_early")
+        out["stopped_early"] = stopped
     if n < 20 or not np.isfinite(offered) or res.meta.get("concurrency") or done.sum() < 20:
-        out["unstable"] = False
+        out["unstable"] = bool(signals)
+        out["unstable_signals"] = signals
         out["ttft_slope"] = None
         return out
     if res.client_queue_s is not None:  # a capped stream: the backlog waits at the client
         arr = arr - res.client_queue_s  # scheduled arrivals; TTFT then counts the client wait
+    slope, ttft_grows = _ttft_growth(arr, res.first_token_s, done)
+    out["ttft_slope"] = slope
+    growth = _growth(res, arr, done)
+    out.update(growth)
+    # growth beyond counting noise: twice the spread of two Poisson counts of these means
+    n_mid, n_between, n_late = growth["in_flight_mid"], growth["in_flight_between"], growth["in_flight_late"]
+    beyond_noise = bool(n_late - n_mid > 2 * math.sqrt(n_mid + n_late)
+                        and n_late - n_between >= KEEPS_GROWING * (n_between - n_mid))
+    accumulating = beyond_noise and growth["in_flight_growth"] > ACCUMULATING
+    for name, fired in (
+            ("ttft_growth", ttft_grows),
+            ("in_flight_growth", beyond_noise and growth["in_flight_growth"] > GROWTH_SHARE),
+            ("tpot_growth", growth["tpot_growth"] > GROWTH_RATIO and accumulating),
+            ("decode_batch_growth", growth["decode_batch_growth"] > GROWTH_RATIO and accumulating),
+            ("throughput_deficit", _deficit(out))):
+        if fired:
+            signals.append(name)
+    out["unstable"] = bool(signals)
+    out["unstable_signals"] = signals
+    return out
+
+
+def _deficit(out: dict[str, Any]) -> bool:
+    """Fewer than STARTED_RATIO of the window's arrivals got their first token inside it, by more
+    than one standard deviation of the arrival count (sqrt of it): in a short run the last few
+    arrivals' first tokens fall after the window's end whatever the load (20 requests: one in
+    18, a 'deficit' of 6 %)."""
+    w_off, w_started, span = out["window_offered_rate"], out["window_started_rate"], out.get("window_span_s")
+    if not (math.isfinite(w_off) and math.isfinite(w_started)) or not span:
+        return False
+    arrived, started = w_off * span, w_started * span
+    return started < STARTED_RATIO * arrived and arrived - started > math.sqrt(arrived)
+
+
+def _ttft_growth(arr: np.ndarray, first: np.ndarray, done: np.ndarray) -> tuple[float, bool]:
+    """(least-squares slope of TTFT vs arrival, whether TTFT grows: slope > 0.05 s/s and the last
+    quarter's median TTFT > 2x and > 50 ms above the first quarter's)."""
     a = arr[done]
-    ttft = (res.first_token_s - arr)[done]
+    ttft = (first - arr)[done]
     order = np.argsort(a, kind="stable")
     a, ttft = a[order], ttft[order]
     da = a - a.mean()
     var = float(np.dot(da, da))
     slope = float(np.dot(da, ttft - ttft.mean()) / var) if var > 0 else 0.0
     q = max(len(a) // 4, 1)
-    first, last = float(np.median(ttft[:q])), float(np.median(ttft[-q:]))
-    out["ttft_slope"] = slope
-    out["unstable"] = bool(slope > 0.05 and last > 2 * first and last - first > 0.05)
-    return out
+    head, tail = float(np.median(ttft[:q])), float(np.median(ttft[-q:]))
+    return slope, bool(slope > 0.05 and tail > 2 * head and tail - head > 0.05)
+
+
+def _growth(res: SimResult, arr: np.ndarray, done: np.ndarray) -> dict[str, float]:
+    """Mid window vs late window of the arrival span (MID_WINDOW, LATE_WINDOW): the mean number of
+    requests in the system (arrived, not yet finished or rejected) at 64 instants of each,
+    its growth as a share of the requests arriving in between, and the late/mid ratios of the
+    median TPOT (by arrival) and of the mean decode batch (the timeline's steps)."""
+    a0, a1 = float(np.nanmin(arr)), float(np.nanmax(arr))
+    span = a1 - a0
+    mid = (a0 + MID_WINDOW[0] * span, a0 + MID_WINDOW[1] * span)
+    late = (a0 + LATE_WINDOW[0] * span, a0 + LATE_WINDOW[1] * span)
+    between = (mid[1], late[0])
+    sent = np.sort(arr[np.isfinite(arr)])
+    gone = np.sort(np.concatenate([res.finish_s[done], arr[res.status == REJECTED]]))
+
+    def in_system(w: tuple[float, float]) -> tuple[float, float]:
+        t = np.linspace(w[0], w[1], 64)
+        count = np.searchsorted(sent, t, side="right") - np.searchsorted(gone, t, side="right")
+        return float(count.mean()), float(t.mean())
+
+    n_mid, t_mid = in_system(mid)
+    n_between, _ = in_system(between)
+    n_late, t_late = in_system(late)
+    rate = len(sent) / span if span > 0 else math.inf
+    share = (n_late - n_mid) / ((t_late - t_mid) * rate) if t_late > t_mid and math.isfinite(rate) else 0.0
+    ttft = res.first_token_s - arr
+    per_token = tpot(ttft, res.finish_s - arr, res.output_len)
+
+    def median_by_arrival(w: tuple[float, float]) -> float:
+        m = done & (arr >= w[0]) & (arr <= w[1]) & np.isfinite(per_token)
+        return float(np.median(per_token[m])) if m.any() else math.nan
+
+    t_steps, batch = res.timeline_column("time_s"), res.timeline_column("batch_size")
+
+    def mean_batch(w: tuple[float, float]) -> float:
+        m = (t_steps >= w[0]) & (t_steps <= w[1])
+        return float(batch[m].mean()) if m.any() else math.nan
+
+    return {"in_flight_mid": n_mid, "in_flight_between": n_between, "in_flight_late": n_late,
+            "in_flight_growth": share, "tpot_growth": _ratio(median_by_arrival(late), median_by_arrival(mid)),
+            "decode_batch_growth": _ratio(mean_batch(late), mean_batch(mid))}
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if math.isfinite(a) and math.isfinite(b) and b > 0 else math.nan
+
+
+def _window_span(res: SimResult) -> float:
+    """The length of `window_rates`' arrival window (NaN where it has none)."""
+    arr = np.asarray(res.arrival_s, dtype=float)
+    if len(arr) < 20 or not np.all(np.isfinite(arr)):
+        return math.nan
+    a0, a1 = float(arr.min()), float(arr.max())
+    return (a1 - a0) * (1.0 - WINDOW_WARMUP)
+
+
+def window_rates(res: SimResult) -> tuple[float, float, float]:
+    """Requests (arriving, getting their first token, completing) per second inside the
+    arrival window (t0, t_last], t0 = first arrival + WINDOW_WARMUP x arrival span.
+
+    In a steady state the first-token rate equals the arrival rate up to the change in the
+    waiting queue; past saturation the queue grows and it falls behind, so it tells a
+    growing queue from a long drain. (The summary's ``achieved_rate``, completions / (last
+    finish - first arrival), and the windowed completion rate both read low whenever the
+    run is short compared with the requests' E2EL: e.g. azure-conv at 12 req/s, 500
+    requests, completes 0.89x the offered rate with no queue at all.) NaN for < 20
+    requests or when every request arrives at once.
+    """
+    arr = np.asarray(res.arrival_s, dtype=float)
+    if len(arr) < 20 or not np.all(np.isfinite(arr)):
+        return math.nan, math.nan, math.nan
+    a0, a1 = float(arr.min()), float(arr.max())
+    t0 = a0 + WINDOW_WARMUP * (a1 - a0)
+    span = a1 - t0
+    if not span > 0:
+        return math.nan, math.nan, math.nan
+    done = res.status == COMPLETED
+    fin = res.finish_s
+    first = res.first_token_s
+    arrivals = int(np.count_nonzero((arr > t0) & (arr <= a1)))
+    started = int(np.count_nonzero(done & (first > t0) & (first <= a1)))
+    departures = int(np.count_nonzero(done & (fin > t0) & (fin <= a1)))
+    return arrivals / span, started / span, departures / span

@@ -98,7 +98,9 @@ def policy_params_for(profile: EngineProfile, scheduler: str, chunked: bool | No
                              ("new_token_ratio_decay_steps", "decay_steps")):
             if theirs in ratio:
                 out[ours] = float(ratio[theirs])
-    allowed = SCHEDULERS[scheduler].PARAMS if scheduler in SCHEDULERS else {}
+    # a scheduler that is not a name (a scenario YAML can hold a list) is reported by the
+    # Scenario's own check, one line; here it just has no parameters
+    allowed = SCHEDULERS[scheduler].PARAMS if isinstance(scheduler, str) and scheduler in SCHEDULERS else {}
     return {k: v for k, v in out.items() if k in allowed}
 
 

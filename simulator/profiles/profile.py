@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.serving.sched.registry import SCHEDULERS
-from simulator.specs.catalog import _catalog_dir, read_yaml
+from simulator.specs.catalog import _catalog_dir, read_catalog_yaml, read_yaml
 from simulator.specs.checks import SpecError, is_number
 from simulator.specs.fields import _check_fields, _did_you_mean, build
 from simulator.specs.hardware import HardwareSpec
@@ -314,15 +314,25 @@ def _engine_dir() -> Path:
 
 
 @functools.cache
+def _engine_files() -> dict[str, Path]:
+    """Built-in profile id (the file name, which a profile's id must equal) -> its file."""
+    return {path.stem: path for path in sorted(_engine_dir().glob("*.yaml"))}
+
+
+@functools.cache
+def _builtin_engine(engine_id: str) -> EngineProfile:
+    """One built-in profile, parsed on first use (a run loads the one it uses, not all six)."""
+    path = _engine_files()[engine_id]
+    prof = engine_from_dict(read_catalog_yaml(path), str(path))
+    if prof.id != path.stem:
+        raise SpecError(f"{path}: id: {prof.id!r} must equal the file name {path.stem!r}")
+    return prof
+
+
+@functools.cache
 def engine_catalog() -> dict[str, EngineProfile]:
     """All built-in engine profiles by id."""
-    out: dict[str, EngineProfile] = {}
-    for path in sorted(_engine_dir().glob("*.yaml")):
-        prof = engine_from_dict(read_yaml(path), str(path))
-        if prof.id != path.stem:
-            raise SpecError(f"{path}: id: {prof.id!r} must equal the file name {path.stem!r}")
-        out[prof.id] = prof
-    return out
+    return {engine_id: _builtin_engine(engine_id) for engine_id in _engine_files()}
 
 
 DEFAULT_ENGINE = "vllm"
@@ -339,11 +349,11 @@ def _merge(base: dict, over: dict) -> dict:
 def _overlay(data: dict, path: Path) -> EngineProfile:
     """A user profile `base: <id>` plus the fields (and sources) it changes."""
     base_id = data.pop("base")
-    cat = engine_catalog()
+    cat = _engine_files()
     if not isinstance(base_id, str) or base_id.lower() not in cat:
         raise SpecError(f"{path}: base: {base_id!r} is not a profile id{_did_you_mean(str(base_id), cat)}; "
                         f"known ids: {', '.join(cat)}")
-    base = read_yaml(_engine_dir() / f"{base_id.lower()}.yaml")
+    base = read_catalog_yaml(cat[base_id.lower()])
     return engine_from_dict(_merge(base, data), str(path))
 
 
@@ -354,9 +364,9 @@ def load_engine(ref: str | EngineProfile | None = None) -> EngineProfile:
     if isinstance(ref, EngineProfile):
         return ref
     ref = DEFAULT_ENGINE if ref is None else ref
-    cat = engine_catalog()
+    cat = _engine_files()
     if ref.lower() in cat:
-        return cat[ref.lower()]
+        return _builtin_engine(ref.lower())
     path = Path(ref)
     if path.is_file():
         data = read_yaml(path)

@@ -38,7 +38,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from simulator.cost.roofline import CostModel
 from simulator.serving.events import HANDOFF, PREFILL_DONE, EventQueue
@@ -272,6 +271,8 @@ def _finish_pools(pools: _Pools, out: Records, out_p: Records, cap: float | None
 def _result(wl: Workload, out: Records, out_p: Records, xfer: dict[str, np.ndarray],
             pools: _Pools, plog: StepLog, dlog: StepLog, kv_tokens: tuple[int, int], shape: tuple[int, int],
             router: str, mml: int) -> SimResult:
+    import pandas as pd
+
     itl_v, itl_c = dlog.itl()
     tl_p, tl_d = plog.timeline(), dlog.timeline()
     tl_p.insert(1, "pool", "prefill")

@@ -42,7 +42,6 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-import pandas as pd
 
 from simulator.cost.memory import kv_bytes_per_gpu_token
 from simulator.cost.roofline import CostModel
@@ -62,7 +61,13 @@ from simulator.workloads.sessions import dependencies
 from simulator.workloads.shared_prefix import request_block_hashes
 from simulator.workloads.workload import Workload
 
-__all__ = ["simulate"]
+__all__ = ["simulate", "Watch", "WATCH_CHECKS"]
+
+#: a run's watch (`simulate(..., watch=)`): called as watch(r, t, records) before request r is
+#: handed to the pool at its arrival time t; a non-empty reason stops the run there
+Watch = Callable[[int, float, Records], "str | None"]
+#: how many times a watch is consulted over a run (every n // WATCH_CHECKS arrivals)
+WATCH_CHECKS = 64
 
 
 def _next_release(pool: Pool, events: EventQueue) -> float:
@@ -83,13 +88,21 @@ def _next_release(pool: Pool, events: EventQueue) -> float:
 def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = None,
              replicas: int = 1, router: str = "round-robin",
              progress: Callable[[int, int], None] | None = None, client: ClientView | None = None,
-             speculative: SpeculativeDecoding | None = None, itl_times: bool = False) -> SimResult:
+             speculative: SpeculativeDecoding | None = None, itl_times: bool = False,
+             watch: Watch | None = None) -> SimResult:
     """Serve `workload` on `replicas` copies of the replica priced by `cost`; `client`: what
     the client sees beyond the engine core (`client_view.py`; None: nothing); `speculative`:
     speculative decoding (`serving/speculative.py`; its draft's weights and KV shrink the KV
     capacity unless `config.kv_capacity_tokens` fixes it); `itl_times`: also keep when and
     where each inter-token gap was observed (`SimResult.itl_timed`, for a time series of the
     run; a `TimedStepLog`, off by default so plain runs pay nothing).
+
+    `watch` (an open loop without dependent turns or a cap on concurrency): consulted every
+    n // WATCH_CHECKS arrivals with the records so far; when it returns a reason the run stops
+    at that arrival: what runs or waits, and every later request, ends rejected ("not
+    simulated: stopped early: <reason>") and `meta["stopped_early"]` says where. Until it
+    stops the run is the run without a watch, step for step (a capacity search stops probes
+    whose outcome is already certain, `analysis/capacity.py`).
 
     Deterministic: the same inputs give the same result bit for bit (no randomness here;
     all draws happen when the workload is made).
@@ -139,9 +152,11 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     if deps is not None:
         run_dependent(pool, events, roots, deps, arrivals, cfg, out, progress)
         client_queue_s = None
+        stopped = None
     else:
-        arrivals, client_queue_s = _run_stream(pool, events, workload, arrivals, cfg, out, progress)
-    pool.run_to_end(cfg.max_duration_s)
+        arrivals, client_queue_s, stopped = _run_stream(pool, events, workload, arrivals, cfg, out, progress,
+                                                        watch)
+    _end(pool, cfg, stopped)
     done = out.completed()
     if not all(math.isfinite(p.clock) for p in reps) or not (
             np.isfinite(out.finish_s[done]).all() and np.isfinite(out.first_token_s[done]).all()):
@@ -155,7 +170,6 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     columns = log.timeline_columns()
     columns.update(utilization_columns(cost, columns))  # MFU/MBU per row, from its work sums
     util = utilization_summary(columns)
-    timeline = pd.DataFrame(columns, copy=False)  # built once, with every column
     meta = {
         "num_replicas": replicas,
         "router": router,
@@ -175,6 +189,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         "utilization": util,
         "prefix_caching": cfg.enable_prefix_caching,
         "prefix_cache_hit_rate": _hit_rate(out, workload, done),
+        **({"stopped_early": stopped} if stopped is not None else {}),
     }
     if util["busy_utilization"] is not None:
         meta["busy_utilization"] = util["busy_utilization"]  # energy.run_energy's u_busy
@@ -185,7 +200,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     res = SimResult(workload.arrival_s.copy() if closed is None and deps is None and capped is None else arrivals,
                      workload.input_len, workload.output_len, out.first_token_s, out.finish_s,
                      out.preemptions, out.replica, out.status, out.reasons, itl_v, itl_c,
-                     timeline, meta, scheduled_s=out.scheduled_s,
+                     columns, meta, scheduled_s=out.scheduled_s,
                      cached_tokens=out.cached_tokens if cfg.enable_prefix_caching else None,
                      client_queue_s=client_queue_s,
                      itl_timed=log.timed_itl() if isinstance(log, TimedStepLog) else None,
@@ -205,6 +220,16 @@ def _speculative_config(cfg: EngineConfig, spec: SpeculativeDecoding) -> EngineC
     if not plan.fits:
         raise SpecError(plan.message)
     return dataclasses.replace(cfg, kv_capacity_tokens=max(plan.kv_capacity_tokens, cfg.block_size))
+
+
+def _end(pool: Pool, cfg: EngineConfig, stopped: dict | None) -> None:
+    """Run the pool through its work (to the time cap), or, when a watch stopped the run, cut
+    off what still runs or waits there."""
+    if stopped is None:
+        pool.run_to_end(cfg.max_duration_s)
+        return
+    for p in pool.replicas:
+        p.cut_off(f"not simulated: stopped early: {stopped['reason']}")
 
 
 def _attach_prefix_caches(reps: list[Replica], workload: Workload, cfg: EngineConfig) -> None:
@@ -243,45 +268,57 @@ def _check_run(reps: list[Replica], out: Records, log: StepLog, arrivals: np.nda
 
 
 def _run_stream(pool: Pool, events: EventQueue, workload: Workload, arrivals: np.ndarray, cfg: EngineConfig,
-                out: Records, progress: Callable[[int, int], None] | None
-                ) -> tuple[np.ndarray, np.ndarray | None]:
+                out: Records, progress: Callable[[int, int], None] | None, watch: Watch | None = None
+                ) -> tuple[np.ndarray, np.ndarray | None, dict | None]:
     """Serve a stream without dependencies: open loop, closed loop, or open loop under a cap.
-    Returns (arrival = send time per request, client-side wait per request or None)."""
+    Returns (arrival = send time per request, client-side wait per request or None, where a
+    watch stopped the run or None)."""
     closed, capped = workload.concurrency, workload.max_concurrency
     if capped is not None:
         send_s = np.full(len(arrivals), np.nan)  # the scheduled times stay in the workload
         queue_s = np.full(len(arrivals), np.nan)
         run_capped(pool, events, workload.arrival_s, capped, send_s, queue_s, cfg, out, progress)
-        return send_s, queue_s
-    _run_events(pool, events, arrivals, closed, cfg, out, progress)
+        return send_s, queue_s, None
+    stopped = _run_events(pool, events, arrivals, closed, cfg, out, progress,
+                          watch if closed is None else None)
     # a closed-loop client's requests are all scheduled at t = 0: each waited until sent
-    return arrivals, (None if closed is None else arrivals.copy())
+    return arrivals, (None if closed is None else arrivals.copy()), stopped
 
 
 def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: int | None,
                 cfg: EngineConfig, out: Records,
-                progress: Callable[[int, int], None] | None) -> None:
-    """Hand requests 0..n-1 to the pool in arrival order, advancing it to each event."""
+                progress: Callable[[int, int], None] | None, watch: Watch | None = None) -> dict | None:
+    """Hand requests 0..n-1 to the pool in arrival order, advancing it to each event; with a
+    `watch` (open loop), stop where it gives a reason: returns {"at_request", "time_s",
+    "reason"} then, else None."""
     n = len(arrivals)
     cap = cfg.max_duration_s
     report_every = max(1, n // 100)
+    watch_every = max(1, n // WATCH_CHECKS)
     # open loop: the events are the sorted arrivals alone (nothing pushes to the heap), so
     # read them as Python floats in order; one replica: every router picks it
     times = arrivals.tolist() if closed is None else None
     only = pool.replicas[0] if len(pool.replicas) == 1 else None
-    if times is not None and only is not None and cap is None and progress is None:
+    if times is not None and only is not None and cap is None and progress is None and watch is None:
         # the plainest run (open loop, one replica, no cap, no progress): nothing else to check
         advance_until, enqueue = only.advance_until, only.enqueue
         for r, t in enumerate(times):
             advance_until(t)
             enqueue(r, t)
-        return
+        return None
     for r in range(n):
         if times is None:
             t = _next_release(pool, events)
             arrivals[r] = t
         else:
             t = times[r]
+        if watch is not None and r % watch_every == 0 and r and (cap is None or t <= cap):
+            pool.advance_until(t)
+            reason = watch(r, t, out)
+            if reason:
+                for q in range(r, n):
+                    out.reject(q, f"not simulated: stopped early: {reason}")
+                return {"at_request": r, "time_s": t, "reason": reason}
         if cap is not None and t > cap:
             # past the cap nothing more is served: the rest are cut off, with a reason
             # a closed loop never sent these: no arrival time (not one after the cap)
@@ -302,3 +339,4 @@ def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: in
             events.push(t, RELEASE)
         if progress is not None and (r % report_every == 0 or r == n - 1):
             progress(r + 1, n)
+    return None

@@ -21,9 +21,12 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # module-level (a global load, specialised by CPython 3.11; a class attribute read through an
 # instance is not): packs 8 numbers of a timeline row as doubles
@@ -111,6 +114,8 @@ class StepLog:
                 for i, c in enumerate(self.TL_COLUMNS)}
 
     def timeline(self) -> pd.DataFrame:
+        import pandas as pd
+
         return pd.DataFrame(self.timeline_columns(), copy=False)
 
     def segment(self, dts: np.ndarray, weight: int) -> None:

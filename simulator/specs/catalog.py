@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -34,11 +34,41 @@ from simulator.specs.hardware import HardwareSpec
 from simulator.specs.model import MLASpec, ModelSpec, MoESpec, SlidingWindowSpec
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads `1e12` and `2.5e-6` as floats (YAML 1.1 needs a dot), and
-    refuses what no spec needs and what would hurt: nesting deeper than MAX_DEPTH (the composer
-    recurses), a key given twice (the later one would silently win) and integers longer than
-    MAX_INT_DIGITS digits (Python refuses 4,300; a count needs fewer than 20)."""
+class _Checks:
+    """What every spec loader refuses beyond YAML itself: a key given twice (the later one would
+    silently win) and integers longer than MAX_INT_DIGITS digits (Python refuses 4,300; a
+    count needs fewer than 20). Mixed into the pure-Python loader of user files and the C
+    loader of the built-in catalog (constructors are Python in both)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: set = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)  # type: ignore[attr-defined]
+                try:
+                    dup = key in seen
+                    seen.add(key)
+                except TypeError:
+                    continue  # unhashable: the constructor reports it
+                if dup:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {show(key)}", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[misc]
+
+    def construct_yaml_int(self, node: Any) -> Any:
+        digits = sum(ch.isdigit() for ch in str(node.value))
+        if digits > MAX_INT_DIGITS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"integer of {digits} digits (at most {MAX_INT_DIGITS})", node.start_mark)
+        return super().construct_yaml_int(node)  # type: ignore[misc]
+
+
+class _Loader(_Checks, yaml.SafeLoader):
+    """SafeLoader for user files: also reads `1e12` and `2.5e-6` as floats (YAML 1.1 needs a
+    dot), refuses what `_Checks` refuses and nesting deeper than MAX_DEPTH (the composer
+    recurses, so the depth is bounded while composing, before any recursion limit)."""
 
     _depth = 0
 
@@ -52,54 +82,41 @@ class _Loader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        if isinstance(node, yaml.MappingNode):
-            seen: set = set()
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    dup = key in seen
-                    seen.add(key)
-                except TypeError:
-                    continue  # unhashable: the constructor reports it
-                if dup:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {show(key)}", key_node.start_mark)
-        return super().construct_mapping(node, deep=deep)
 
-    def construct_yaml_int(self, node: Any) -> Any:
-        digits = sum(ch.isdigit() for ch in str(node.value))
-        if digits > MAX_INT_DIGITS:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"integer of {digits} digits (at most {MAX_INT_DIGITS})", node.start_mark)
-        return super().construct_yaml_int(node)
+#: the built-in catalog's loader: libyaml's C parser (10x faster than the pure-Python one
+#: that parsing every catalog file on every run took 0.25 s with) under the same resolver
+#: and checks. The files ship with the package; user files keep the bounded `_Loader`.
+_CatalogLoader: Any = (type("_CatalogLoader", (_Checks, yaml.CSafeLoader), {})
+                       if getattr(yaml, "__with_libyaml__", False) else _Loader)
 
-
-_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-        |\.[0-9_]+(?:[eE][-+][0-9]+)?
-        |[-+]?\.(?:inf|Inf|INF)
-        |\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
-    list("-+0123456789."),
+_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
 )
+for _cls in dict.fromkeys((_Loader, _CatalogLoader)):
+    _cls.add_constructor("tag:yaml.org,2002:int", _cls.construct_yaml_int)
+    _cls.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
 
 
 def read_yaml(path: str | Path) -> Any:
     """Parse a YAML file of at most MAX_SPEC_BYTES, nested at most MAX_DEPTH deep, at most
     MAX_NODES values with aliases expanded; any problem is a SpecError naming file and line."""
-    text = read_text_bounded(Path(path), MAX_SPEC_BYTES, "spec or scenario file")
+    return _parse_yaml(read_text_bounded(Path(path), MAX_SPEC_BYTES, "spec or scenario file"), path, _Loader)
+
+
+def read_catalog_yaml(path: str | Path) -> Any:
+    """A file of the built-in catalogs (hardware, models, engine profiles): as `read_yaml`, parsed
+    by the C loader (`_CatalogLoader`)."""
+    return _parse_yaml(read_text_bounded(Path(path), MAX_SPEC_BYTES, "catalog file"), path, _CatalogLoader)
+
+
+def _parse_yaml(text: str, path: str | Path, loader: Any) -> Any:
     try:
-        data = yaml.load(text, Loader=_Loader)
+        data = yaml.load(text, Loader=loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
@@ -111,6 +128,7 @@ def read_yaml(path: str | Path) -> Any:
     return data
 
 
+@functools.cache
 def _catalog_dir(kind: str) -> Path:
     """Folder of the built-in catalog (`hardware_specs` or `model_specs`), installed or not."""
     try:
@@ -122,6 +140,102 @@ def _catalog_dir(kind: str) -> Path:
     except (ModuleNotFoundError, TypeError, FileNotFoundError, NotADirectoryError):
         pass
     return Path(__file__).resolve().parents[2] / kind
+
+
+#: a top-level key of a block-style YAML mapping, at the start of a line
+_TOP_KEY = re.compile(r"([A-Za-z_][\w-]*)\s*:")
+#: the keys a catalog file is found by (`_catalog_index`)
+_NAME_KEYS = ("id", "aliases", "hf_id")
+
+
+#: a one-line name entry a catalog file normally holds: `id: x`, `hf_id: org/x`, `aliases: [a, "b c"]`
+_SIMPLE_SCALAR = re.compile(r"""([A-Za-z0-9][\w./+-]*|"[^"\\]*")\s*(?:#.*)?""")
+_SIMPLE_LIST = re.compile(r"""\[\s*((?:(?:[A-Za-z0-9][\w./+-]*|"[^"\\]*"|'[^'\\]*')\s*,\s*)*
+                          (?:[A-Za-z0-9][\w./+-]*|"[^"\\]*"|'[^'\\]*')?)\s*\]\s*(?:\#.*)?""", re.X)
+_LIST_ITEM = re.compile(r"""[A-Za-z0-9][\w./+-]*|"[^"\\]*"|'[^'\\]*'""")
+
+
+#: plain words YAML 1.1 reads as something other than a string
+_NOT_STRINGS = frozenset(("null", "true", "false", "yes", "no", "on", "off", "y", "n", "~"))
+
+
+def _plain_word(token: str) -> str | None:
+    """One scalar token of `_LIST_ITEM`'s forms as YAML reads it, when that is surely a string;
+    None otherwise (a word starting with a digit may be a number, `on` is a bool, ...)."""
+    if token[0] in "\"'":
+        return token[1:-1]
+    if token[0].isdigit() or token.lower() in _NOT_STRINGS:
+        return None
+    return token
+
+
+def _simple_value(key: str, text: str) -> Any:
+    """The value of a one-line `_NAME_KEYS` entry in its plain forms, or None (then YAML reads it)."""
+    if key == "aliases":
+        m = _SIMPLE_LIST.fullmatch(text)
+        if m is None:
+            return None
+        items = [_plain_word(t) for t in _LIST_ITEM.findall(m.group(1))]
+        return None if any(v is None for v in items) else items
+    m = _SIMPLE_SCALAR.fullmatch(text)
+    return None if m is None else _plain_word(m.group(1))
+
+
+def _names_of(path: Path) -> dict[str, Any]:
+    """The `_NAME_KEYS` of one catalog file, parsed from their own lines only: a line that starts
+    a top-level key opens a block; indented, blank, comment and `- ` lines continue it. A block
+    of one line in a plain form (`_simple_value`) is read by a regular expression, any other
+    by YAML; the whole file is parsed when that finds no id (a layout this scan does not
+    follow). tests/test_catalog_index.py checks that this agrees with a full parse of every
+    shipped file."""
+    text = read_text_bounded(path, MAX_SPEC_BYTES, "catalog file")
+    blocks: dict[str, list[str]] = {}
+    key = None
+    for line in text.splitlines(keepends=True):
+        if line[:1] not in ("", " ", "\t", "#", "-", "\n", "\r"):
+            m = _TOP_KEY.match(line)
+            key = m.group(1) if m is not None and m.group(1) in _NAME_KEYS else None
+            if key is not None:
+                blocks[key] = []  # a key given twice: the full parse below refuses it
+        if key is not None:
+            blocks[key].append(line)
+    head: Any = {}
+    for k, lines in blocks.items():
+        body = "".join(lines).strip()
+        value = _simple_value(k, body.split(":", 1)[1].strip()) if len(lines) == 1 else None
+        if value is None:
+            head = None
+            break
+        head[k] = value
+    if head is None:
+        head = _parse_yaml("".join(x for v in blocks.values() for x in v), path, _CatalogLoader)
+    if not (isinstance(head, dict) and isinstance(head.get("id"), str)) or len(blocks) != len(head):
+        full = read_catalog_yaml(path)
+        head = {k: full[k] for k in _NAME_KEYS if k in full} if isinstance(full, dict) else {}
+    return head
+
+
+@functools.cache
+def _catalog_index(kind: str) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """catalog id -> (its file, its names) for `kind`, files in name order (a later file with
+    the same id wins, as when every file was loaded). Only the names are parsed: a command
+    loads the one or two specs it uses (`_catalog_spec`), not all 70 files."""
+    out: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for path in iter_catalog_files(kind):
+        names = _names_of(path)
+        out[str(names.get("id", path.stem))] = (path, names)
+    return out
+
+
+@functools.cache
+def _catalog_spec(kind: str, spec_id: str) -> Any:
+    """The built-in spec `spec_id` of `kind`, built from its file on first use (then shared)."""
+    path = _catalog_index(kind)[spec_id][0]
+    data = read_catalog_yaml(path)
+    spec = (hardware_from_dict if kind == "hardware_specs" else model_from_dict)(data, str(path))
+    if spec.id != spec_id:  # the name scan and the full parse disagree: never silently
+        raise SpecError(f"{path}: id: {spec.id!r} parsed in full, {spec_id!r} by the catalog index")
+    return spec
 
 
 def _in_file(path: Path | str, e: SpecError) -> SpecError:
@@ -141,12 +255,9 @@ def hardware_from_dict(data: Any, source: str = "") -> HardwareSpec:
 
 @functools.cache
 def hardware_catalog() -> dict[str, HardwareSpec]:
-    """All built-in accelerators by id."""
-    out: dict[str, HardwareSpec] = {}
-    for path in sorted(_catalog_dir("hardware_specs").glob("*.yaml")):
-        spec = hardware_from_dict(read_yaml(path), str(path))
-        out[spec.id] = spec
-    return out
+    """All built-in accelerators by id (each file parsed once; `load_hardware` of one id
+    parses only its own)."""
+    return {hw_id: _catalog_spec("hardware_specs", hw_id) for hw_id in _catalog_index("hardware_specs")}
 
 
 def _alias_key(name: str) -> str:
@@ -156,10 +267,14 @@ def _alias_key(name: str) -> str:
 
 def hardware_alias_index(catalog: dict[str, HardwareSpec]) -> dict[str, tuple[str, ...]]:
     """normalised id or alias -> the catalog ids it names (more than one: ambiguous)."""
+    return _alias_index((hw_id, spec.aliases) for hw_id, spec in catalog.items())
+
+
+def _alias_index(entries: Iterable[tuple[str, Any]]) -> dict[str, tuple[str, ...]]:
     index: dict[str, list[str]] = {}
-    for hw_id, spec in catalog.items():
-        for name in (hw_id, *spec.aliases):
-            ids = index.setdefault(_alias_key(name), [])
+    for hw_id, aliases in entries:
+        for name in (hw_id, *aliases):
+            ids = index.setdefault(_alias_key(str(name)), [])
             if hw_id not in ids:
                 ids.append(hw_id)
     return {k: tuple(v) for k, v in index.items()}
@@ -167,7 +282,9 @@ def hardware_alias_index(catalog: dict[str, HardwareSpec]) -> dict[str, tuple[st
 
 @functools.cache
 def _catalog_alias_index() -> dict[str, tuple[str, ...]]:
-    return hardware_alias_index(hardware_catalog())
+    """The built-in hardware's alias index, from the catalog index (no spec parsed)."""
+    return _alias_index((hw_id, names.get("aliases") or ())
+                        for hw_id, (_, names) in _catalog_index("hardware_specs").items())
 
 
 def resolve_hardware_id(ref: str, catalog: dict[str, HardwareSpec] | None = None) -> str | None:
@@ -267,12 +384,12 @@ def _load_hardware(ref: Any, chain: tuple[Path, ...]) -> HardwareSpec:
     if isinstance(ref, HardwareSpec):
         return ref
     ref = _ref_text("hardware", ref, HardwareSpec)
-    cat = hardware_catalog()
+    cat = _catalog_index("hardware_specs")
     if ref in cat:
-        return cat[ref]
+        return _catalog_spec("hardware_specs", ref)
     hw_id = resolve_hardware_id(ref)
     if hw_id is not None:
-        return cat[hw_id]
+        return _catalog_spec("hardware_specs", hw_id)
     path = Path(ref)
     if _is_file(path):
         data = read_yaml(path)
@@ -297,21 +414,19 @@ def model_from_dict(data: Any, source: str = "") -> ModelSpec:
 
 @functools.cache
 def model_catalog() -> dict[str, ModelSpec]:
-    """All built-in models by id."""
-    out: dict[str, ModelSpec] = {}
-    for path in sorted(_catalog_dir("model_specs").glob("*.yaml")):
-        spec = model_from_dict(read_yaml(path), str(path))
-        out[spec.id] = spec
-    return out
+    """All built-in models by id (each file parsed once; `load_model` of one id parses only its own)."""
+    return {mid: _catalog_spec("model_specs", mid) for mid in _catalog_index("model_specs")}
 
 
+@functools.cache
 def _model_aliases() -> dict[str, str]:
+    """lower-case id, alias or HF id -> catalog id, from the catalog index (no spec parsed)."""
     out = {}
-    for mid, spec in model_catalog().items():
+    for mid, (_, names) in _catalog_index("model_specs").items():
         out[mid.lower()] = mid
-        for a in (*spec.aliases, spec.hf_id):
+        for a in (*(names.get("aliases") or ()), names.get("hf_id")):
             if a:
-                out[a.lower()] = mid
+                out[str(a).lower()] = mid
     return out
 
 
@@ -323,7 +438,7 @@ def load_model(ref: str | os.PathLike | ModelSpec) -> ModelSpec:
     ref = _ref_text("model", ref, ModelSpec)
     aliases = _model_aliases()
     if ref.lower() in aliases:
-        return model_catalog()[aliases[ref.lower()]]
+        return _catalog_spec("model_specs", aliases[ref.lower()])
     path = Path(ref)
     if _is_dir(path):
         for name in ("config.json", "model.yaml", "model.yml"):
@@ -337,7 +452,7 @@ def load_model(ref: str | os.PathLike | ModelSpec) -> ModelSpec:
             return import_hf_config(path)
         return model_from_dict(read_yaml(path), str(path))
     raise SpecError(
-        f"model: {show(ref)} is not a catalog id, alias or file{_did_you_mean(ref, model_catalog())}; "
+        f"model: {show(ref)} is not a catalog id, alias or file{_did_you_mean(ref, _catalog_index('model_specs'))}; "
         "see `llmsim models`"
     )
 

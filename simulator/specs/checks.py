@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import typing
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 MAX_SPEC_BYTES = 1_000_000
 MAX_RESULT_BYTES = 256_000_000
@@ -66,14 +65,26 @@ def show(value: Any, limit: int = SHOW_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + "...'"[: 3 + isinstance(value, str)]
 
 
+def is_numpy_scalar(value: Any, kind: str) -> bool:
+    """`value` is a numpy scalar of `kind` ("integer", "number", "floating"). numpy is looked
+    up, never imported: while no module has imported it no value can be a numpy scalar, and
+    `llmsim --help` and the spec layer start without its ~0.1 s import."""
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, getattr(np, kind))
+
+
 def is_int(value: Any) -> bool:
     """An integer (Python or numpy), not a bool (True is an int to Python, not a count to a user)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    if isinstance(value, int):
+        return not isinstance(value, bool)
+    return is_numpy_scalar(value, "integer")
 
 
 def is_number(value: Any) -> bool:
     """A real number (Python or numpy), not a bool; NaN and inf count as numbers here."""
-    return isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
+    if isinstance(value, (int, float)):
+        return not isinstance(value, bool)
+    return is_numpy_scalar(value, "number")
 
 
 def check_int(name: str, value: Any, minimum: int = 1, *, maximum: int | None = None,

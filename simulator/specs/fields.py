@@ -18,9 +18,14 @@ import typing
 from dataclasses import field
 from typing import Any
 
-import numpy as np
-
-from simulator.specs.checks import SpecError, check_choice, check_number, is_number, show
+from simulator.specs.checks import (
+    SpecError,
+    check_choice,
+    check_number,
+    is_number,
+    is_numpy_scalar,
+    show,
+)
 
 #: any spec number without its own range must stay below this (so float arithmetic on it is finite)
 GENERIC_MAX = 1e18
@@ -104,7 +109,7 @@ def _check_range(where: str, value: Any, meta: Any) -> None:
         v = float(value)
     except OverflowError:  # an integer beyond float range: out of range below
         v = math.inf
-    if math.isnan(v) or (math.isinf(v) and isinstance(value, (float, np.floating))):
+    if math.isnan(v) or (math.isinf(v) and (isinstance(value, float) or is_numpy_scalar(value, "floating"))):
         raise SpecError(f"{where}: {show(value)} is not a finite number")
     if meta.get("positive") and v <= 0:
         raise SpecError(f"{where}: {show(value)} must be > 0")

@@ -22,17 +22,17 @@ import numpy as np
 
 from simulator.specs.checks import SpecError
 from simulator.specs.fields import _did_you_mean
-from simulator.workloads.traces.csv_formats import (
-    _AZURE_COLS,
-    _BURST_COLS,
-    SIMPLE_COLUMNS,
-    _read_simple_like,
-)
-from simulator.workloads.traces.mooncake import _read_mooncake
-from simulator.workloads.workload import Workload
+from simulator.workloads.workload import MAX_TOKENS, Workload
+
+# The readers (csv_formats, mooncake) use pandas' C parser; they are imported when a trace
+# file is read, not with this module: the built-in traces are read without pandas
+# (`_read_builtin`), and importing pandas was half of a short run's start-up.
 
 #: Trace formats `read_trace` understands (besides "auto").
 TRACE_FORMATS = ("simple", "azure", "mooncake", "burstgpt")
+
+#: the simple format's header (`csv_formats.SIMPLE_COLUMNS`, which imports pandas)
+_SIMPLE = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 
 #: Built-in traces: name -> (file in simulator/traces, one-line description with licence).
 BUILTIN_WORKLOADS: dict[str, tuple[str, str]] = {
@@ -71,6 +71,8 @@ def _header_cols(line: str) -> list[str]:
 
 
 def _detect(path: Path, first: str) -> str:
+    from simulator.workloads.traces.csv_formats import _AZURE_COLS, _BURST_COLS, SIMPLE_COLUMNS
+
     cols = {c.lower() for c in _header_cols(first)}
     if {c.lower() for c in SIMPLE_COLUMNS} <= cols:
         return "simple"
@@ -129,8 +131,12 @@ def read_trace(path: str | Path, fmt: str = "auto", skip_bad_rows: bool = False)
     first = _sniff(p)
     kind = _detect(p, first) if fmt == "auto" else fmt
     if kind == "mooncake":
+        from simulator.workloads.traces.mooncake import _read_mooncake
+
         t, i, o, nbad, nfailed, extra = _read_mooncake(p, skip_bad_rows)
     else:
+        from simulator.workloads.traces.csv_formats import _read_simple_like
+
         if not first.strip():
             raise SpecError(f"{p}:1: blank line where the CSV header belongs")
         t, i, o, nbad, nfailed, extra = _read_simple_like(p, kind, skip_bad_rows)
@@ -138,6 +144,12 @@ def read_trace(path: str | Path, fmt: str = "auto", skip_bad_rows: bool = False)
         why = f"all {nbad} rows are malformed" if nbad else "no request rows"
         why += f", {nfailed} failed in the trace" if nfailed else ""
         raise SpecError(f"{p}: no requests ({why})")
+    return _sorted_workload(p, t, i, o, nbad, nfailed, extra)
+
+
+def _sorted_workload(p: Path, t: np.ndarray, i: np.ndarray, o: np.ndarray, nbad: int, nfailed: int,
+                     extra: dict[str, np.ndarray]) -> Workload:
+    """The trace's rows stably sorted by arrival, the earliest at 0."""
     order = np.argsort(t, kind="stable")
     t = t[order]
     t = t - t[0]
@@ -161,10 +173,33 @@ def _read_builtin(fname: str) -> Workload:
         res = importlib.resources.files(__name__) / fname
         if res.is_file():
             with importlib.resources.as_file(res) as p:
-                return read_trace(p, fmt="simple")
+                return _read_clean_simple(p)
     except (ModuleNotFoundError, TypeError, AttributeError, NotImplementedError, OSError):
         pass
-    return read_trace(Path(__file__).resolve().parent / fname, fmt="simple")
+    return _read_clean_simple(Path(__file__).resolve().parent / fname)
+
+
+def _read_clean_simple(p: Path) -> Workload:
+    """A shipped simple-CSV trace, read by numpy alone (no pandas import: 0.3 s and more of a
+    short run's start-up). Every row must be clean (the header, three finite numbers, times
+    >= 0, whole token counts >= 1); a file that is not goes through `read_trace`, whose
+    messages name the line. Both read floats exactly (round-trip), which
+    tests/test_workload.py checks on every built-in trace."""
+    with open(p, encoding="utf-8") as f:
+        header = f.readline()
+        try:
+            rows = np.loadtxt(f, delimiter=",", dtype=np.float64, comments=None, ndmin=2)
+        except ValueError:
+            rows = np.zeros((0, 3))
+    clean = (_header_cols(header.lstrip("\ufeff").rstrip("\r\n")) == list(_SIMPLE)
+             and rows.shape[0] > 0 and rows.shape[1] == 3 and bool(np.isfinite(rows).all()))
+    if clean:
+        t, i, o = rows[:, 0].copy(), rows[:, 1].copy(), rows[:, 2].copy()
+        clean = bool((t >= 0).all() and all(((c >= 1) & (c <= MAX_TOKENS) & (c == np.floor(c))).all()
+                                            for c in (i, o)))
+    if not clean:
+        return read_trace(p, fmt="simple")
+    return _sorted_workload(p, t, i, o, 0, 0, {})
 
 
 @functools.cache
