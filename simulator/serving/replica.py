@@ -61,7 +61,8 @@ class Replica(DecodeSegments):
 
     # slots, not a __dict__: the hot loops read these attributes millions of times, and past
     # 30 attributes CPython 3.11 stops sharing instance-dict keys (slower attribute loads)
-    __slots__ = ("active", "arrived", "async_lag", "bs", "cfg", "checks_arrivals", "clock", "computed", "context_sum",
+    __slots__ = ("active", "arrived", "async_lag", "bs", "cfg", "checks_arrivals", "client_on", "clock", "computed",
+                 "context_sum",
                  "cost", "deadline", "deadline_after", "deadlines", "debug", "free_slots", "held", "timeout_s", "gen_so_far", "generated", "idle_segments", "in_step", "index", "kv", "last_tok", "last_tok_of",
                  "log", "max_model_len", "max_segment_steps", "max_tokens", "n_prefilling", "on_finish", "records", "outlen",
                  "outstanding", "policy", "prefix", "prompt", "rid", "scheduled_s", "segment_steps",
@@ -131,6 +132,7 @@ class Replica(DecodeSegments):
         self.segment_steps = 0  # decode steps run in closed-form segments (policies that count steps)
         self.prefix: PrefixState | None = None  # prefix caching on (`attach_prefix_cache`)
         # the client view (`set_client`): async-scheduling lag, client timeouts
+        self.client_on = False  # async lag or client timeouts: `enqueue` takes the slow path
         self.async_lag = False
         self.held: deque[int] = deque()  # arrived during the step in flight: out of the next decision
         self.timeout_s: float | None = None
@@ -145,6 +147,7 @@ class Replica(DecodeSegments):
         latency `frontend_s` between the send and the engine) gives each request the deadline
         send + timeout; `deadline`: an array with a slot per request to keep them in."""
         self.async_lag = async_lag
+        self.client_on = async_lag or timeout_s is not None
         if timeout_s is not None:
             if deadline is None:
                 raise ValueError("set_client: a timeout needs the per-request deadline array")
@@ -212,11 +215,19 @@ class Replica(DecodeSegments):
             return
         if not (self.active or self.waiting) and self.clock < t:
             self.clock = t
+        if self.client_on:
+            self._enqueue_client(r, t)
+        else:
+            self.waiting.append(r)
+        self.outstanding += 1
+
+    def _enqueue_client(self, r: int, t: float) -> None:
+        """`enqueue` under the client view (`set_client`): held out of the next decision when a
+        step is in flight (async lag); a deadline with a client timeout."""
         if self.async_lag and self.active:
             self.held.append(r)  # a step is in flight: the next one was planned without r
         else:
             self.waiting.append(r)
-        self.outstanding += 1
         if self.deadline_after is not None:
             d = t + self.deadline_after
             self.deadline[r] = d
@@ -237,27 +248,50 @@ class Replica(DecodeSegments):
         while (self.active or self.waiting or arrived or held) and self.clock < t_limit:
             if max_actions is not None:
                 if done >= max_actions:
-                    return
+                    break
                 done += 1
-            limit = t_limit
-            if deadlines:
-                if deadlines[0][0] <= self.clock:
-                    self._expire()
-                    continue
-                limit = min(t_limit, deadlines[0][0])  # a segment stops at the next deadline
-            if held:
-                self._lagged_decision()
+            if held or deadlines:  # the client view at work (`set_client`)
+                self._client_decision(t_limit)
                 continue
             if arrived and not self.before_decision():
                 continue
             if idle_segments and not self.waiting and not self.n_prefilling:
-                self._decode_segment(limit)  # active is non-empty here (loop condition)
+                self._decode_segment(t_limit)  # active is non-empty here (loop condition)
                 continue
             plan = next_step(self)
             if plan.decode_segment:
-                self._decode_segment(limit)
+                self._decode_segment(t_limit)
             else:
                 self.run_plan(plan)
+        if deadlines and deadlines[0][0] <= self.clock:
+            # the last step ran past a deadline: the client gave up then, which the event loop
+            # must hear before it handles events after that time
+            self._expire()
+
+    def _client_decision(self, t_limit: float) -> None:
+        """One action of `advance_until` with held requests or client deadlines pending:
+        expire what is past its deadline, else the lagged decision, else an ordinary decision
+        whose decode segment stops at the next deadline."""
+        deadlines = self.deadlines
+        if deadlines and deadlines[0][0] <= self.clock:
+            self._expire()
+            return
+        if self.held:
+            self._lagged_decision()
+            return
+        if not (self.active or self.waiting or self.arrived):
+            return
+        if self.arrived and not self.before_decision():
+            return
+        limit = min(t_limit, deadlines[0][0])  # deadlines is non-empty here
+        if self.idle_segments and not self.waiting and not self.n_prefilling:
+            self._decode_segment(limit)
+            return
+        plan = self.policy.next_step(self)
+        if plan.decode_segment:
+            self._decode_segment(limit)
+        else:
+            self.run_plan(plan)
 
     def _lagged_decision(self) -> None:
         """Async scheduling: the step that starts now was planned when the step in flight
