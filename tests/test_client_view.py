@@ -202,3 +202,52 @@ def test_default_engines_hold_the_cap_on_sharegpt(engine):
     sc = Scenario(workload="sharegpt", rate=20.0, concurrency=16, num_requests=300, engine=engine)
     res, _ = sc.run()
     assert peak_in_flight(res.arrival_s, end_times(res)) == 16
+
+
+# --------------------------------------------------------------------------- saturation
+
+
+def test_saturated_open_loop_reports_what_the_server_delivers():
+    """One seat, prompts of 10 and 3 output tokens: service S = d(10) + 2 d(1) = 3.012 s. Sent at
+    1 req/s (vLLM's schedule, 60 requests, the last at 60 s), three times what the server
+    serves: it is busy from the first arrival t_0 on, so the last request ends at t_0 + 60 S
+    and the throughput is 60 / (t_0 + 60 S) ~ 1/S = 0.332 req/s, not the offered 1 req/s."""
+    n = 60
+    s_time = d(10) + 2 * d(1)
+    sched = arrivals(n, 1.0, rng=vllm_rng(0))
+    w = wl(sched, np.full(n, 10), np.full(n, 3), clock_start_s=0.0)
+    res = simulate(COST, w, cfg(max_num_seqs=1))
+    s = summarize(res)
+    assert s["completed"] == n
+    assert s["duration"] == pytest.approx(sched[0] + n * s_time, rel=1e-12)
+    assert s["request_throughput"] == pytest.approx(n / (sched[0] + n * s_time), rel=1e-12)
+    assert s["request_throughput"] < 1.0 / s_time < s["offered_rate"] == pytest.approx(1.0)
+    # the same stream at rate inf (the offline maximum) delivers the same per-second count
+    off = summarize(simulate(COST, wl(np.zeros(n), np.full(n, 10), np.full(n, 3)), cfg(max_num_seqs=1)))
+    assert off["request_throughput"] == pytest.approx(1.0 / s_time, rel=1e-12)
+
+
+def test_saturated_run_with_a_client_timeout_counts_successes():
+    """The same overload with a 20 s client timeout: a request either ends within 20 s of its
+    send or fails at exactly send + 20 s (aborted where it was: the queue or the batch); the
+    server never serves more than 1/S, and the run lasts until the last request ends or fails
+    (inference-perf's stage, vLLM's gather)."""
+    n = 60
+    s_time = d(10) + 2 * d(1)
+    sched = arrivals(n, 1.0, rng=vllm_rng(0))
+    w = wl(sched, np.full(n, 10), np.full(n, 3), clock_start_s=0.0)
+    res = simulate(COST, w, cfg(max_num_seqs=1), client=ClientView(timeout_s=20.0))
+    s = summarize(res)
+    ok, failed = res.status == COMPLETED, res.status == REJECTED
+    assert ok.sum() + failed.sum() == n and failed.sum() > n / 2
+    assert (res.finish_s[ok] - res.arrival_s[ok] <= 20.0 + 1e-9).all()
+    np.testing.assert_allclose(res.failed_s[failed], res.arrival_s[failed] + 20.0, rtol=1e-12)
+    assert s["duration"] == pytest.approx(max(np.nanmax(res.finish_s), np.nanmax(res.failed_s)))
+    assert s["request_throughput"] == pytest.approx(ok.sum() / s["duration"])
+    assert s["request_throughput"] <= 1.0 / s_time
+    # while the queue is short the server ends a request every S; once the wait nears 20 s
+    # the head of the queue is admitted and then aborted part-way (its first token came, its
+    # last could not): work thrown away, as the overloaded dev_serving reasoning runs show
+    fin = np.sort(res.finish_s[ok])
+    assert np.allclose(np.diff(fin[:10]), s_time)
+    assert (failed & np.isfinite(res.first_token_s)).sum() > 0
