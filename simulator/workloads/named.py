@@ -204,8 +204,9 @@ register(NamedWorkload(
     "random", "synthetic lengths (--input-len, --output-len, --range-ratio) at --rate, as vLLM's random dataset",
     _random, aliases=("synthetic",), uses_lengths=True, ramp_up=True))
 register(NamedWorkload(
-    "sharegpt", "ShareGPT conversations sampled as vllm bench serve samples them (the shipped count table, "
-    "or --dataset-path)", _sharegpt, dataset_path=True, ramp_up=True))
+    "sharegpt", "ShareGPT conversations sampled by vllm bench serve's rules from the shipped count table "
+    "(17,400 of ~90,000 conversations), or vLLM's exact draw from the full file (--dataset-path)", _sharegpt,
+    dataset_path=True, ramp_up=True))
 register(NamedWorkload(
     "shared-prefix", "inference-perf's shared prefix: groups of users sharing a system prompt "
     "(inference-perf's 'constant' timer at --rate: exponential gaps rescaled to end at n/rate; gamma with --burstiness)", _shared_prefix, uses_output_len=True,
