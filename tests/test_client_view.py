@@ -251,3 +251,29 @@ def test_saturated_run_with_a_client_timeout_counts_successes():
     fin = np.sort(res.finish_s[ok])
     assert np.allclose(np.diff(fin[:10]), s_time)
     assert (failed & np.isfinite(res.first_token_s)).sum() > 0
+
+
+def test_cli_flags_reach_the_scenario():
+    """--request-timeout and vLLM's ramp-up flags on the command line (one-line errors)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from simulator.cli.commands import main
+
+    base = ["simulate", "-w", "random", "--input-len", "256", "--output-len", "150", "-n", "60", "--json"]
+    r = CliRunner().invoke(main, [*base, "-r", "40", "--request-timeout", "1.5"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    assert s["completed"] > 0 and s["failed"] > 0 and set(s["failed_reasons"]) == {"client timeout: not finished 1.5 s after it was sent"}
+    assert s["p99_e2el_ms"] <= 1500.0
+    r = CliRunner().invoke(main, [*base, "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1",
+                                  "--ramp-up-end-rps", "9"])
+    assert r.exit_code == 0, r.output
+    # the ramp's delays summed: the mean gap over the ramp is about the mean of 1/r_i
+    rates = np.linspace(1, 9, 60)
+    assert json.loads(r.stdout)["offered_rate"] == pytest.approx(60 / np.sum(1 / rates), rel=0.3)
+    for extra, msg in ((["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1"], "ramp_up_end_rps: missing"),
+                       (["--request-timeout", "0"], "request_timeout_s")):
+        r = CliRunner().invoke(main, [*base, *extra])
+        assert r.exit_code != 0 and msg in r.output, r.output

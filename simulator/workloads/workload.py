@@ -358,11 +358,13 @@ def arrivals(
         out = np.arange(1, n + 1, dtype=np.float64) / rate
     else:
         g = vllm_rng(0) if rng is None else rng
-        delays = g.gamma(b, 1.0 / (rate * b), size=n)
-        out = np.cumsum(delays)
-        # vLLM: normalize_factor = (n / rate) / delay_ts[-1]; delay_ts = [d * factor for d in delay_ts]
         with np.errstate(over="ignore"):
-            out *= (n / rate) / out[-1]
+            delays = g.gamma(b, 1.0 / (rate * b), size=n)
+            out = np.cumsum(delays)
+            # vLLM: normalize_factor = (n / rate) / delay_ts[-1], only when delay_ts[-1] != 0
+            target = n / rate
+            if out[-1] != 0 and math.isfinite(out[-1]) and math.isfinite(target):
+                out *= target / out[-1]
     if not math.isfinite(out[-1]):
         raise SpecError(f"rate: {rate!r} requests/s is too small: the arrival times overflow")
     return out
