@@ -7,10 +7,11 @@ scheduling, input preparation and launch not hidden by async scheduling; replace
 YAML's value, which was fitted on older static-batch engines), `kernels.allreduce_latency_s`
 (per all-reduce call: vLLM's custom all-reduce, replacing the hardware YAML's NCCL latency) and
 `overheads.per_request_s` (API-server latency outside the engine core;
-`serving.client_view.ClientView`, which also adds the async-scheduling admission lag of one step,
+`serving.client_view.ClientView`, next to the async-scheduling admission lag of one step,
 a structural rule, not fitted). Method: a grid over step_overhead_s x allreduce_latency_s (one
 simulation of every run, as `validate` prices it, per pair) x per_request_s (a shift of the
-simulated times, no re-simulation), minimising the median absolute percentage error over the
+simulated times, no re-simulation: in an uncapped open loop the latency delays every engine
+arrival by the same amount, so the engine's schedule is the same one shifted), minimising the median absolute percentage error over the
 issue's target rows (mean/median TTFT, mean TPOT, mean/median E2E). Leave-one-model-out: the
 same grid fitted on the other three models, error on the held-out one.
 """
@@ -30,16 +31,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simulator.analysis.measurements import SERVING_METRICS, load_rows
 from simulator.analysis.serving_rows import (
+    client_for,
     is_serving_run_row,
     num_requests_for,
+    preset_of,
     run_key,
     simulate_row,
+    stage_duration_s,
 )
 from simulator.analysis.validate import Validator  # noqa: E402
 from simulator.metrics.summary import summarize  # noqa: E402
-from simulator.profiles.apply import lag_steps_for, row_settings
+from simulator.profiles.apply import row_settings
 from simulator.profiles.profile import EngineProfile, Tunable, load_engine  # noqa: E402
-from simulator.serving.client_view import ClientView
+from simulator.serving.records import SimResult
 
 DATA = Path("/work/shared/reference/measurements/dev_serving.csv")
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -78,16 +82,22 @@ def simulate_all(groups: dict[tuple, list[dict]], step_s: float, allreduce_s: fl
     out = {}
     for k, rs in groups.items():
         cost = v.cost_model(rs[0])
-        n = num_requests_for(rs[0]["request_rate"], max_requests)
+        n = num_requests_for(rs[0]["request_rate"], max_requests, stage_duration_s(rs[0], preset_of(rs[0]["dataset"])))
         settings = row_settings(profile, cost, dict(rs[0]), n, offline=False)
-        out[k] = simulate_row(rs[0], cost, ClientView(0.0, lag_steps_for(profile)), max_requests, settings)
+        out[k] = simulate_row(rs[0], cost, dataclasses.replace(client_for(profile), frontend_s=0.0), max_requests,
+                              settings)
     return out
+
+
+def shifted(res: SimResult, frontend_s: float) -> SimResult:
+    """An open-loop run as with an API-server latency of `frontend_s` (module docstring)."""
+    return dataclasses.replace(res, first_token_s=res.first_token_s + frontend_s, finish_s=res.finish_s + frontend_s)
 
 
 def errors(groups: dict, sims: dict, frontend_s: float, metrics: tuple = TARGET) -> list[tuple[dict, float]]:
     out = []
     for k, rs in groups.items():
-        s = summarize(ClientView(frontend_s).apply(sims[k]), {})
+        s = summarize(shifted(sims[k], frontend_s), {})
         for r in rs:
             if r["metric"] in metrics:
                 pred = float(s[SERVING_METRICS[r["metric"]]])
@@ -122,7 +132,7 @@ def doc_points(groups: dict, table: dict, fits: dict) -> list[dict]:
     pts = []
     for k, rs in groups.items():
         params, d = fits[rs[0]["model"]]
-        held = summarize(ClientView(d).apply(table[params][k]), {})
+        held = summarize(shifted(table[params][k], d), {})
         for r in rs:
             key = SERVING_METRICS[r["metric"]]
             pts.append({"id": r["id"], "model": r["model"], "dataset": r["dataset"].rsplit("-", 1)[-1],

@@ -51,6 +51,7 @@ from simulator.profiles.apply import (
 )
 from simulator.profiles.profile import load_engine
 from simulator.resolve import make_cost_model, make_speculative
+from simulator.serving.client_view import ClientView
 from simulator.serving.pool import ROUTERS
 from simulator.serving.records import SimResult
 from simulator.serving.sched.registry import SCHEDULERS, EngineConfig
@@ -122,6 +123,13 @@ class Scenario:
     workload: str = DEFAULT_WORKLOAD
     rate: float | None = None
     burstiness: float = 1.0
+    # vLLM's ramp-up (`--ramp-up-strategy linear|exponential`, start/end rps; workloads.workload.RampUp)
+    ramp_up_strategy: str | None = None
+    ramp_up_start_rps: int | None = None
+    ramp_up_end_rps: int | None = None
+    #: the client's timeout (s) after a send: an unfinished request is aborted then and counts
+    #: as failed (serving/client_view.py); None: none (vLLM bench serve's is 6 h)
+    request_timeout_s: float | None = None
     concurrency: int | None = None
     num_requests: int = DEFAULT_NUM_REQUESTS  # not given: a trace file replays whole
     input_len: int = 1024
@@ -194,6 +202,8 @@ class Scenario:
             check_int(name, getattr(self, name), optional=True)
         need(self.max_duration_s is None or (is_num(self.max_duration_s) and self.max_duration_s > 0),
              "max_duration_s", "must be a number of seconds > 0 (or omitted)")
+        need(self.request_timeout_s is None or (is_num(self.request_timeout_s) and 0 < self.request_timeout_s < math.inf),
+             "request_timeout_s", "must be a number of seconds > 0 (or omitted)")
         for name in ("ideal", "skip_bad_rows", "debug", "enable_prefix_caching", "warm_cache"):
             need(isinstance(getattr(self, name), bool), name, "must be true or false")
         need(isinstance(self.efficiency, dict), "efficiency", "must be a mapping of efficiency fields")
@@ -218,6 +228,7 @@ class Scenario:
             takes = [w.name for w in NAMED_WORKLOADS.values() if w.dataset_path]
             raise SpecError(f"dataset_path: {self.dataset_path!r} applies to workload {' / '.join(sorted(set(takes)))} "
                             f"only; workload {self.workload!r} reads no dataset file")
+        self._check_ramp_up(named)
         if named is None and self.rate is None and self.burstiness != 1.0:
             raise SpecError(
                 f"burstiness: {self.burstiness!r} applies only with a rate: trace {self.workload!r} "
@@ -241,6 +252,32 @@ class Scenario:
         if self.scheduler not in SPECULATIVE_SCHEDULERS:
             raise SpecError(f"speculative_config: speculative decoding is modelled under vLLM V1's scheduler "
                             f"({', '.join(SPECULATIVE_SCHEDULERS)}), not {self.scheduler!r}")
+
+    def _check_ramp_up(self, named: Any) -> None:
+        """The ramp-up settings: all three or none, no --rate with them, a workload that sends
+        as vLLM does (one-line errors; the values are checked by `RampUp`)."""
+        given = {k: getattr(self, k) for k in ("ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps")
+                 if getattr(self, k) is not None}
+        if not given:
+            return
+        for k in ("ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps"):
+            if k not in given:
+                raise SpecError(f"{k}: missing; a ramp-up needs ramp_up_strategy, ramp_up_start_rps and "
+                                f"ramp_up_end_rps (given: {', '.join(given)})")
+        if self.rate is not None and not math.isinf(self.rate):
+            raise SpecError(f"rate: {self.rate!r} cannot be combined with ramp_up_strategy (vLLM: 'When using "
+                            "ramp-up, do not specify --request-rate'); the ramp sets the rates")
+        if named is not None and not named.ramp_up:
+            takes = sorted({w.name for w in NAMED_WORKLOADS.values() if w.ramp_up})
+            raise SpecError(f"ramp_up_strategy: applies to workloads sent as vLLM sends them "
+                            f"({', '.join(takes)}, or a trace), not {named.name!r}")
+        self.ramp_up()  # checks the values
+
+    def ramp_up(self) -> wl.RampUp | None:
+        """vLLM's ramp-up of this scenario, or None."""
+        if self.ramp_up_strategy is None:
+            return None
+        return wl.RampUp(self.ramp_up_strategy, self.ramp_up_start_rps, self.ramp_up_end_rps)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -378,6 +415,17 @@ class Scenario:
                             cpu_offload_bytes=float(self.kv_offloading_size) * 2**30,
                             policy_params=self.policy_params)
 
+    def client_view(self) -> ClientView:
+        """Between the client and the engine core (`serving.client_view`): the engine profile's
+        API-server latency and async-scheduling lag, and this scenario's client timeout."""
+        view = client_view_for(load_engine(self.engine)) if self.engine is not None else ClientView()
+        if self.request_timeout_s is None:
+            return view
+        if self.request_timeout_s <= view.frontend_s:
+            raise SpecError(f"request_timeout_s: {self.request_timeout_s!r} must exceed the engine's API-server "
+                            f"latency of {view.frontend_s} s")
+        return dataclasses.replace(view, timeout_s=float(self.request_timeout_s))
+
     @property
     def num_requests_given(self) -> bool:
         """num_requests was set (any int but the default marker): otherwise a trace file
@@ -413,11 +461,13 @@ class Scenario:
         if named is not None:
             req = WorkloadRequest(n, self.rate, self.burstiness,
                                   self.seed, self.input_len, self.output_len, self.range_ratio, self.dataset_path,
-                                  self.workload_params, lambda: self.cost_model().model)
+                                  self.workload_params, lambda: self.cost_model().model, self.ramp_up())
             return self._clients(named.build(req)), ""
         trace = load_workload(name, skip_bad_rows=self.skip_bad_rows)
         w, note = replay(trace, n, is_trace_file(name))
-        if self.rate is not None:
+        if self.ramp_up_strategy is not None:
+            w = wl.with_arrivals(w, math.inf, self.burstiness, self.seed, ramp_up=self.ramp_up())
+        elif self.rate is not None:
             if self.burstiness != 1.0:
                 w = wl.with_arrivals(w, self.rate, self.burstiness, self.seed)
             else:
@@ -428,7 +478,7 @@ class Scenario:
         """`concurrency` applied: a cap on the open loop at a finite rate, else closed-loop clients."""
         if self.concurrency is None:
             return w
-        if self.rate is not None and math.isfinite(self.rate):
+        if (self.rate is not None and math.isfinite(self.rate)) or self.ramp_up_strategy is not None:
             return dataclasses.replace(w, max_concurrency=self.concurrency)
         return dataclasses.replace(w, concurrency=self.concurrency)
 
@@ -454,10 +504,9 @@ class Scenario:
         cost = cost if cost is not None else self.cost_model()
         try:
             w, note = (workload, "") if workload is not None else self.make_workload_noted()
-            client = client_view_for(load_engine(self.engine)) if self.engine is not None else None
             spec = self.speculative(cost)
-            res = simulate(cost, w, self.engine_config(cost), self.replicas, self.router, progress, client,
-                           speculative=spec, itl_times=itl_times, watch=watch)
+            res = simulate(cost, w, self.engine_config(cost), self.replicas, self.router, progress,
+                           self.client_view(), speculative=spec, itl_times=itl_times, watch=watch)
         except MemoryError:
             raise SpecError(f"num_requests: {self.num_requests} requests do not fit in this machine's "
                             "memory (about 80 bytes each); simulate fewer") from None

@@ -8,8 +8,9 @@ is how CI met it once. The list is checked against the tree here, where a checko
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 

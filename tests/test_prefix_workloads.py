@@ -131,7 +131,7 @@ def test_shared_prefix_cycles_prompts():
 
 def test_constant_rate_spacing_exact():
     w = shared_prefix(11, 4, 100, 466, 247, num_requests=100, rate=4.0, process="constant")
-    np.testing.assert_array_equal(w.arrival_s, np.arange(100) * 0.25)
+    np.testing.assert_array_equal(w.arrival_s, np.arange(1, 101) * 0.25)  # the last at n / rate
     assert np.all(w.input_len == 566)
 
 
@@ -188,7 +188,7 @@ def test_multi_turn_chats_by_hand():
     assert w.parent.tolist() == [-1, 0, 1, -1]
     assert w.session.tolist() == [0, 0, 0, 1]
     assert w.think_time_s.tolist() == [0.0, 2.5, 2.5, 0.0]
-    assert w.arrival_s.tolist() == [0.0, 0.0, 0.0, 1.0]
+    assert w.arrival_s.tolist() == [1.0, 1.0, 1.0, 2.0]  # constant: conversation k starts at (k + 1) / rate
     # Turn k starts with turn k-1's whole prompt + answer.
     for k in (1, 2):
         prev, cur = w.prompts[k - 1], w.prompts[k]

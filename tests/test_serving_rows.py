@@ -20,7 +20,6 @@ from simulator.analysis.measurements import load_rows
 from simulator.analysis.validate import Validator
 from simulator.metrics.summary import summarize
 from simulator.serving.client_view import ClientView
-from simulator.serving.records import SimResult
 from simulator.specs.checks import SpecError
 
 DATA = Path("/work/shared/reference/measurements/dev_serving.csv")
@@ -34,27 +33,59 @@ ROW = {"model": "llama-2-7b", "hardware": "h100-sxm", "tp": 1, "pp": 1, "weight_
        "engine": "vLLM v0.15.1 (OpenAI server, streaming /v1/completions; client kubernetes-sigs/inference-perf)",
        "metric": "mean_ttft_ms", "value": 25.036599272001393,
        "notes": "successes.latency.time_to_first_token.mean (s) x 1000; run 20260217-155451-llama-2-7b-tp1-codegen, "
-                "stage 0 of 2 (5 req/s for 600 s; achieved 5.0001 req/s)."}
+                "stage 0 of 2 (5 req/s for 600 s; achieved 5.0001 req/s). Workload 'codegen': inference-perf "
+                "shared_prefix synthetic data, 11 system prompts x 4 users, system_prompt_len=100, question_len=466, "
+                "multi-turn chat on; measured prompt_len mean 591.6 (min 580, max 604) -> input_len"}
 
 
 def test_codegen_row_maps_to_the_run_by_hand() -> None:
     sc = sr.scenario_for_row(ROW, "llama-2-7b", "h100-sxm")
-    # notes: "11 system prompts x 4 users, system_prompt_len=100, question_len=466"
+    # asked for 11 x 4 multi-turn; prompt lengths stay flat (min 580, max 604 < one round's
+    # 466 + 247 growth): single-turn, so the alias keys were ignored too: inference-perf's 10 x 10
     p = sc.workload_params
-    assert (sc.workload, p["num_groups"], p["prompts_per_group"], p["system_prompt_len"]) == ("shared-prefix", 11, 4, 100)
+    assert sc.workload == "inference-perf-shared-prefix-codegen"
+    assert (p["num_groups"], p["prompts_per_group"], p["system_prompt_len"]) == (10, 10, 100)
+    assert not p["multi_turn"]
     # measured prompt mean 592 = 100 system + 492 per-prompt tokens (466 + chat template)
-    assert p["question_len"] == 492 and sc.output_len == 247
-    assert not p["multi_turn"]  # prompt lengths stay flat (min 580, max 604): no re-sent history
-    # 5 req/s for the 600 s stage
-    assert sc.rate == 5.0 and sc.num_requests == 3000 and sc.burstiness == 1.0
+    assert p["question_len"] == 492 and p["output_tokens"] == 247
+    # 5 req/s for the 600 s stage: int(5 x 600) requests; a stage-0 run starts cold
+    assert sc.rate == 5.0 and sc.num_requests == 3000 and sc.burstiness == 1.0 and not sc.warm_cache
     assert (sc.max_num_seqs, sc.max_num_batched_tokens, sc.max_model_len) == (128, 2048, 4096)
     assert sc.enable_prefix_caching and sc.kv_offloading_size == 8.0
     assert (sc.tp, sc.weight_dtype, sc.kv_dtype) == (1, "fp16", "fp16")
+    assert sc.request_timeout_s == 300.0  # request_timeout null: aiohttp's default total
     w = sc.make_workload()
-    # constant rate: request i at i / 5 s; each prompt 592 tokens, 44 distinct prompts
-    np.testing.assert_allclose(w.arrival_s[:4], [0.0, 0.2, 0.4, 0.6])
+    # inference-perf's constant timer: exponential gaps rescaled so the last send is at 600 s
+    assert w.arrival_s[-1] == pytest.approx(600.0) and 0 < w.arrival_s[0] < w.arrival_s[1]
+    assert w.offered_rate == pytest.approx(5.0)
     assert set(w.input_len.tolist()) == {592} and set(w.output_len.tolist()) == {247}
     assert sr.scenario_for_row(ROW, "llama-2-7b", "h100-sxm", max_requests=500).num_requests == 500
+    # stage 1 of the same run: 10 req/s, started with the prompts of stage 0 in cache
+    later = {**ROW, "request_rate": 10.0, "notes": ROW["notes"].replace("stage 0 of 2 (5 req/s", "stage 1 of 2 (10 req/s")}
+    sc1 = sr.scenario_for_row(later, "llama-2-7b", "h100-sxm")
+    assert sc1.warm_cache and sc1.num_requests == 6000
+    # a run that re-sent history (prompts spread over more than a round) keeps the preset's groups
+    multi = {**ROW, "notes": ROW["notes"].replace("(min 580, max 604)", "(min 566, max 3420)")}
+    pm = sr.scenario_for_row(multi, "llama-2-7b", "h100-sxm").workload_params
+    assert (pm["num_groups"], pm["prompts_per_group"], pm["multi_turn"], pm["question_len"]) == (11, 4, True, 466)
+    # a reasoning stage of 1200 s (notes), 4 req/s: 4800 requests
+    reasoning = {**ROW, "dataset": "inference-perf-shared-prefix-reasoning", "request_rate": 4.0,
+                 "notes": "run x, stage 0 of 1 (4 req/s for 1200 s; achieved 4.0002 req/s)"}
+    assert sr.scenario_for_row(reasoning, "llama-2-7b", "h100-sxm").num_requests == 4800
+
+
+def test_every_preset_of_the_data_is_a_named_workload() -> None:
+    """general-lite and reasoning-lite (the held-out rows) and the others, as the data name them."""
+    from simulator.workloads.named import named_workload
+
+    for name in ("general", "codegen", "roleplay", "reasoning", "general-lite", "reasoning-lite", "general-ez"):
+        assert named_workload(f"inference-perf-shared-prefix-{name}") is not None
+    lite = {**ROW, "dataset": "inference-perf-shared-prefix-general-lite", "request_rate": 2.5,
+            "input_len": 572, "output_len": 248, "notes": "run y, stage 0 of 2 (2.5 req/s for 600 s)"}
+    sc = sr.scenario_for_row(lite, "llama-2-7b", "h100-sxm")
+    assert sc.num_requests == 1500 and sc.workload_params["question_len"] == 472
+    w = sc.make_workload()
+    assert w.num_requests == 1500 and w.arrival_s[-1] == pytest.approx(600.0)
 
 
 def test_bad_rows_are_refused_in_one_line() -> None:
@@ -72,14 +103,20 @@ def test_run_key_groups_the_metrics_of_one_stage() -> None:
 
 
 def test_frontend_latency_shifts_ttft_and_e2e_not_tpot() -> None:
-    res = SimResult(arrival_s=np.array([0.0, 1.0]), input_len=np.array([10, 10]), output_len=np.array([3, 5]),
-                    first_token_s=np.array([0.1, 1.3]), finish_s=np.array([0.5, 2.1]),
-                    preemptions=np.zeros(2, int), replica=np.zeros(2, int), status=np.ones(2, int),
-                    reasons={}, itl_values_s=np.array([0.2]), itl_counts=np.array([6]), timeline=None)
-    a, b = summarize(res, {}), summarize(ClientView(0.02).apply(res), {})
-    assert b["mean_ttft_ms"] == pytest.approx(a["mean_ttft_ms"] + 20.0)  # (100 + 300) / 2 + 20
+    """An uncapped open loop: the API-server latency delays every engine arrival by the same
+    F, so the engine runs the same schedule F later: TTFT and E2E grow by F, TPOT not."""
+    from fake_costs import COST
+
+    from simulator.serving.sched.registry import EngineConfig
+    from simulator.serving.simulate import simulate
+    from simulator.workloads.workload import Workload
+
+    w = Workload(np.array([0.0, 1.0, 1.2]), np.array([10, 30, 20]), np.array([3, 5, 2]))
+    cfg = EngineConfig(kv_capacity_tokens=10_000)
+    a, b = summarize(simulate(COST, w, cfg), {}), summarize(simulate(COST, w, cfg, client=ClientView(0.02)), {})
+    assert b["mean_ttft_ms"] == pytest.approx(a["mean_ttft_ms"] + 20.0)
     assert b["median_e2el_ms"] == pytest.approx(a["median_e2el_ms"] + 20.0)
-    assert b["mean_tpot_ms"] == pytest.approx(a["mean_tpot_ms"])  # (0.4/2 + 0.8/4) / 2 = 200 ms
+    assert b["mean_tpot_ms"] == pytest.approx(a["mean_tpot_ms"])
 
 
 # --------------------------------------------------------------------------- accuracy

@@ -195,7 +195,7 @@ def test_run_point_is_plain_data():
 
 
 def _small(executor: Executor) -> dict:
-    sc = _batch1(num_requests=120, goodput={"ttft": 1500})
+    sc = _batch1(num_requests=120, goodput={"ttft": 2500})  # an SLO the grid brackets: bisection runs
     mu = 1.0 / _service_time(sc)
     return sweep(sc, [0.3 * mu, 0.7 * mu, 1.1 * mu], parse_sweep(["max_num_seqs=1,2"]), executor)
 

@@ -338,6 +338,8 @@ def test_sweep_plots_no_overlapping_labels(close_rates_sweep):
         labels = [t.get_text() for leg in [*fig.legends, *[a.get_legend() for a in fig.axes if a.get_legend()]]
                   for t in leg.get_texts()]
         assert {"knee 12.9 req/s", "SLO capacity 13 req/s", "saturation 13.1 req/s"} <= set(labels)
+        # the x axis says what the offered rate is (issue 23): vLLM's schedule for `random`
+        assert fig.axes[0].get_xlabel() == "offered rate (req/s, vLLM schedule: last request sent at n/rate)"
 
 
 def test_throughput_legend_hides_no_point():

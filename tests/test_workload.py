@@ -15,12 +15,14 @@ from simulator.cli.outputs import write_trace
 from simulator.specs.checks import SpecError
 from simulator.workloads.traces import BUILTIN_WORKLOADS, builtin, load_workload, read_trace
 from simulator.workloads.workload import (
+    RampUp,
     Workload,
     arrivals,
     lengths,
     scale_to_rate,
     synthetic,
     take,
+    vllm_rng,
     with_arrivals,
 )
 
@@ -41,7 +43,8 @@ def _cv2(gaps: np.ndarray) -> float:
 def test_poisson_gaps_mean_and_cv() -> None:
     a = arrivals(20_001, 4.0, rng=np.random.default_rng(1))
     gaps = np.diff(a)
-    assert a[0] == 0.0
+    assert 0.0 < a[0] < 5.0  # the first send is one rescaled gap in, not at 0 (vLLM)
+    assert a[-1] == pytest.approx(20_001 / 4.0, rel=1e-12)  # the last at n / rate exactly
     assert gaps.mean() == pytest.approx(0.25, rel=0.03)
     assert math.sqrt(_cv2(gaps)) == pytest.approx(1.0, rel=0.05)
 
@@ -59,7 +62,7 @@ def test_gamma_burstiness_four_is_smoother() -> None:
 
 def test_constant_and_infinite_rate() -> None:
     a = arrivals(1000, 8.0, process="constant")
-    np.testing.assert_array_equal(a, np.arange(1000) / 8.0)
+    np.testing.assert_array_equal(a, np.arange(1, 1001) / 8.0)  # vLLM's burstiness inf: (k + 1) / rate
     np.testing.assert_allclose(np.diff(a), 0.125, rtol=0, atol=1e-12)
     for proc in ("poisson", "gamma", "constant"):
         z = arrivals(50, math.inf, rng=np.random.default_rng(0), process=proc)
@@ -72,6 +75,50 @@ def test_arrivals_reproducible_and_seed_sensitive() -> None:
     a3 = arrivals(100, 3.0, rng=np.random.default_rng(8))
     np.testing.assert_array_equal(a1, a2)
     assert not np.array_equal(a1, a3)
+
+
+# vLLM's send schedule worked by hand (/work/notes/vllm_client.md §1.5, from vllm/benchmarks/serve.py
+# get_request): np.random.seed(0); g_i = np.random.gamma(b, 1/(2 b)) for i < 5; C = cumsum(g);
+# t = C * (5 / 2) / C[-1]. b = 1: g = 0.397937..., 0.627965..., 0.461611..., 0.393600..., 0.275524...,
+# C[-1] = 2.156639..., factor 2.5 / C[-1] = 1.159211...
+VLLM_N5_RATE2_B1 = [0.4612933000308972, 1.189237769060302, 1.724343049132401, 2.180609223781806, 2.5]
+# b = 0.5: g = 0.304001..., 0.378271..., 0.179483..., 0.191482..., 0.879608..., C[-1] = 1.932848...
+VLLM_N5_RATE2_B05 = [0.3932045782868537, 0.8824718400271925, 1.114620693897568, 1.3622896220312681, 2.5]
+
+
+def test_vllm_schedule_n5_rate2_by_hand() -> None:
+    a1 = arrivals(5, 2.0, 1.0, vllm_rng(0))
+    a05 = arrivals(5, 2.0, 0.5, vllm_rng(0), process="gamma")
+    np.testing.assert_allclose(a1, VLLM_N5_RATE2_B1, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(a05, VLLM_N5_RATE2_B05, rtol=0, atol=1e-12)
+    # the same hand computation, step by step from the raw draws
+    g = [0.397937254081555, 0.6279653814829189, 0.4616115729020344, 0.39360057615863536, 0.2755242455477496]
+    c = np.cumsum(g)
+    np.testing.assert_allclose(a1, c * (2.5 / c[-1]), rtol=1e-12)
+    # the workloads send on it: random and sharegpt at seed 0 (the first request at t_0 > 0)
+    w = synthetic(5, 2.0, 100, 10, seed=0)
+    np.testing.assert_allclose(w.arrival_s, VLLM_N5_RATE2_B1, rtol=0, atol=1e-12)
+    assert w.clock_start_s == 0.0 and w.offered_rate == pytest.approx(2.0)
+    wb = synthetic(5, 2.0, 100, 10, burstiness=0.5, seed=0)
+    np.testing.assert_allclose(wb.arrival_s, VLLM_N5_RATE2_B05, rtol=0, atol=1e-12)
+
+
+def test_vllm_ramp_up_by_hand() -> None:
+    # rates r_i = 1 + 4 i/4 (linear) and 16^(i/4) (exponential); delays g_i ~ Gamma(1, 1/r_i), plain
+    # sums (no rescaling): the standard-exponential draws of seed 0 are 0.795874..., 1.255930..., ...
+    lin = arrivals(5, math.inf, 1.0, vllm_rng(0), ramp_up=RampUp("linear", 1, 5))
+    np.testing.assert_allclose(lin, [0.79587450816311, 1.423839889646029, 1.7315809382473852,
+                                     1.9283812263267028, 2.0385909245458027], rtol=0, atol=1e-12)
+    exp = arrivals(5, math.inf, 1.0, vllm_rng(0), ramp_up=RampUp("exponential", 1, 16))
+    np.testing.assert_allclose(exp, [0.79587450816311, 1.423839889646029, 1.654645676097046,
+                                     1.753045820136705, 1.7874863508301737], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(RampUp("linear", 1, 5).rates(5), [1, 2, 3, 4, 5])
+    for bad, match in ((("linear", 0, 5), "ramp_up_start_rps"), (("linear", 6, 5), "<= ramp_up_end_rps"),
+                       (("cubic", 1, 5), "ramp_up_strategy"), (("linear", 1.5, 5), "ramp_up_start_rps")):
+        with pytest.raises(SpecError, match=match):
+            RampUp(*bad)
+    with pytest.raises(SpecError, match="ramp-up"):
+        arrivals(5, 2.0, ramp_up=RampUp("linear", 1, 5))
 
 
 @pytest.mark.parametrize(
@@ -312,7 +359,8 @@ def test_write_trace_round_trip(tmp_path: Path) -> None:
     w = synthetic(300, 7.0, 512, 64, range_ratio=0.4, seed=9)
     write_trace(w, tmp_path / "rt.csv")
     r = read_trace(tmp_path / "rt.csv")
-    np.testing.assert_array_equal(r.arrival_s, w.arrival_s)
+    # a trace's times count from its first arrival (vLLM's schedule sends the first at t_0 > 0)
+    np.testing.assert_allclose(r.arrival_s, w.arrival_s - w.arrival_s[0], rtol=0, atol=1e-12)
     np.testing.assert_array_equal(r.input_len, w.input_len)
     np.testing.assert_array_equal(r.output_len, w.output_len)
 
@@ -602,5 +650,5 @@ def test_builtin_trace_files_are_package_resources() -> None:
     for fname, _ in BUILTIN_WORKLOADS.values():
         assert (files / fname).is_file(), fname
     cfg = (Path(__file__).parents[1] / "pyproject.toml").read_text()
-    assert re.search(r'^packages = \[.*"simulator\.workloads\.traces"', cfg, re.MULTILINE)
+    assert re.search(r'^packages = \[[^\]]*"simulator\.workloads\.traces"', cfg, re.MULTILINE)
     assert re.search(r'^"simulator\.workloads\.traces" = \[.*"\*\.csv"', cfg, re.MULTILINE)

@@ -90,6 +90,11 @@ SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--warm-cache",), {"is_flag": True, "default": None, "help": "Prefix cache starts holding this workload's prompts (a re-run against a live server)."}),
     (("--rate", "-r", "--request-rate"), {"help": "Requests/s (number or inf). A trace is time-scaled to it; default: the trace's own timing (random: inf)."}),
     (("--burstiness",), {"type": float, "help": "Gamma arrival shape (vLLM): 1 = Poisson, < 1 burstier. [default: 1]"}),
+    # vLLM's ramp-up of the send rate (serving branch, issue 23)
+    (("--ramp-up-strategy",), {"type": click.Choice(["linear", "exponential"]), "help": "vLLM ramp-up: request i is sent at a rate going from --ramp-up-start-rps to --ramp-up-end-rps (linear or exponential in i); replaces --rate."}),
+    (("--ramp-up-start-rps",), {"type": int, "help": "Ramp-up: the first request's rate (req/s, an integer as in vLLM)."}),
+    (("--ramp-up-end-rps",), {"type": int, "help": "Ramp-up: the last request's rate (req/s, an integer as in vLLM)."}),
+    (("--request-timeout-s", "--request-timeout"), {"type": float, "help": "The client's timeout (s) per request: unfinished then, it is aborted (its KV freed) and counts as failed (inference-perf with request_timeout null: aiohttp's 300). [default: none]"}),
     (("--concurrency", "--max-concurrency"), {"type": int, "help": "At most N requests in flight (vLLM's --max-concurrency): with a finite --rate, arrivals wait at the client for a free slot (TTFT counts from the send; the wait is client_queue_time); at rate inf, N closed-loop clients."}),
     (("--num-requests", "-n", "--num-prompts"), {"type": int, "help": "Requests to simulate. [default: 1000]"}),
     (("--input-len", "--random-input-len"), {"type": int, "help": "random workload: prompt tokens. [default: 1024]"}),

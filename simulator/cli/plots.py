@@ -212,6 +212,17 @@ def timeline_png(timeline: Any, title: str = "") -> bytes:
 # ---- sweep charts (llmsim sweep) ----------------------------------------------------------
 
 
+def _offered_rate_label(result: dict[str, Any]) -> str:
+    """What the sweep's x value means: a named workload sends on vLLM's schedule (the last of
+    n requests at n / rate, so exactly `rate` were offered); a trace is time-scaled to it."""
+    from simulator.workloads.named import named_workload
+
+    wl = str(result.get("workload", (result.get("scenario") or {}).get("workload", "")))
+    if named_workload(wl) is None:
+        return "offered rate (req/s, trace time-scaled: (n-1) / (last - first arrival))"
+    return "offered rate (req/s, vLLM schedule: last request sent at n/rate)"
+
+
 def _sweep_title(result: dict[str, Any], what: str) -> str:
     """'<what>: model on hardware (tp, replicas), workload, n requests, SLOs'."""
     sc = result.get("scenario") or {}
@@ -331,7 +342,7 @@ def sweep_latency_fig(result: dict[str, Any]) -> Any:
         if pos and max(pos) / min(pos) > 30:
             ax.set_yscale("log")
             plain_log_axis(ax)  # "60", not matplotlib's "6x10^1" on a 70B's TPOT axis
-        ax.set_xlabel("offered rate (requests/s, nominal)")
+        ax.set_xlabel(_offered_rate_label(result))
         ax.set_ylabel(f"{name} (ms)")
         ax.set_title(f"{name}: p99 (solid) and p50 (dashed)", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
@@ -389,7 +400,7 @@ def sweep_throughput_fig(result: dict[str, Any]) -> Any:
     ax.plot([0, top * 1.05], [0, top * 1.05], color="black", ls=":", lw=1)
     ax.set_xlim(0, top * 1.05)
     ax.set_ylim(0, top * 1.1)
-    ax.set_xlabel("offered rate (requests/s, nominal; a Poisson sample's own rate differs by ~1/sqrt(n))")
+    ax.set_xlabel(_offered_rate_label(result))
     ax.set_ylabel("requests/s")
     ax.grid(True, alpha=0.3)
     legend = [Line2D([], [], color="black", marker="o", label="achieved request throughput"),

@@ -103,8 +103,16 @@ def summarize(res: SimResult, goodput: dict[str, float] | None = None,
     rejected = res.status == REJECTED
     n_done = int(done.sum())
     arr = res.arrival_s
-    first_arrival = float(np.nanmin(arr)) if len(arr) else 0.0
+    # the client's clock starts before the first send (vLLM's benchmark_start_time: a vLLM
+    # schedule's first request goes out at t_0 > 0); a trace's at its first arrival
+    start = res.meta.get("clock_start_s")
+    first_arrival = float(np.nanmin(arr)) if start is None and len(arr) else float(start or 0.0)
     last_finish = float(np.nanmax(res.finish_s[done])) if n_done else first_arrival
+    # requests that failed after being sent (a client timeout) end the run too: the client
+    # waits for them (vLLM gathers every task; inference-perf's stage ends after its last request)
+    ended = res.failed_s[np.isfinite(res.failed_s)] if res.failed_s is not None else ()
+    if len(ended):
+        last_finish = max(last_finish, float(np.max(ended)))
     duration = max(last_finish - first_arrival, 0.0)
     out_tok = int(res.output_len[done].sum())
     in_tok = int(res.input_len[done].sum())

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simulator.serving.events import ARRIVAL, EventQueue
+from simulator.serving.events import ARRIVAL, RELEASE, EventQueue, engine_time
 from simulator.serving.records import REJECTED, Records, cut_reason
 
 if TYPE_CHECKING:
@@ -45,10 +45,12 @@ if TYPE_CHECKING:
 
 def run_capped(pool: Pool, events: EventQueue, scheduled_s: np.ndarray, slots: int, send_s: np.ndarray,
                client_queue_s: np.ndarray, cfg: EngineConfig, out: Records,
-               progress: Callable[[int, int], None] | None) -> None:
+               progress: Callable[[int, int], None] | None, front: float = 0.0) -> None:
     """Send requests 0..n-1 (scheduled at `scheduled_s`, sorted) with at most `slots` in flight;
     writes each send time into `send_s` and its wait into `client_queue_s` (see the module
-    docstring). Unsent requests past the time cap are rejected with a reason; theirs stay NaN."""
+    docstring). Unsent requests past the time cap are rejected with a reason; theirs stay NaN.
+    `events` carry engine times: a send at s reaches the engine at s + `front` (the API-server
+    latency), and a slot is free again when the client sees its request end."""
     n = len(scheduled_s)
     cap = cfg.max_duration_s
     report_every = max(1, n // 100)
@@ -79,11 +81,14 @@ def run_capped(pool: Pool, events: EventQueue, scheduled_s: np.ndarray, slots: i
         else:
             released += 1
         while sent < arrived and sent - released < slots:
-            send_s[sent] = t
-            client_queue_s[sent] = t - float(scheduled_s[sent])
+            sched = float(scheduled_s[sent])
+            send = max(t - front, sched)  # (a + F) - F may round below a
+            send_s[sent] = send
+            client_queue_s[sent] = send - sched
             pool.route(sent, t)
             if out.status[sent] == REJECTED:
-                released += 1  # refused at once (e.g. too long): its slot is free again
+                # refused at once (e.g. too long): the client sees it at t and its slot is free
+                events.push(engine_time(t, front), RELEASE)
             sent += 1
             if progress is not None and (sent % report_every == 0 or sent == n):
                 progress(sent, n)

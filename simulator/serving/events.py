@@ -13,6 +13,16 @@ import numpy as np
 ARRIVAL, RELEASE, CHILD, PREFILL_DONE, HANDOFF = 0, 1, 2, 10, 11
 
 
+def engine_time(t: float, front: float) -> float:
+    """The engine time of a client send at t, with the API-server latency `front` between them:
+    t + front, raised by an ulp where needed so that (engine time) - front >= t (the send time
+    recovered from it never precedes the client event that caused it)."""
+    e = t + front
+    while e - front < t:
+        e = float(np.nextafter(e, np.inf))
+    return e
+
+
 class EventQueue:
     """Timed events in time order: a pre-sorted stream of arrivals merged with a heap of the
     events the run creates (closed-loop releases; later, hand-offs between pools). On equal

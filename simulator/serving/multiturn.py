@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simulator.serving.events import CHILD
+from simulator.serving.events import CHILD, engine_time
 from simulator.serving.records import PENDING, REJECTED, Records, cut_reason
 from simulator.workloads.sessions import Deps
 
@@ -29,23 +29,25 @@ if TYPE_CHECKING:
     from simulator.serving.pool import Pool
     from simulator.serving.sched.registry import EngineConfig
 
-def release_children(deps: Deps, r: int, t: float, arrivals: np.ndarray, events: EventQueue) -> None:
-    """Request r ended at t: push its children's release events."""
+def release_children(deps: Deps, r: int, t: float, arrivals: np.ndarray, events: EventQueue,
+                     front: float = 0.0) -> None:
+    """Request r ended at t (as its client saw it): push its children's release events (send
+    times into `arrivals`; the events at the engine, `front` = API-server latency later)."""
     _, think, children = deps
     for c in children.get(r, ()):
         tc = max(float(arrivals[c]), t + float(think[c]))
         arrivals[c] = tc
-        events.push(tc, CHILD, c)
+        events.push(engine_time(tc, front), CHILD, c)
 
 
 def run_dependent(pool: Pool, events: EventQueue, roots: np.ndarray, deps: Deps, arrivals: np.ndarray,
                   cfg: EngineConfig, out: Records,
-                  progress: Callable[[int, int], None] | None) -> None:
+                  progress: Callable[[int, int], None] | None, front: float = 0.0) -> None:
     """Hand every request to the pool at its release time (roots from the stream, children
     from the heap), advancing the pool to each event; see the module docstring. No step starts
     at or after the time cap: a first turn scheduled after it is cut off (the engine's
     reason), a later turn due after it, or whose earlier turn was cut off, is `never sent`
-    (no arrival time)."""
+    (no arrival time). Events carry engine times (send + `front`)."""
     n = len(deps[0])
     cap = cfg.max_duration_s
     handled = 0
@@ -79,7 +81,7 @@ def run_dependent(pool: Pool, events: EventQueue, roots: np.ndarray, deps: Deps,
         else:
             pool.route(r, t)
         if out.status[r] == REJECTED:
-            release_children(deps, r, t, arrivals, events)
+            release_children(deps, r, t, arrivals, events, front)
         if progress is not None and (handled % report_every == 0 or handled == n):
             progress(handled, n)
 

@@ -31,11 +31,12 @@ class Records:
     Arrays of length n: `first_token_s`, `finish_s`, `scheduled_s` (first admission: the end
     of vLLM's queue time; NaN while unset), `preemptions`, `replica` (-1: none yet),
     `status` (PENDING/COMPLETED/REJECTED), `cached_tokens` (prompt tokens found in the prefix
-    cache); `reasons` maps each rejected request to its one-line reason. Replicas write the
+    cache), `failed_s` (when the client saw a request fail after sending it, e.g. its own
+    timeout; NaN otherwise); `reasons` maps each rejected request to its one-line reason. Replicas write the
     arrays item by item (through memoryviews of them, `replica.item_view`); every rejection
     goes through `reject`."""
 
-    __slots__ = ("cached_tokens", "finish_s", "first_token_s", "preemptions", "reasons", "replica",
+    __slots__ = ("cached_tokens", "failed_s", "finish_s", "first_token_s", "preemptions", "reasons", "replica",
                  "scheduled_s", "status")
 
     def __init__(self, n: int) -> None:
@@ -46,15 +47,18 @@ class Records:
         self.replica = np.full(n, -1, dtype=np.int64)
         self.status = np.zeros(n, dtype=np.int8)
         self.cached_tokens = np.zeros(n, dtype=np.int64)
+        self.failed_s = np.full(n, np.nan)
         self.reasons: dict[int, str] = {}
 
     def __len__(self) -> int:
         return len(self.status)
 
-    def reject(self, r: int, reason: str) -> None:
-        """Request r ends rejected, with a one-line reason."""
+    def reject(self, r: int, reason: str, t: float | None = None) -> None:
+        """Request r ends rejected, with a one-line reason (`t`: when the client saw it fail)."""
         self.status[r] = REJECTED
         self.reasons[r] = reason
+        if t is not None:
+            self.failed_s[r] = t
 
     def reject_pending(self, requests: Any, reason: str) -> None:
         """Each of `requests` still pending ends rejected with `reason`."""
@@ -133,6 +137,8 @@ class SimResult:
     #: client-side wait for a free concurrency slot (vLLM's client_queue_time): send time
     #: (`arrival_s`) minus scheduled time; None for an uncapped open loop
     client_queue_s: np.ndarray | None = None
+    #: when the client saw a sent request fail (its timeout; NaN: it did not); None: none did
+    failed_s: np.ndarray | None = None
     #: every inter-token gap with when and on which replica it was observed: (time_s,
     #: replica, value_s, count), unsorted; only when asked for (`simulate(..., itl_times=True)`,
     #: for a time series of the run); the (value, count) pairs are those of itl_values_s/itl_counts

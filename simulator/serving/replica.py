@@ -17,6 +17,13 @@ sequence's new tokens q and cached tokens p (symbols of `roofline.py`):
 
 Decode fast path (`segments.py`): when the policy returns `DECODE_SEGMENT`, a run of identical
 decode steps is priced and applied in closed form.
+
+The client view inside the engine (`client_view.py`, set by `set_client`): under async
+scheduling a request that arrives while a step is in flight is `held` out of the next
+scheduling decision (that step was planned before it arrived); with a client timeout every
+request carries a deadline (its send time + the timeout), and a request still unfinished when a
+step ends past its deadline is aborted there: out of the queue or the batch, its KV freed, ended
+as failed at the deadline.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import numpy as np
 from simulator.cost.roofline import CostModel
 from simulator.serving.kvcache import CeilKVCache, KVCache
 from simulator.serving.prefix_cache import PrefixState, reservations_after
-from simulator.serving.records import COMPLETED, Records
+from simulator.serving.records import COMPLETED, PENDING, Records
 from simulator.serving.sched.interface import StepPlan
 from simulator.serving.sched.registry import EngineConfig, make_policy
 from simulator.serving.segments import DecodeSegments
@@ -54,8 +61,9 @@ class Replica(DecodeSegments):
 
     # slots, not a __dict__: the hot loops read these attributes millions of times, and past
     # 30 attributes CPython 3.11 stops sharing instance-dict keys (slower attribute loads)
-    __slots__ = ("active", "arrived", "bs", "cfg", "checks_arrivals", "clock", "computed", "context_sum", "cost", "debug",
-                 "free_slots", "gen_so_far", "generated", "idle_segments", "in_step", "index", "kv", "last_tok", "last_tok_of",
+    __slots__ = ("active", "arrived", "async_lag", "bs", "cfg", "checks_arrivals", "client_on", "clock", "computed",
+                 "context_sum",
+                 "cost", "deadline", "deadline_after", "deadlines", "debug", "free_slots", "held", "timeout_s", "gen_so_far", "generated", "idle_segments", "in_step", "index", "kv", "last_tok", "last_tok_of",
                  "log", "max_model_len", "max_segment_steps", "max_tokens", "n_prefilling", "on_finish", "records", "outlen",
                  "outstanding", "policy", "prefix", "prompt", "rid", "scheduled_s", "segment_steps",
                  "step_time", "waiting", "window", "wl_in", "wl_out", "in_len", "out_len",
@@ -123,6 +131,29 @@ class Replica(DecodeSegments):
         self.in_step = True
         self.segment_steps = 0  # decode steps run in closed-form segments (policies that count steps)
         self.prefix: PrefixState | None = None  # prefix caching on (`attach_prefix_cache`)
+        # the client view (`set_client`): async-scheduling lag, client timeouts
+        self.client_on = False  # async lag or client timeouts: `enqueue` takes the slow path
+        self.async_lag = False
+        self.held: deque[int] = deque()  # arrived during the step in flight: out of the next decision
+        self.timeout_s: float | None = None
+        self.deadline_after: float | None = None  # engine arrival -> client deadline (timeout - frontend)
+        self.deadline: Any = None  # per request, its deadline (s; an item view) with timeouts on
+        self.deadlines: deque[tuple[float, int]] = deque()  # (deadline, request) in enqueue order
+
+    def set_client(self, async_lag: bool, timeout_s: float | None = None, frontend_s: float = 0.0,
+                   deadline: np.ndarray | None = None) -> None:
+        """The client view inside the engine (module docstring): `async_lag` holds a request that
+        arrives during a step out of the next decision; `timeout_s` (with the API-server
+        latency `frontend_s` between the send and the engine) gives each request the deadline
+        send + timeout; `deadline`: an array with a slot per request to keep them in."""
+        self.async_lag = async_lag
+        self.client_on = async_lag or timeout_s is not None
+        if timeout_s is not None:
+            if deadline is None:
+                raise ValueError("set_client: a timeout needs the per-request deadline array")
+            self.timeout_s = timeout_s
+            self.deadline_after = timeout_s - frontend_s
+            self.deadline = item_view(deadline)
 
     def attach_prefix_cache(self, hashes: list[list[int]], warm: bool = False, cpu_blocks: int = 0,
                             reload_s_per_block: float = 0.0) -> None:
@@ -153,7 +184,7 @@ class Replica(DecodeSegments):
         return self.kv.utilization
 
     def has_work(self) -> bool:
-        return bool(self.active) or bool(self.waiting) or bool(self.arrived)
+        return bool(self.active) or bool(self.waiting) or bool(self.arrived) or bool(self.held)
 
     def before_decision(self) -> bool:
         """Called before each scheduling decision while `arrived` holds requests; False when
@@ -180,12 +211,27 @@ class Replica(DecodeSegments):
             reason = self.policy.admission_error(input_len) if self.checks_arrivals else None
         self.rec_replica[r] = self.index
         if reason is not None:
-            self.records.reject(r, reason)
+            self.records.reject(r, reason, t)  # the client sees the error at once
             return
         if not (self.active or self.waiting) and self.clock < t:
             self.clock = t
-        self.waiting.append(r)
+        if self.client_on:
+            self._enqueue_client(r, t)
+        else:
+            self.waiting.append(r)
         self.outstanding += 1
+
+    def _enqueue_client(self, r: int, t: float) -> None:
+        """`enqueue` under the client view (`set_client`): held out of the next decision when a
+        step is in flight (async lag); a deadline with a client timeout."""
+        if self.async_lag and self.active:
+            self.held.append(r)  # a step is in flight: the next one was planned without r
+        else:
+            self.waiting.append(r)
+        if self.deadline_after is not None:
+            d = t + self.deadline_after
+            self.deadline[r] = d
+            self.deadlines.append((d, r))  # enqueue times never decrease: the deque stays sorted
 
     # ---------------------------------------------------------------- main loop
     def advance_until(self, t_limit: float, max_actions: int | None = None) -> None:
@@ -197,13 +243,16 @@ class Replica(DecodeSegments):
         # the policy answers DECODE_SEGMENT itself when nothing waits and every running
         # sequence decodes: skip the call (the common case at low load)
         idle_segments = self.idle_segments
-        arrived = self.arrived
+        arrived, held, deadlines = self.arrived, self.held, self.deadlines
         done = 0
-        while (self.active or self.waiting or arrived) and self.clock < t_limit:
+        while (self.active or self.waiting or arrived or held) and self.clock < t_limit:
             if max_actions is not None:
                 if done >= max_actions:
-                    return
+                    break
                 done += 1
+            if held or deadlines:  # the client view at work (`set_client`)
+                self._client_decision(t_limit)
+                continue
             if arrived and not self.before_decision():
                 continue
             if idle_segments and not self.waiting and not self.n_prefilling:
@@ -214,6 +263,79 @@ class Replica(DecodeSegments):
                 self._decode_segment(t_limit)
             else:
                 self.run_plan(plan)
+        if deadlines and deadlines[0][0] <= self.clock:
+            # the last step ran past a deadline: the client gave up then, which the event loop
+            # must hear before it handles events after that time
+            self._expire()
+
+    def _client_decision(self, t_limit: float) -> None:
+        """One action of `advance_until` with held requests or client deadlines pending:
+        expire what is past its deadline, else the lagged decision, else an ordinary decision
+        whose decode segment stops at the next deadline."""
+        deadlines = self.deadlines
+        if deadlines and deadlines[0][0] <= self.clock:
+            self._expire()
+            return
+        if self.held:
+            self._lagged_decision()
+            return
+        if not (self.active or self.waiting or self.arrived):
+            return
+        if self.arrived and not self.before_decision():
+            return
+        limit = min(t_limit, deadlines[0][0])  # deadlines is non-empty here
+        if self.idle_segments and not self.waiting and not self.n_prefilling:
+            self._decode_segment(limit)
+            return
+        plan = self.policy.next_step(self)
+        if plan.decode_segment:
+            self._decode_segment(limit)
+        else:
+            self.run_plan(plan)
+
+    def _lagged_decision(self) -> None:
+        """Async scheduling: the step that starts now was planned when the step in flight
+        began, before the `held` requests arrived. Take that decision without them (a decode
+        segment of one step), then they wait with the others."""
+        if (self.active or self.waiting) and not (self.arrived and not self.before_decision()):
+            if self.idle_segments and not self.waiting and not self.n_prefilling:
+                self._decode_segment(self.clock)  # a limit of now: one step
+            else:
+                plan = self.policy.next_step(self)
+                if plan.decode_segment:
+                    self._decode_segment(self.clock)
+                else:
+                    self.run_plan(plan)
+        self.waiting.extend(self.held)
+        self.held.clear()
+
+    # ---------------------------------------------------------------- client timeouts
+    def _expire(self) -> None:
+        """Abort every request whose client deadline has passed by now (a step boundary)."""
+        deadlines, status, clock = self.deadlines, self.rec_status, self.clock
+        while deadlines and deadlines[0][0] <= clock:
+            d, r = deadlines.popleft()
+            if status[r] == PENDING:
+                self._abort(r, d)
+
+    def _abort(self, r: int, t: float) -> None:
+        """The client gave up on request r at t: the server aborts it (vLLM frees a request's
+        KV when its client disconnects); it ends failed at t and its client goes on."""
+        slot = next((s for s in self.active if self.rid[s] == r), -1)
+        if slot >= 0:
+            self.log.cut_gaps += max(self.generated[slot] - 1, 0)
+            self._release(slot)
+        else:
+            if r in self.held:
+                self.held.remove(r)
+            else:
+                self.waiting.remove(r)
+            self.log.cut_gaps += max(self.gen_so_far.pop(r, 0) - 1, 0)
+            self.last_tok_of.pop(r, None)
+        self.outstanding -= 1
+        self.records.reject(r, f"client timeout: not finished {self.timeout_s:g} s after it was sent", t)
+        if self.on_finish is not None:
+            self.on_finish(r, t)
 
     def run_plan(self, plan: StepPlan) -> None:
         """Apply the policy's plan: preempt, allocate, admit, then price and run the step."""
@@ -446,6 +568,16 @@ class Replica(DecodeSegments):
         r = self.rid[s]
         if self.prefix is not None:
             self.prefix.register(s, self.computed[s])  # blocks of generated tokens a later turn re-sends
+        if self.deadline_after is not None and self.clock > self.deadline[r]:
+            # the step of its last token ended after the client had given up
+            self.log.cut_gaps += max(self.generated[s] - 1, 0)
+            self._release(s)
+            self.outstanding -= 1
+            t = self.deadline[r]
+            self.records.reject(r, f"client timeout: not finished {self.timeout_s:g} s after it was sent", t)
+            if self.on_finish is not None:
+                self.on_finish(r, t)
+            return
         self.rec_finish_s[r] = self.clock
         self.rec_status[r] = COMPLETED
         self._release(s)
@@ -463,6 +595,9 @@ class Replica(DecodeSegments):
 
     def cut_off(self, reason: str) -> None:
         """Time cap reached: whatever is still running or waiting is rejected with `reason`."""
+        self.waiting.extend(self.held)
+        self.held.clear()
+        self.deadlines.clear()
         for s in list(self.active):
             r = self.rid[s]
             self.log.cut_gaps += max(self.generated[s] - 1, 0)

@@ -30,6 +30,13 @@ arriving while every replica is idle starts at its arrival time. Replicas are in
 between arrivals, so advancing them one after another gives the same result as interleaving
 their steps by time, and keeps the timeline's row order stable.
 
+The client view (`client_view.py`) is applied where it happens: the API-server latency F
+separates a client's send from the request's arrival at the engine (events carry engine times:
+a send at s is an engine arrival at s + F, and a client that sees a request end at t sends its
+next one, or the next turn, at t, reaching the engine at t + F); async scheduling's one-step lag
+and the client's timeout act inside the replicas (`Replica.set_client`). The result's times are
+the client's: `arrival_s` = send time, first token and finish as the engine emits them.
+
 Replicas form a `Pool` (replicas + router); `simulate` builds one pool. A disaggregated
 deployment (a prefill pool handing requests to a decode pool) is a second pool whose arrivals
 are the first pool's prefill completions, pushed as timed events.
@@ -48,7 +55,7 @@ from simulator.cost.roofline import CostModel
 from simulator.cost.speculative import SpeculativeDecoding
 from simulator.serving.client_cap import run_capped
 from simulator.serving.client_view import ClientView
-from simulator.serving.events import RELEASE, EventQueue
+from simulator.serving.events import RELEASE, EventQueue, engine_time
 from simulator.serving.multiturn import release_children, run_dependent
 from simulator.serving.pool import ROUTERS, Pool, kv_blocks
 from simulator.serving.records import REJECTED, Records, SimResult, cut_reason
@@ -91,7 +98,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
              speculative: SpeculativeDecoding | None = None, itl_times: bool = False,
              watch: Watch | None = None) -> SimResult:
     """Serve `workload` on `replicas` copies of the replica priced by `cost`; `client`: what
-    the client sees beyond the engine core (`client_view.py`; None: nothing); `speculative`:
+    lies between the client and the engine core (`client_view.py`; None: nothing); `speculative`:
     speculative decoding (`serving/speculative.py`; its draft's weights and KV shrink the KV
     capacity unless `config.kv_capacity_tokens` fixes it); `itl_times`: also keep when and
     where each inter-token gap was observed (`SimResult.itl_timed`, for a time series of the
@@ -112,6 +119,8 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     if router not in ROUTERS:
         raise SpecError(f"router: {router!r} is not one of {', '.join(ROUTERS)}")
     check_cost_model(cost)
+    view = client or ClientView()
+    front = float(view.frontend_s)  # F: send -> engine arrival (module docstring)
     if speculative is not None:
         cfg = _speculative_config(cfg, speculative)
     n = workload.num_requests
@@ -119,20 +128,22 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     out = Records(n)
     log = TimedStepLog() if itl_times else StepLog()
     closed, capped = workload.concurrency, workload.max_concurrency
+    # client send times; the event queue holds engine times (send + F)
     arrivals = np.array(workload.arrival_s, dtype=float) if closed is None else np.full(n, np.nan)
     deps = dependencies(workload, closed if capped is None else capped)
     if deps is not None:
         arrivals = arrivals.copy()
         roots = np.flatnonzero(deps[0] < 0)
-        events = EventQueue(arrivals[roots])
+        events = EventQueue(arrivals[roots] + front)
     else:
-        events = EventQueue(arrivals if closed is None else None)
+        events = EventQueue((arrivals + front if front else arrivals) if closed is None else None)
 
     def on_finish(r: int, t: float) -> None:
+        """Request r ended (completed, or failed) where its client saw it at t."""
         if closed is not None or capped is not None:
-            events.push(t, RELEASE)
+            events.push(engine_time(t, front), RELEASE)  # the client's next request reaches the engine F later
         elif deps is not None:
-            release_children(deps, r, t, arrivals, events)
+            release_children(deps, r, t, arrivals, events, front)
 
     # every router sends request r to one of the first r + 1 replicas (an idle replica with
     # the lowest index wins ties), so replicas beyond n would stay idle: do not build them
@@ -146,16 +157,17 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     pool = Pool(reps_, ROUTERS[router](cfg), cfg.max_duration_s)
     reps = pool.replicas
     _attach_prefix_caches(reps, workload, cfg)
+    _attach_client(reps, view, n)
     if closed is not None:
         for _ in range(min(closed, n)):
-            events.push(0.0, RELEASE)
+            events.push(front, RELEASE)  # every client sends at 0
     if deps is not None:
-        run_dependent(pool, events, roots, deps, arrivals, cfg, out, progress)
+        run_dependent(pool, events, roots, deps, arrivals, cfg, out, progress, front)
         client_queue_s = None
         stopped = None
     else:
         arrivals, client_queue_s, stopped = _run_stream(pool, events, workload, arrivals, cfg, out, progress,
-                                                        watch)
+                                                        watch, front)
     _end(pool, cfg, stopped)
     done = out.completed()
     if not all(math.isfinite(p.clock) for p in reps) or not (
@@ -193,6 +205,8 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     }
     if util["busy_utilization"] is not None:
         meta["busy_utilization"] = util["busy_utilization"]  # energy.run_energy's u_busy
+    if workload.clock_start_s is not None:
+        meta["clock_start_s"] = workload.clock_start_s  # the client's clock (summary's duration)
     if speculative is not None:
         meta["speculative"] = {"method": speculative.config.method, "num_speculative_tokens": speculative.config.k,
                                "acceptance": list(speculative.config.acceptance),
@@ -203,9 +217,10 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
                      columns, meta, scheduled_s=out.scheduled_s,
                      cached_tokens=out.cached_tokens if cfg.enable_prefix_caching else None,
                      client_queue_s=client_queue_s,
+                     failed_s=out.failed_s if np.isfinite(out.failed_s).any() else None,
                      itl_timed=log.timed_itl() if isinstance(log, TimedStepLog) else None,
                      merged_timed=log.timed_merged() if isinstance(log, TimedStepLog) else None)
-    return res if client is None else client.apply(res)
+    return res
 
 
 def _speculative_config(cfg: EngineConfig, spec: SpeculativeDecoding) -> EngineConfig:
@@ -230,6 +245,13 @@ def _end(pool: Pool, cfg: EngineConfig, stopped: dict | None) -> None:
         return
     for p in pool.replicas:
         p.cut_off(f"not simulated: stopped early: {stopped['reason']}")
+
+
+def _attach_client(reps: list[Replica], view: ClientView, n: int) -> None:
+    """The client view's parts that act inside the replicas: the async lag, the timeout."""
+    deadline = np.full(n, np.inf) if view.timeout_s is not None else None
+    for p in reps:
+        p.set_client(view.lag_steps > 0, view.timeout_s, float(view.frontend_s), deadline)
 
 
 def _attach_prefix_caches(reps: list[Replica], workload: Workload, cfg: EngineConfig) -> None:
@@ -268,8 +290,8 @@ def _check_run(reps: list[Replica], out: Records, log: StepLog, arrivals: np.nda
 
 
 def _run_stream(pool: Pool, events: EventQueue, workload: Workload, arrivals: np.ndarray, cfg: EngineConfig,
-                out: Records, progress: Callable[[int, int], None] | None, watch: Watch | None = None
-                ) -> tuple[np.ndarray, np.ndarray | None, dict | None]:
+                out: Records, progress: Callable[[int, int], None] | None, watch: Watch | None = None,
+                front: float = 0.0) -> tuple[np.ndarray, np.ndarray | None, dict | None]:
     """Serve a stream without dependencies: open loop, closed loop, or open loop under a cap.
     Returns (arrival = send time per request, client-side wait per request or None, where a
     watch stopped the run or None)."""
@@ -277,18 +299,20 @@ def _run_stream(pool: Pool, events: EventQueue, workload: Workload, arrivals: np
     if capped is not None:
         send_s = np.full(len(arrivals), np.nan)  # the scheduled times stay in the workload
         queue_s = np.full(len(arrivals), np.nan)
-        run_capped(pool, events, workload.arrival_s, capped, send_s, queue_s, cfg, out, progress)
+        run_capped(pool, events, workload.arrival_s, capped, send_s, queue_s, cfg, out, progress, front)
         return send_s, queue_s, None
     stopped = _run_events(pool, events, arrivals, closed, cfg, out, progress,
-                          watch if closed is None else None)
+                          watch if closed is None else None, front)
     # a closed-loop client's requests are all scheduled at t = 0: each waited until sent
     return arrivals, (None if closed is None else arrivals.copy()), stopped
 
 
 def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: int | None,
                 cfg: EngineConfig, out: Records,
-                progress: Callable[[int, int], None] | None, watch: Watch | None = None) -> dict | None:
-    """Hand requests 0..n-1 to the pool in arrival order, advancing it to each event; with a
+                progress: Callable[[int, int], None] | None, watch: Watch | None = None,
+                front: float = 0.0) -> dict | None:
+    """Hand requests 0..n-1 to the pool in arrival order, advancing it to each event (engine
+    times: send + `front`; a closed loop's send times are written into `arrivals`); with a
     `watch` (open loop), stop where it gives a reason: returns {"at_request", "time_s",
     "reason"} then, else None."""
     n = len(arrivals)
@@ -297,7 +321,7 @@ def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: in
     watch_every = max(1, n // WATCH_CHECKS)
     # open loop: the events are the sorted arrivals alone (nothing pushes to the heap), so
     # read them as Python floats in order; one replica: every router picks it
-    times = arrivals.tolist() if closed is None else None
+    times = (arrivals + front if front else arrivals).tolist() if closed is None else None
     only = pool.replicas[0] if len(pool.replicas) == 1 else None
     if times is not None and only is not None and cap is None and progress is None and watch is None:
         # the plainest run (open loop, one replica, no cap, no progress): nothing else to check
@@ -309,7 +333,7 @@ def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: in
     for r in range(n):
         if times is None:
             t = _next_release(pool, events)
-            arrivals[r] = t
+            arrivals[r] = t - front
         else:
             t = times[r]
         if watch is not None and r % watch_every == 0 and r and (cap is None or t <= cap):
@@ -336,7 +360,7 @@ def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: in
             pool.advance_until(t)
             pool.route(r, t)
         if closed is not None and out.status[r] == REJECTED:
-            events.push(t, RELEASE)
+            events.push(engine_time(t, front), RELEASE)  # refused at once: the client sends its next
         if progress is not None and (r % report_every == 0 or r == n - 1):
             progress(r + 1, n)
     return None

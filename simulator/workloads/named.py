@@ -73,7 +73,8 @@ class WorkloadRequest:
     """What a named workload's generator is given: the scenario's common workload settings and
     the workload's own parameters (`params`, defaults filled). `num_requests` is None when `-n`
     was not given (the workload's natural size, else `DEFAULT_NUM_REQUESTS`); `rate` None is
-    rate inf; `model()` loads the served model's spec (ShareGPT needs its tokenizer)."""
+    rate inf; `model()` loads the served model's spec (ShareGPT needs its tokenizer);
+    `ramp_up`: vLLM's ramp-up of the send rate (only for entries with `ramp_up=True`)."""
 
     num_requests: int | None
     rate: float | None
@@ -85,13 +86,15 @@ class WorkloadRequest:
     dataset_path: str | None
     params: Mapping[str, Any]
     model: Callable[[], Any]
+    ramp_up: wl.RampUp | None = None
 
 
 @dataclass(frozen=True)
 class NamedWorkload:
     """A workload built by name (module docstring). `uses_lengths`: reads --input-len,
     --output-len and --range-ratio; `uses_output_len`: reads --output-len only;
-    `dataset_path`: reads --dataset-path (a file of the dataset it samples)."""
+    `dataset_path`: reads --dataset-path (a file of the dataset it samples); `ramp_up`: sends as
+    `vllm bench serve` does, so it takes vLLM's --ramp-up-strategy."""
 
     name: str
     help: str
@@ -101,6 +104,7 @@ class NamedWorkload:
     uses_lengths: bool = False
     uses_output_len: bool = False
     dataset_path: bool = False
+    ramp_up: bool = False
 
     def defaults(self) -> dict[str, Any]:
         return {p.name: p.default for p in self.params}
@@ -158,21 +162,27 @@ def tokenizer_family(model: Any) -> str:
 def _random(req: WorkloadRequest) -> wl.Workload:
     n = int(DEFAULT_NUM_REQUESTS) if req.num_requests is None else req.num_requests
     return wl.synthetic(n, math.inf if req.rate is None else req.rate, req.input_len, req.output_len,
-                        range_ratio=req.range_ratio, burstiness=req.burstiness, seed=req.seed)
+                        range_ratio=req.range_ratio, burstiness=req.burstiness, seed=req.seed,
+                        ramp_up=req.ramp_up)
 
 
 def _sharegpt(req: WorkloadRequest) -> wl.Workload:
-    return sharegpt_workload(req.num_requests, req.rate, req.burstiness, req.seed, req.model(), req.dataset_path)
+    return sharegpt_workload(req.num_requests, req.rate, req.burstiness, req.seed, req.model(), req.dataset_path,
+                             req.ramp_up)
 
 
 def sharegpt_workload(n: int | None, rate: float | None, burstiness: float, seed: int, model: Any,
-                      dataset_path: str | None = None) -> wl.Workload:
+                      dataset_path: str | None = None, ramp_up: wl.RampUp | None = None) -> wl.Workload:
+    """ShareGPT as `vllm bench serve` samples it, sent on vLLM's schedule (`workload.arrivals`:
+    its dataset shuffles with Python's `random`, so the gamma draws are the first of
+    `np.random.seed(seed)`, `vllm_rng(seed)` here)."""
     from simulator.workloads.sharegpt import sample_sharegpt
 
     n = int(DEFAULT_NUM_REQUESTS) if n is None else n
     s = sample_sharegpt(n, seed=seed, tokenizer=tokenizer_family(model), dataset_path=dataset_path)
-    t = wl.arrivals(n, math.inf if rate is None else rate, burstiness, rng=np.random.default_rng(seed))
-    return wl.Workload(t, s.prompt_tokens, s.output_tokens, name="sharegpt",
+    t = wl.arrivals(n, math.inf if rate is None else rate, burstiness, wl.vllm_rng(seed),
+                    "poisson" if burstiness == 1 else "gamma", ramp_up)
+    return wl.Workload(t, s.prompt_tokens, s.output_tokens, name="sharegpt", clock_start_s=0.0,
                        extra={"prompt_chars": s.prompt_chars, "output_chars": s.output_chars})
 
 
@@ -180,30 +190,130 @@ def _shared_prefix(req: WorkloadRequest) -> wl.Workload:
     from simulator.workloads.shared_prefix import shared_prefix
 
     rate = math.inf if req.rate is None else req.rate
-    process = "constant" if req.burstiness == 1.0 else "gamma"
+    # inference-perf's `load.type: constant` timer: exponential gaps rescaled to end at n / rate
+    # (`inference_perf/loadgen/load_timer.py` ConstantLoadTimer), i.e. the "poisson" schedule
+    process = "poisson" if req.burstiness == 1.0 else "gamma"
     p = req.params
     pw = shared_prefix(p["num_groups"], p["prompts_per_group"], p["system_prompt_len"], p["question_len"],
                        req.output_len, req.num_requests, rate=rate, process=process,
                        burstiness=req.burstiness, multi_turn=p["multi_turn"], seed=req.seed)
-    return pw.to_workload(name="shared-prefix")
+    return pw.to_workload(name="shared-prefix", clock_start_s=0.0)
 
 
 register(NamedWorkload(
     "random", "synthetic lengths (--input-len, --output-len, --range-ratio) at --rate, as vLLM's random dataset",
-    _random, aliases=("synthetic",), uses_lengths=True))
+    _random, aliases=("synthetic",), uses_lengths=True, ramp_up=True))
 register(NamedWorkload(
     "sharegpt", "ShareGPT conversations sampled by vllm bench serve's rules from the shipped count table "
     "(17,400 of ~90,000 conversations), or vLLM's exact draw from the full file (--dataset-path)", _sharegpt,
-    dataset_path=True))
+    dataset_path=True, ramp_up=True))
 register(NamedWorkload(
     "shared-prefix", "inference-perf's shared prefix: groups of users sharing a system prompt "
-    "(constant arrivals at --rate; gamma with --burstiness)", _shared_prefix, uses_output_len=True,
+    "(inference-perf's 'constant' timer at --rate: exponential gaps rescaled to end at n/rate; gamma with --burstiness)", _shared_prefix, uses_output_len=True,
     params=(WorkloadParam("num_groups", 8, "groups (one system prompt each)", 1),
             WorkloadParam("prompts_per_group", 16, "questions per group", 1),
             WorkloadParam("system_prompt_len", 1000, "system prompt tokens", 0),
             WorkloadParam("question_len", 100, "question tokens", 0),
             WorkloadParam("multi_turn", False, "rounds re-send the session's history (-n > groups x prompts)",
                           None))))
+
+
+# ------------------------------------------------------------------ inference-perf shared-prefix presets
+# (serving branch, issue 23) The BLIS data-collection presets of kubernetes-sigs/inference-perf's
+# shared_prefix generator, as the measurement files name them (dataset
+# `inference-perf-shared-prefix-<preset>`), from
+# inference-sim/tektonc-data-collection@2a7cbcd4e2338cad6d6cb2d9f119728ecd0d4fbd:workloads.yaml (`load.type:
+# constant` stages, `data.shared_prefix` with the alias keys num_unique_system_prompts /
+# num_users_per_system_prompt, `enable_multi_turn_chat: true`; the same blocks in
+# inference-sim/training@c4f03409:default_args/*/profile.yaml).
+
+#: dataset names of the presets start with this
+INFERENCE_PERF_PRESET_PREFIX = "inference-perf-shared-prefix-"
+#: inference-perf's own defaults of num_groups x num_prompts_per_group: what builds that ignored
+#: the alias keys ran (the dumped results/config.yaml of the Feb-2026 runs,
+#: inference-sim/training@c4f03409:default_args/20260217-155451-llama-2-7b-tp1-codegen/results/config.yaml:
+#: num_groups 10, num_prompts_per_group 10, no enable_multi_turn_chat)
+INFERENCE_PERF_DEFAULT_GROUPS = (10, 10)
+
+
+@dataclass(frozen=True)
+class SharedPrefixPreset:
+    """One preset: G system prompts x P users, S system-prompt and Q question tokens, O output
+    tokens (ignore_eos), multi-turn chat as configured, and the load stages (rate req/s,
+    duration s) of `load.type: constant`."""
+
+    num_groups: int
+    prompts_per_group: int
+    system_prompt_len: int
+    question_len: int
+    output_len: int
+    stages: tuple[tuple[float, float], ...]
+    multi_turn: bool = True
+
+    def stage_requests(self, stage: int) -> int:
+        """inference-perf's request count of a stage: int(rate x duration) (ConstantLoadTimer)."""
+        rate, duration = self.stages[stage]
+        return int(rate * duration)
+
+
+#: preset name (without the prefix) -> its settings (workloads.yaml, above)
+INFERENCE_PERF_PRESETS: dict[str, SharedPrefixPreset] = {
+    "general": SharedPrefixPreset(9, 5, 100, 447, 248, ((8.0, 600), (20.0, 600))),
+    "codegen": SharedPrefixPreset(11, 4, 100, 466, 247, ((5.0, 600), (10.0, 600))),
+    "roleplay": SharedPrefixPreset(10, 5, 150, 600, 251, ((6.0, 1200),)),
+    "reasoning": SharedPrefixPreset(23, 1, 100, 934, 1448, ((4.0, 1200),)),
+    "general-lite": SharedPrefixPreset(9, 5, 100, 447, 248, ((2.5, 600), (6.0, 600))),
+    "reasoning-lite": SharedPrefixPreset(23, 1, 100, 934, 1448, ((1.0, 1200),)),
+    "general-ez": SharedPrefixPreset(9, 5, 100, 447, 248, ((2.5, 60), (6.0, 60))),
+}
+
+
+def preset_of(name: Any) -> SharedPrefixPreset | None:
+    """The preset of a dataset / workload name (`inference-perf-shared-prefix-<preset>` or the
+    bare preset name, any case), or None."""
+    key = str(name).strip().lower()
+    key = key[len(INFERENCE_PERF_PRESET_PREFIX):] if key.startswith(INFERENCE_PERF_PRESET_PREFIX) else key
+    return INFERENCE_PERF_PRESETS.get(key)
+
+
+def _preset_builder(name: str, preset: SharedPrefixPreset) -> Callable[[WorkloadRequest], wl.Workload]:
+    def build(req: WorkloadRequest) -> wl.Workload:
+        from simulator.workloads.shared_prefix import shared_prefix
+
+        p = req.params
+        stage = int(p["stage"])
+        if stage >= len(preset.stages):
+            raise SpecError(f"stage: {stage} is not a stage of {name} (it has {len(preset.stages)}: "
+                            f"{', '.join(f'{r:g} req/s x {d:g} s' for r, d in preset.stages)})")
+        rate = preset.stages[stage][0] if req.rate is None else req.rate
+        n = preset.stage_requests(stage) if req.num_requests is None else req.num_requests
+        if math.isinf(rate) and req.num_requests is None:
+            n = preset.num_groups * preset.prompts_per_group
+        # inference-perf's constant timer: exponential gaps rescaled to end at n / rate ("poisson")
+        pw = shared_prefix(p["num_groups"], p["prompts_per_group"], p["system_prompt_len"], p["question_len"],
+                           p["output_tokens"], max(n, 1), rate=rate,
+                           process="poisson" if req.burstiness == 1.0 else "gamma",
+                           burstiness=req.burstiness, multi_turn=p["multi_turn"], seed=req.seed)
+        return pw.to_workload(name=name, clock_start_s=0.0)
+    return build
+
+
+for _key, _p in INFERENCE_PERF_PRESETS.items():
+    _stages = ", ".join(f"{r:g} req/s x {d:g} s" for r, d in _p.stages)
+    register(NamedWorkload(
+        INFERENCE_PERF_PRESET_PREFIX + _key,
+        f"inference-perf shared-prefix preset {_key!r} (BLIS campaigns): {_p.num_groups} system prompts x "
+        f"{_p.prompts_per_group} users, {_p.system_prompt_len} + {_p.question_len} prompt and {_p.output_len} "
+        f"output tokens, multi-turn; stages {_stages} (--stage picks one; --rate/-n override it)",
+        _preset_builder(INFERENCE_PERF_PRESET_PREFIX + _key, _p),
+        params=(WorkloadParam("num_groups", _p.num_groups, "groups (one system prompt each)", 1),
+                WorkloadParam("prompts_per_group", _p.prompts_per_group, "questions per group", 1),
+                WorkloadParam("system_prompt_len", _p.system_prompt_len, "system prompt tokens", 0),
+                WorkloadParam("question_len", _p.question_len, "question tokens", 0),
+                WorkloadParam("output_tokens", _p.output_len, "tokens generated per request (ignore_eos)", 1),
+                WorkloadParam("multi_turn", _p.multi_turn,
+                              "rounds re-send the session's history (-n > groups x prompts)", None),
+                WorkloadParam("stage", 0, "the preset's load stage giving --rate and -n when not set", 0))))
 
 
 # ---- MLPerf Inference v5.1 datasets (workloads/mlperf.py): one entry per dataset, its

@@ -166,16 +166,18 @@ class PrefixWorkload:
         """Per request, its full blocks' chained hashes."""
         return [block_hashes(p, block_size) for p in self.prompts]
 
-    def to_workload(self, name: str = "") -> Workload:
+    def to_workload(self, name: str = "", clock_start_s: float | None = None) -> Workload:
         """The engine's `Workload`, carrying the prompts (`extra["prompt_segments"]`) and,
         when any request has a parent, `parent` and `think_time_s` (the engine releases
-        request i at max(arrival_s[i], finish of parent[i] + think_time_s[i]))."""
+        request i at max(arrival_s[i], finish of parent[i] + think_time_s[i]));
+        `clock_start_s`: `Workload.clock_start_s` (0 for a load generator's schedule)."""
         extra: dict[str, np.ndarray] = {"prompt_segments": object_column(self.prompts)}
         if np.any(self.parent >= 0):
             extra["parent"] = self.parent
             extra["think_time_s"] = self.think_time_s
             extra["session"] = self.session
-        return Workload(self.arrival_s, self.input_len, self.output_len, name=name, extra=extra)
+        return Workload(self.arrival_s, self.input_len, self.output_len, name=name, extra=extra,
+                        clock_start_s=clock_start_s)
 
 
 def request_block_hashes(wl: Workload, block_size: int) -> list[list[int]]:
@@ -244,8 +246,10 @@ def shared_prefix(
     Segment ids: system prompt of group g is g; question of prompt p (group p div
     num_prompts_per_group) is num_groups + p; with `multi_turn`, the answer to request i is
     num_groups + N + i. `num_requests` defaults to N = groups x prompts (one round).
-    Arrivals: `process` "constant" (request i at i / rate, as the dev_serving.csv runs sent
-    them), "poisson" or "gamma" (`burstiness`), from `simulator.workloads.workload.arrivals`.
+    Arrivals from `simulator.workloads.workload.arrivals`: `process` "poisson" is what
+    inference-perf's `load.type: constant` sends (n exponential gaps rescaled so the last
+    request goes out at n / rate, `inference_perf/loadgen/load_timer.py` ConstantLoadTimer;
+    the dev_serving.csv runs), "constant" evenly spaced ((k + 1) / rate), "gamma" (`burstiness`).
     """
     g = _pos_int(num_groups, "num_groups")
     ppg = _pos_int(num_prompts_per_group, "num_prompts_per_group")

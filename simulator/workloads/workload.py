@@ -67,7 +67,10 @@ class Workload:
 
     `concurrency` set means a closed loop of that many clients; the engine then ignores
     `arrival_s`. `max_concurrency` set keeps the open loop of `arrival_s` but lets at most that
-    many requests be in flight (vLLM's `--max-concurrency` at a finite rate, `client_cap.py`). `bad_rows` counts rows a trace reader skipped (`skip_bad_rows`);
+    many requests be in flight (vLLM's `--max-concurrency` at a finite rate, `client_cap.py`).
+    `clock_start_s`: when the client's clock starts (vLLM's `benchmark_start_time`, before the
+    first send: 0 for a vLLM schedule, whose first request goes out at t_0 > 0); None: at the
+    first arrival (a trace). The run's duration and offered rate count from it. `bad_rows` counts rows a trace reader skipped (`skip_bad_rows`);
     `failed_in_trace` counts requests the trace itself records as failed (BurstGPT rows with
     0 response tokens), which are dropped. `extra` maps a column name to one 1-D array with a
     value per request (aligned with `arrival_s`): the columns a trace carries besides the
@@ -85,6 +88,7 @@ class Workload:
     failed_in_trace: int = 0
     extra: Mapping[str, np.ndarray] = field(default_factory=lambda: _NO_EXTRA, repr=False)
     max_concurrency: int | None = None
+    clock_start_s: float | None = None
 
     def __post_init__(self) -> None:
         arr = np.asarray(self.arrival_s)
@@ -131,6 +135,8 @@ class Workload:
             object.__setattr__(self, "concurrency", int(c))
         if self.max_concurrency is not None:
             object.__setattr__(self, "max_concurrency", int(self.max_concurrency))
+        if self.clock_start_s is not None:
+            object.__setattr__(self, "clock_start_s", _check_clock_start(self.clock_start_s, float(arr[0])))
         if self.extra is not _NO_EXTRA:
             object.__setattr__(self, "extra", _check_extra(self.extra, arr.size))
 
@@ -145,8 +151,18 @@ class Workload:
         return float(self.arrival_s[-1] - self.arrival_s[0])
 
     @property
+    def start_s(self) -> float:
+        """When the client's clock starts: `clock_start_s`, else the first arrival."""
+        return float(self.arrival_s[0]) if self.clock_start_s is None else self.clock_start_s
+
+    @property
     def offered_rate(self) -> float:
-        """Mean arrival rate (req/s): (n-1) / (last - first); inf if n < 2 or all arrive at once."""
+        """Mean send rate (req/s). With a clock start (a vLLM schedule): n / (last - start), the
+        rate vLLM was given (its last request goes out at n / rate); else (a trace)
+        (n-1) / (last - first). inf if every request is sent at once."""
+        if self.clock_start_s is not None:
+            span = float(self.arrival_s[-1]) - self.clock_start_s
+            return self.num_requests / span if span > 0 else math.inf
         span = self.duration_s
         return (self.num_requests - 1) / span if self.num_requests > 1 and span > 0 else math.inf
 
@@ -183,6 +199,13 @@ class Workload:
             f"offered_rate={self.offered_rate:.4g}, mean_input_len={self.mean_input_len:.1f}, "
             f"mean_output_len={self.mean_output_len:.1f}, concurrency={self.concurrency})"
         )
+
+
+def _check_clock_start(c0: Any, first: float) -> float:
+    """`clock_start_s`: a number of seconds in [0, first arrival]."""
+    if isinstance(c0, bool) or not isinstance(c0, (int, float, np.number)) or not (0 <= c0 <= first):
+        raise SpecError(f"workload.clock_start_s: {c0!r} must be a number of seconds in [0, first arrival {first!r}]")
+    return float(c0)
 
 
 def _check_clients(concurrency: Any, max_concurrency: Any) -> None:
@@ -238,21 +261,75 @@ def _rng(rng: np.random.Generator | None) -> np.random.Generator:
     return np.random.default_rng(0) if rng is None else rng
 
 
+def vllm_rng(seed: int = 0) -> np.random.RandomState:
+    """The generator `vllm bench serve` draws its send schedule from: `main_async` calls
+    `np.random.seed(args.seed)` and `get_request` then draws from numpy's legacy global stream
+    (`vllm/benchmarks/serve.py`; /work/notes/vllm_client.md §1.1). Here it is an explicit
+    `RandomState(seed)`, the same stream (NumPy documents the legacy stream as frozen), so the
+    same seed gives vLLM's send times to the last bit."""
+    return np.random.RandomState(_check_count(seed, "seed"))
+
+
+#: `--ramp-up-strategy` choices (vLLM `bench serve`)
+RAMP_UP_STRATEGIES = ("linear", "exponential")
+
+
+@dataclass(frozen=True)
+class RampUp:
+    """vLLM's `--ramp-up-strategy`/`--ramp-up-start-rps`/`--ramp-up-end-rps`: request i is sent
+    at rate r_i = s + (e - s) i/(n-1) (linear) or s (e/s)^(i/(n-1)) (exponential), and the
+    schedule is the plain sum of the delays (no rescaling; `vllm/benchmarks/serve.py`
+    `_get_current_request_rate`, `get_request`). vLLM's flags are integers >= 0 with start <= end;
+    a rate of 0 is refused here (vLLM asserts on it at request 0, and an exponential ramp
+    divides by the start)."""
+
+    strategy: str
+    start_rps: int
+    end_rps: int
+
+    def __post_init__(self) -> None:
+        if self.strategy not in RAMP_UP_STRATEGIES:
+            raise SpecError(f"ramp_up_strategy: {self.strategy!r} is not one of {', '.join(RAMP_UP_STRATEGIES)}"
+                            f"{_did_you_mean(str(self.strategy), RAMP_UP_STRATEGIES)}")
+        for f in ("start_rps", "end_rps"):
+            check_int(f"ramp_up_{f}", getattr(self, f), 1)
+        if self.start_rps > self.end_rps:
+            raise SpecError(f"ramp_up_start_rps: {self.start_rps} must be <= ramp_up_end_rps {self.end_rps}")
+
+    def rates(self, n: int) -> np.ndarray:
+        """The rate of each of n requests (req/s)."""
+        progress = np.arange(n, dtype=np.float64) / max(n - 1, 1)
+        s, e = float(self.start_rps), float(self.end_rps)
+        if self.strategy == "linear":
+            return s + (e - s) * progress
+        return s * (e / s) ** progress
+
+
 def arrivals(
     n: int,
     rate: float,
     burstiness: float = 1.0,
-    rng: np.random.Generator | None = None,
+    rng: np.random.Generator | np.random.RandomState | None = None,
     process: str = "poisson",
+    ramp_up: RampUp | None = None,
 ) -> np.ndarray:
-    """Arrival times (s) of `n` requests at mean `rate` (req/s), as vLLM `bench serve` sends them.
+    """Send times (s) of `n` requests at `rate` (req/s), as vLLM `bench serve` sends them.
 
-    The first request arrives at t = 0; request i arrives after the sum of i gaps.
-    `process`: "poisson" (exponential gaps, mean 1/rate; `burstiness` must be 1),
-    "gamma" (gaps ~ Gamma(shape=burstiness, scale=1/(rate*burstiness)): mean 1/rate,
-    CV^2 = 1/burstiness; burstiness 1 is Poisson, < 1 burstier), or "constant" (gaps exactly
-    1/rate). `rate` = inf puts every arrival at 0 (offline / max-throughput). `rng` defaults to
-    `numpy.random.default_rng(0)`.
+    vLLM's `get_request` (since PR #21108) draws one delay per request, g_i ~ Gamma(shape=b,
+    scale=1/(rate b)), sums them, C_k = g_0 + ... + g_k, and rescales the sums so the last
+    request is sent at exactly n / rate:
+
+        t_k = (n / rate) C_k / C_{n-1}          (the first request at t_0 > 0, not at 0)
+
+    so the offered rate is exactly n / (n / rate) = rate (`vllm/benchmarks/serve.py`;
+    /work/notes/vllm_client.md §1.2). `process`: "poisson" (b = 1; `burstiness` must be 1),
+    "gamma" (b = `burstiness`: CV^2 = 1/b, < 1 burstier), "constant" (vLLM's burstiness inf:
+    t_k = (k + 1) / rate). inference-perf's `load.type: constant` timer draws n exponential gaps
+    and rescales them to end at n / rate too (`inference_perf/loadgen/load_timer.py`
+    `ConstantLoadTimer`): "poisson" with that generator. `rate` = inf sends everything at 0 (no
+    draw). `ramp_up`: vLLM's ramp-up (`RampUp`; `rate` must then be inf): delays at each
+    request's own rate, summed without rescaling. `rng` defaults to `vllm_rng(0)` (vLLM's
+    default --seed); a `RandomState` from `vllm_rng(seed)` reproduces vLLM's times exactly.
     """
     n = _check_count(n, "num_requests")
     rate = _check_rate(rate)
@@ -270,22 +347,42 @@ def arrivals(
         raise SpecError(
             f"burstiness: {burstiness!r} needs process 'gamma' (poisson is burstiness 1)"
         )
+    if ramp_up is not None:
+        if not math.isinf(rate):
+            raise SpecError(f"rate: {rate!r} cannot be combined with a ramp-up (vLLM: 'When using ramp-up, "
+                            "do not specify --request-rate'); the ramp sets the rates")
+        return _ramp_up_arrivals(n, b, rng, process, ramp_up)
     if math.isinf(rate) or n == 0:
         return np.zeros(n, dtype=np.float64)
     if process == "constant":
-        return np.arange(n, dtype=np.float64) / rate
-    g = _rng(rng)
-    if process == "poisson":
-        gaps = g.exponential(1.0 / rate, size=n - 1)
+        out = np.arange(1, n + 1, dtype=np.float64) / rate
     else:
-        gaps = g.gamma(b, 1.0 / (rate * b), size=n - 1)
-    out = np.empty(n, dtype=np.float64)
-    out[0] = 0.0
-    with np.errstate(over="ignore"):
-        np.cumsum(gaps, out=out[1:])
+        g = vllm_rng(0) if rng is None else rng
+        with np.errstate(over="ignore"):
+            delays = g.gamma(b, 1.0 / (rate * b), size=n)
+            out = np.cumsum(delays)
+            # vLLM: normalize_factor = (n / rate) / delay_ts[-1], only when delay_ts[-1] != 0
+            target = n / rate
+            if out[-1] != 0 and math.isfinite(out[-1]) and math.isfinite(target):
+                out *= target / out[-1]
     if not math.isfinite(out[-1]):
         raise SpecError(f"rate: {rate!r} requests/s is too small: the arrival times overflow")
     return out
+
+
+def _ramp_up_arrivals(n: int, b: float, rng: np.random.Generator | np.random.RandomState | None,
+                      process: str, ramp: RampUp) -> np.ndarray:
+    """vLLM's ramp-up schedule: request i's delay at rate r_i, summed (no rescaling)."""
+    if n == 0:
+        return np.zeros(0, dtype=np.float64)
+    r = ramp.rates(n)
+    if process == "constant":
+        delays = 1.0 / r
+    else:
+        g = vllm_rng(0) if rng is None else rng
+        # one scalar draw per request in vLLM; a scale array draws the same numbers in order
+        delays = g.gamma(b, 1.0 / (r * b))
+    return np.cumsum(delays)
 
 
 def lengths(
@@ -358,29 +455,32 @@ def synthetic(
     concurrency: int | None = None,
     seed: int = 0,
     name: str | None = None,
+    ramp_up: RampUp | None = None,
 ) -> Workload:
     """A synthetic workload in the style of vLLM `bench serve --dataset-name random`.
 
     `rate` in req/s (inf: all at t = 0); `input_len`/`output_len` mean tokens. `length_dist`
     defaults to "uniform" when `range_ratio` > 0, else "fixed". `process` defaults to
-    "poisson" when `burstiness` is 1, else "gamma". The seed feeds three independent streams
-    (arrivals, prompt lengths, output lengths), so changing the rate leaves the lengths as
-    they were (common random numbers across a rate sweep).
+    "poisson" when `burstiness` is 1, else "gamma". Send times are vLLM's (`arrivals`, drawn
+    from `vllm_rng(seed)` as vLLM draws them, optionally with a `ramp_up`); the lengths come
+    from two further streams of the seed, so changing the rate leaves the lengths as they were
+    (common random numbers across a rate sweep).
     """
     n = _check_count(num_requests, "num_requests", 1)
     seed = _check_count(seed, "seed")
     dist = length_dist or ("uniform" if range_ratio else "fixed")
     proc = process or ("poisson" if burstiness == 1 else "gamma")
-    g_arr, g_in, g_out = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
-    arr = arrivals(n, rate, burstiness, g_arr, proc)
+    _, g_in, g_out = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
+    arr = arrivals(n, rate, burstiness, vllm_rng(seed), proc, ramp_up)
     inp = lengths(n, input_len, range_ratio, dist, sigma, g_in)
     out = lengths(n, output_len, range_ratio, dist, sigma, g_out)
     if name is None:
         name = f"synthetic(n={n}, rate={rate:g}, in={input_len:g}, out={output_len:g}"
         name += f", {dist} r={range_ratio:g}" if range_ratio else ""
         name += f", burstiness={burstiness:g}" if burstiness != 1 else ""
+        name += f", ramp-up {ramp_up.strategy} {ramp_up.start_rps}->{ramp_up.end_rps}/s" if ramp_up else ""
         name += f", seed={seed})"
-    return Workload(arr, inp, out, name=name, concurrency=concurrency)
+    return Workload(arr, inp, out, name=name, concurrency=concurrency, clock_start_s=0.0)
 
 
 # --------------------------------------------------------------------------- transforms
@@ -411,18 +511,19 @@ def scale_to_rate(w: Workload, rate: float) -> Workload:
         new = a[0] + (a - a[0]) * factor
         new[-1] = a[0] + (w.num_requests - 1) / rate
         new = np.maximum.accumulate(new)  # guard rounding
-    return dataclasses.replace(w, arrival_s=new, name=f"{w.name}@{rate:g}/s")
+    return dataclasses.replace(w, arrival_s=new, name=f"{w.name}@{rate:g}/s", clock_start_s=None)
 
 
 def with_arrivals(
-    w: Workload, rate: float, burstiness: float = 1.0, seed: int = 0, process: str | None = None
+    w: Workload, rate: float, burstiness: float = 1.0, seed: int = 0, process: str | None = None,
+    ramp_up: RampUp | None = None,
 ) -> Workload:
-    """The trace's own lengths (in order) with fresh synthetic arrivals (see `arrivals`)."""
-    seed = _check_count(seed, "seed")
+    """The trace's own lengths (in order) with vLLM's send schedule (see `arrivals`; drawn from
+    `vllm_rng(seed)`)."""
     proc = process or ("poisson" if burstiness == 1 else "gamma")
-    g = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
-    arr = arrivals(w.num_requests, rate, burstiness, g, proc)
-    return dataclasses.replace(w, arrival_s=arr, name=f"{w.name}+{proc}@{rate:g}/s")
+    arr = arrivals(w.num_requests, rate, burstiness, vllm_rng(seed), proc, ramp_up)
+    label = f"ramp-up {ramp_up.strategy}" if ramp_up else f"{proc}@{rate:g}/s"
+    return dataclasses.replace(w, arrival_s=arr, name=f"{w.name}+{label}", clock_start_s=0.0)
 
 
 def take(w: Workload, n: int) -> Workload:
@@ -446,6 +547,7 @@ def take(w: Workload, n: int) -> Workload:
             bad_rows=w.bad_rows,
             failed_in_trace=w.failed_in_trace,
             extra={k: v[sl] for k, v in w.extra.items()} if w.extra else _NO_EXTRA,
+            clock_start_s=w.clock_start_s,
         )
     reps = -(-n // m)
     period = w.duration_s * m / (m - 1) if m > 1 else 0.0
@@ -463,4 +565,5 @@ def take(w: Workload, n: int) -> Workload:
         bad_rows=w.bad_rows,
         failed_in_trace=w.failed_in_trace,
         extra={k: np.tile(v, reps)[:n] for k, v in w.extra.items()} if w.extra else _NO_EXTRA,
+        clock_start_s=w.clock_start_s,
     )

@@ -1,0 +1,279 @@
+"""The client view inside the simulation (serving/client_view.py): the API-server latency F
+between a send and the engine, async scheduling's one-step admission lag, and the client's
+timeout. Hand schedules use the fake cost model of tests/fake_costs.py (a step lasts
+1 s + 1 ms per scheduled token); the property tests run every engine profile on a real model.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pytest
+from fake_costs import COST, d
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator.metrics.summary import summarize
+from simulator.scenario import Scenario
+from simulator.serving.client_view import ClientView
+from simulator.serving.records import COMPLETED, REJECTED
+from simulator.serving.sched.registry import EngineConfig
+from simulator.serving.simulate import simulate
+from simulator.specs.checks import SpecError
+from simulator.workloads.workload import Workload, arrivals, vllm_rng
+
+ENGINES = ("vllm", "vllm-v0", "trtllm", "trtllm-pytorch", "sglang", "generic")
+
+
+def wl(arr, ins, outs, **kw):
+    return Workload(np.asarray(arr, dtype=float), np.asarray(ins, dtype=np.int64),
+                    np.asarray(outs, dtype=np.int64), **kw)
+
+
+def cfg(**kw):
+    kw.setdefault("kv_capacity_tokens", 100_000)
+    kw.setdefault("debug", True)
+    return EngineConfig(**kw)
+
+
+def end_times(res):
+    """When the client saw each request end: its last token, or the failure (timeout, refusal)."""
+    failed = res.failed_s if res.failed_s is not None else np.full(len(res.status), np.nan)
+    return np.where(res.status == COMPLETED, res.finish_s, failed)
+
+
+def peak_in_flight(send, end) -> int:
+    """Most requests in flight over [send, end), ends first on ties (a slot freed at t is reused at t)."""
+    ok = np.isfinite(send)
+    events = sorted([(t, 1) for t in send[ok]] + [(t, -1) for t in end[ok]])
+    level = peak = 0
+    for _, step in events:
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
+# --------------------------------------------------------------------------- hand schedules
+
+
+def test_frontend_latency_delays_the_engine_and_holds_the_slot():
+    """F = 0.5 s. Closed loop of one client, two requests of 10 prompt and 2 output tokens.
+    A: sent 0, at the engine 0.5, prefill step to 0.5 + d(10) = 1.51 (first token), one decode
+    step to 2.511 (last). The client sees A end at 2.511 and sends B then; B reaches the
+    engine at 3.011: first token 4.021, last 5.022. TTFT = F + d(10) for both, TPOT = d(1)."""
+    res = simulate(COST, wl([0, 0], [10, 10], [2, 2], concurrency=1), cfg(), client=ClientView(0.5))
+    one = d(10) + d(1)
+    np.testing.assert_allclose(res.arrival_s, [0.0, 0.5 + one], rtol=1e-12)
+    np.testing.assert_allclose(res.first_token_s, [0.5 + d(10), 1.0 + one + d(10)], rtol=1e-12)
+    np.testing.assert_allclose(res.finish_s, [0.5 + one, 1.0 + 2 * one], rtol=1e-12)
+    s = summarize(res)
+    assert s["mean_ttft_ms"] == pytest.approx((0.5 + d(10)) * 1e3)
+    assert s["mean_tpot_ms"] == pytest.approx(d(1) * 1e3)
+    # the same requests under a cap of 1 at a finite rate: B scheduled at 0.1 waits for A's end
+    capped = simulate(COST, wl([0, 0.1], [10, 10], [2, 2], max_concurrency=1), cfg(), client=ClientView(0.5))
+    np.testing.assert_allclose(capped.arrival_s, [0.0, 0.5 + one], rtol=1e-12)
+    np.testing.assert_allclose(capped.client_queue_s, [0.0, 0.5 + one - 0.1], rtol=1e-12)
+    np.testing.assert_allclose(capped.finish_s, res.finish_s, rtol=1e-12)
+
+
+def test_frontend_latency_before_a_later_turn():
+    """Multi-turn: turn 2 is sent a think time after the client sees turn 1 end, and reaches
+    the engine F after that. F = 0.5, think 2 s: turn 1 sent 0, ends 0.5 + d(10) + d(1) =
+    2.511; turn 2 sent 4.511, at the engine 5.011, prefill of 10 tokens to 6.021."""
+    w = wl([0, 0], [10, 10], [2, 1], extra={"parent": np.array([-1, 0]), "think_time_s": np.array([0.0, 2.0])})
+    res = simulate(COST, w, cfg(), client=ClientView(0.5))
+    one = d(10) + d(1)
+    np.testing.assert_allclose(res.arrival_s, [0.0, 0.5 + one + 2.0], rtol=1e-12)
+    np.testing.assert_allclose(res.first_token_s[1], 0.5 + one + 2.0 + 0.5 + d(10), rtol=1e-12)
+
+
+def test_async_lag_holds_an_arrival_out_of_the_next_step():
+    """lag 1 step. A (10 prompt, 3 out) at 0: prefill step [0, 1.010]. B (10, 2) arrives at 0.5,
+    during that step: the step from 1.010 was planned before B came, so it is A's decode alone
+    [1.010, 2.011]; then A's decode + B's prefill (11 tokens) [2.011, 3.022]: A ends, B's first
+    token; B's decode [3.022, 4.023]. Without the lag B's prefill joins the step from 1.010."""
+    w = wl([0, 0.5], [10, 10], [3, 2])
+    lag = simulate(COST, w, cfg(), client=ClientView(0.0, 1))
+    t1 = d(10)
+    t2 = t1 + d(1)
+    t3 = t2 + d(11)
+    np.testing.assert_allclose(lag.first_token_s, [t1, t3], rtol=1e-12)
+    np.testing.assert_allclose(lag.finish_s, [t3, t3 + d(1)], rtol=1e-12)
+    sync = simulate(COST, w, cfg())
+    np.testing.assert_allclose(sync.first_token_s, [t1, t1 + d(11)], rtol=1e-12)
+    # a request that finds the engine idle is scheduled at once, lag or not
+    alone = simulate(COST, wl([0, 5.0], [10, 10], [2, 2]), cfg(), client=ClientView(0.0, 1))
+    np.testing.assert_allclose(alone.first_token_s, [t1, 5.0 + d(10)], rtol=1e-12)
+
+
+def test_timeout_aborts_running_and_waiting_requests():
+    """Timeout 2.5 s, one seat. A (10 prompt, 5 out) at 0: prefill [0, 1.010], decodes end
+    2.011, 3.012: at the step boundary 3.012 A is past its deadline 2.5 and is aborted; it
+    failed at 2.5. B (10, 1) at 0.2 and C (10, 1) at 0.3 wait for the seat all along; at that
+    boundary both are past their deadlines (2.7, 2.8) and leave the queue, failed then. D
+    (10, 1) at 3.0 takes the freed seat: prefill [3.012, 4.022], done."""
+    w = wl([0, 0.2, 0.3, 3.0], [10, 10, 10, 10], [5, 1, 1, 1])
+    res = simulate(COST, w, cfg(max_num_seqs=1), client=ClientView(timeout_s=2.5))
+    assert list(res.status) == [REJECTED, REJECTED, REJECTED, COMPLETED]
+    np.testing.assert_allclose(res.failed_s[:3], [2.5, 2.7, 2.8], rtol=1e-12)
+    assert all("client timeout" in res.reasons[i] for i in range(3))
+    t_abort = d(10) + 2 * d(1)
+    np.testing.assert_allclose(res.finish_s[3], t_abort + d(10), rtol=1e-12)
+    s = summarize(res)
+    assert s["completed"] == 1 and s["failed"] == 3
+    # failed requests are out of every latency statistic
+    assert s["mean_ttft_ms"] == pytest.approx((t_abort + d(10) - 3.0) * 1e3)
+    # a request finishing past its deadline is a timeout too: 3 tokens end at 1.010, 2.011 and
+    # 3.012 > 3.0 (the step began before the deadline): failed at 3.0
+    late = simulate(COST, wl([0], [10], [3]), cfg(), client=ClientView(timeout_s=3.0))
+    assert late.status[0] == REJECTED and late.failed_s[0] == pytest.approx(3.0)
+    assert summarize(late)["duration"] == pytest.approx(3.0)
+
+
+def test_timeout_releases_the_closed_loop_client():
+    """A closed-loop client whose request times out sends its next one when it gives up."""
+    w = wl([0, 0], [10, 10], [50, 1], concurrency=1)
+    res = simulate(COST, w, cfg(), client=ClientView(timeout_s=4.0))
+    assert list(res.status) == [REJECTED, COMPLETED]
+    assert res.failed_s[0] == pytest.approx(4.0)
+    assert res.arrival_s[1] == pytest.approx(4.0)
+
+
+def test_client_view_checks_its_values():
+    for kw, match in (({"frontend_s": -1.0}, "frontend_s"), ({"lag_steps": 2}, "lag_steps"),
+                      ({"timeout_s": 0.0}, "timeout_s"), ({"frontend_s": 1.0, "timeout_s": 0.5}, "timeout_s")):
+        with pytest.raises(SpecError, match=match):
+            ClientView(**kw)
+    with pytest.raises(SpecError, match="request_timeout_s"):
+        Scenario(request_timeout_s=-3)
+
+
+# --------------------------------------------------------------------------- every engine profile
+
+
+@functools.cache
+def engine_parts(engine: str):
+    """(cost model, scheduler limits, client view) of a small model under an engine profile."""
+    sc = Scenario(model="llama-3.1-8b", hardware="h100-sxm", engine=engine, max_num_seqs=8,
+                  max_num_batched_tokens=512, max_model_len=4096)
+    cost = sc.cost_model()
+    return cost, sc.engine_config(cost), sc.client_view()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(engine=st.sampled_from(ENGINES), n=st.integers(1, 30), slots=st.integers(1, 6),
+       rate=st.one_of(st.just(math.inf), st.floats(0.5, 400.0)), seed=st.integers(0, 50),
+       ins=st.lists(st.integers(1, 3000), min_size=30, max_size=30),
+       outs=st.lists(st.integers(1, 40), min_size=30, max_size=30),
+       timeout=st.one_of(st.none(), st.floats(0.05, 2.0)))
+def test_in_flight_never_exceeds_max_concurrency_under_every_engine(engine, n, slots, rate, seed, ins, outs,
+                                                                    timeout):
+    """vLLM's --max-concurrency N: from each send until the client sees the request end (its
+    last token, its timeout or its refusal) at most N are in flight, whatever the engine's
+    client view (API-server latency, async lag) and the client's timeout."""
+    import dataclasses
+
+    cost, config, view = engine_parts(engine)
+    if timeout is not None:
+        view = dataclasses.replace(view, timeout_s=view.frontend_s + timeout)
+    sched = arrivals(n, rate, rng=vllm_rng(seed))
+    w = wl(sched, ins[:n], outs[:n], max_concurrency=slots) if math.isfinite(rate) else \
+        wl(sched, ins[:n], outs[:n], concurrency=slots)
+    res = simulate(cost, w, config, client=view)
+    assert ((res.status == COMPLETED) | (res.status == REJECTED)).all()
+    send, end = res.arrival_s, end_times(res)
+    assert np.isfinite(end[np.isfinite(send)]).all()
+    assert peak_in_flight(send, end) <= slots
+    if math.isfinite(rate):
+        assert (send >= sched).all()  # nobody is sent before its scheduled time
+        assert (np.diff(send) >= 0).all()  # first come, first served
+    ok = res.status == COMPLETED
+    assert (res.first_token_s[ok] - send[ok] >= view.frontend_s - 1e-12).all()
+    if view.timeout_s is not None:
+        assert (end - send <= view.timeout_s + 1e-9).all()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_default_engines_hold_the_cap_on_sharegpt(engine):
+    """The case of issue 23: 16 slots at 20 req/s under each profile (up to 27 were in flight
+    under vllm when the client view was added after the run)."""
+    sc = Scenario(workload="sharegpt", rate=20.0, concurrency=16, num_requests=300, engine=engine)
+    res, _ = sc.run()
+    assert peak_in_flight(res.arrival_s, end_times(res)) == 16
+
+
+# --------------------------------------------------------------------------- saturation
+
+
+def test_saturated_open_loop_reports_what_the_server_delivers():
+    """One seat, prompts of 10 and 3 output tokens: service S = d(10) + 2 d(1) = 3.012 s. Sent at
+    1 req/s (vLLM's schedule, 60 requests, the last at 60 s), three times what the server
+    serves: it is busy from the first arrival t_0 on, so the last request ends at t_0 + 60 S
+    and the throughput is 60 / (t_0 + 60 S) ~ 1/S = 0.332 req/s, not the offered 1 req/s."""
+    n = 60
+    s_time = d(10) + 2 * d(1)
+    sched = arrivals(n, 1.0, rng=vllm_rng(0))
+    w = wl(sched, np.full(n, 10), np.full(n, 3), clock_start_s=0.0)
+    res = simulate(COST, w, cfg(max_num_seqs=1))
+    s = summarize(res)
+    assert s["completed"] == n
+    assert s["duration"] == pytest.approx(sched[0] + n * s_time, rel=1e-12)
+    assert s["request_throughput"] == pytest.approx(n / (sched[0] + n * s_time), rel=1e-12)
+    assert s["request_throughput"] < 1.0 / s_time < s["offered_rate"] == pytest.approx(1.0)
+    # the same stream at rate inf (the offline maximum) delivers the same per-second count
+    off = summarize(simulate(COST, wl(np.zeros(n), np.full(n, 10), np.full(n, 3)), cfg(max_num_seqs=1)))
+    assert off["request_throughput"] == pytest.approx(1.0 / s_time, rel=1e-12)
+
+
+def test_saturated_run_with_a_client_timeout_counts_successes():
+    """The same overload with a 20 s client timeout: a request either ends within 20 s of its
+    send or fails at exactly send + 20 s (aborted where it was: the queue or the batch); the
+    server never serves more than 1/S, and the run lasts until the last request ends or fails
+    (inference-perf's stage, vLLM's gather)."""
+    n = 60
+    s_time = d(10) + 2 * d(1)
+    sched = arrivals(n, 1.0, rng=vllm_rng(0))
+    w = wl(sched, np.full(n, 10), np.full(n, 3), clock_start_s=0.0)
+    res = simulate(COST, w, cfg(max_num_seqs=1), client=ClientView(timeout_s=20.0))
+    s = summarize(res)
+    ok, failed = res.status == COMPLETED, res.status == REJECTED
+    assert ok.sum() + failed.sum() == n and failed.sum() > n / 2
+    assert (res.finish_s[ok] - res.arrival_s[ok] <= 20.0 + 1e-9).all()
+    np.testing.assert_allclose(res.failed_s[failed], res.arrival_s[failed] + 20.0, rtol=1e-12)
+    assert s["duration"] == pytest.approx(max(np.nanmax(res.finish_s), np.nanmax(res.failed_s)))
+    assert s["request_throughput"] == pytest.approx(ok.sum() / s["duration"])
+    assert s["request_throughput"] <= 1.0 / s_time
+    # while the queue is short the server ends a request every S; once the wait nears 20 s
+    # the head of the queue is admitted and then aborted part-way (its first token came, its
+    # last could not): work thrown away, as the overloaded dev_serving reasoning runs show
+    fin = np.sort(res.finish_s[ok])
+    assert np.allclose(np.diff(fin[:10]), s_time)
+    assert (failed & np.isfinite(res.first_token_s)).sum() > 0
+
+
+def test_cli_flags_reach_the_scenario():
+    """--request-timeout and vLLM's ramp-up flags on the command line (one-line errors)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from simulator.cli.commands import main
+
+    base = ["simulate", "-w", "random", "--input-len", "256", "--output-len", "150", "-n", "60", "--json"]
+    r = CliRunner().invoke(main, [*base, "-r", "40", "--request-timeout", "1.5"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    assert s["completed"] > 0 and s["failed"] > 0 and set(s["failed_reasons"]) == {"client timeout: not finished 1.5 s after it was sent"}
+    assert s["p99_e2el_ms"] <= 1500.0
+    r = CliRunner().invoke(main, [*base, "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1",
+                                  "--ramp-up-end-rps", "9"])
+    assert r.exit_code == 0, r.output
+    # the ramp's delays summed: the mean gap over the ramp is about the mean of 1/r_i
+    rates = np.linspace(1, 9, 60)
+    assert json.loads(r.stdout)["offered_rate"] == pytest.approx(60 / np.sum(1 / rates), rel=0.3)
+    for extra, msg in ((["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1"], "ramp_up_end_rps: missing"),
+                       (["--request-timeout", "0"], "request_timeout_s")):
+        r = CliRunner().invoke(main, [*base, *extra])
+        assert r.exit_code != 0 and msg in r.output, r.output
