@@ -24,7 +24,7 @@ from simulator.specs.checks import SpecError
 from simulator.specs.fields import _did_you_mean
 
 #: scenario settings a pool may override
-POOL_KEYS = ("hardware", "tp", "pp", "ep", "pp_microbatches", "expert_imbalance", "weight_dtype", "activation_dtype", "kv_dtype", "ideal", "efficiency",
+POOL_KEYS = ("hardware", "tp", "pp", "ep", "pp_microbatches", "expert_imbalance", "dp_attention", "weight_dtype", "activation_dtype", "kv_dtype", "ideal", "efficiency",
              "router", "max_num_seqs", "max_num_batched_tokens", "scheduler", "block_size",
              "gpu_memory_utilization", "max_model_len", "kv_capacity_tokens")
 LINK_KEYS = ("kind", "bandwidth_bytes_per_s", "efficiency", "latency_s", "overhead_s")

@@ -191,10 +191,14 @@ class Validator:
 
         metric = row["metric"]
         cost, _, _, out_len, note = self.static_setting(row)
-        key = ("static", id(cost), row["batch_size"], row["input_len"], out_len)
+        # a static row's max_num_tokens is the engine's prompt tokens per forward pass
+        # (llama-bench -b): the prefill runs in pieces of it
+        chunk = row.get("max_num_tokens")
+        key = ("static", id(cost), row["batch_size"], row["input_len"], out_len, chunk)
         if key not in self._pred:
             try:
-                self._pred[key] = predict_static(cost, row["batch_size"], row["input_len"], out_len)
+                self._pred[key] = predict_static(cost, row["batch_size"], row["input_len"], out_len,
+                                                 prefill_chunk_tokens=chunk)
             except SpecError as e:
                 raise SkipRow(str(e)) from None
         pred = self._pred[key]

@@ -470,6 +470,16 @@ def print_calibration(res: dict[str, Any], file: str, out: str, ops: str | None)
     click.echo(f"wrote {out}")
 
 
+def _kv_gain_words(g: dict[str, Any]) -> str:
+    """Where a KV format's throughput change comes from, in words."""
+    step = g["from_step_time_same_batch"]
+    if step <= 1.0:
+        return ("the gain comes from the admitted batch, not from bandwidth (the same batch steps "
+                f"{(1.0 / step - 1.0) * 100:.1f} % slower)")
+    return (f"the gain comes from the admitted batch and from the smaller KV read (the same batch steps "
+            f"{(1.0 - 1.0 / step) * 100:.1f} % faster)")
+
+
 def print_kv_whatif(r: dict[str, Any], static_only: bool, out_dir: str | None) -> None:
     """`llmsim whatif kv-dtype`: one row per KV-cache format, ratios to the first."""
     click.echo(f"KV-cache format what-if: {r['model']} on {r['hardware']} tp={r['tp']}, {r['workload']} "
@@ -488,6 +498,18 @@ def print_kv_whatif(r: dict[str, Any], static_only: bool, out_dir: str | None) -
                      "x   ": fmt(q["slo_capacity_rate"], ".2f")})
     click.echo(table(rows))
     click.echo("(x = ratio to the first format; batch = min(max_num_seqs, concurrent sequences))")
+    ref = r["values"][0]
+    for v in r["values"][1:]:
+        g, q = v.get("gain") or {}, v["ratios"]
+        if g.get("from_admitted_batch") is None or g.get("from_step_time_same_batch") is None:
+            continue
+        click.echo(f"{v['kv_dtype']} vs {ref['kv_dtype']}: capacity x{fmt(q['kv_capacity_tokens'], '.2f')}; "
+                   f"latency (TPOT) x{fmt(q['tpot_ms_batch1'], '.3f')} at batch 1 and "
+                   f"x{fmt(q['tpot_ms_reference_batch'], '.3f')} at batch {v['reference_batch']}; decode throughput "
+                   f"x{fmt(g['total'], '.2f')} = admitted batch x{fmt(g['from_admitted_batch'], '.2f')} "
+                   f"({ref.get('capacity_batch')} -> {v.get('capacity_batch')}) and step time at the same batch "
+                   f"x{fmt(g['from_step_time_same_batch'], '.2f')}: {_kv_gain_words(g)}. "
+                   f"Attention: {v.get('attention_path')}")
     for v in r["values"]:
         if v.get("reason"):
             click.echo(f"{v['kv_dtype']}: {v['reason']}")
