@@ -4,14 +4,17 @@
 (`catalog.load_model`, `catalog.load_hardware`) and fills the defaults the CLI, scenarios and
 notebooks share: the weight dtype is the model's own, and the KV cache is bf16 unless the
 activations are narrower (then it follows them). `load_any_spec` (`llmsim show`) takes a
-reference that may name either a model or an accelerator.
+reference that may name either a model or an accelerator. `make_speculative` adds a
+`--speculative-config`'s draft to a cost model (a draft model is looked up here).
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from simulator.cost.roofline import CostModel
+from simulator.cost.speculative import SpeculativeDecoding
 from simulator.specs.catalog import load_hardware, load_model
 from simulator.specs.checks import SpecError, check_choice
 from simulator.specs.dtypes import DTYPES, DTypes
@@ -45,7 +48,25 @@ def make_cost_model(model: str | os.PathLike | ModelSpec, hardware: str | os.Pat
                      ideal=ideal, efficiency=efficiency, link_dtype=link_dtype)
 
 
-__all__ = ["load_any_spec", "make_cost_model"]
+def make_speculative(target: CostModel, config: Any) -> SpeculativeDecoding | None:
+    """Speculative decoding on the replica priced by `target` (`cost/speculative.py`) from a
+    `--speculative-config` (JSON text, a mapping or a checked `SpeculativeConfig`); None when
+    off. A draft model (method draft_model) is looked up here, by catalog id or file."""
+    from simulator.specs.speculative import SpeculativeConfig, parse_speculative_config
+
+    cfg = config if isinstance(config, SpeculativeConfig) else parse_speculative_config(config)
+    if cfg is None:
+        return None
+    draft = None
+    if cfg.method == "draft_model":
+        try:
+            draft = load_model(str(cfg.model))
+        except SpecError as e:
+            raise SpecError(f"speculative_config.model: {e}") from None
+    return SpeculativeDecoding(target, cfg, draft)
+
+
+__all__ = ["load_any_spec", "make_cost_model", "make_speculative"]
 
 
 #: keys only a hardware YAML has (a YAML with any of them is read as hardware by `load_any_spec`)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.cost.roofline import CostModel
+from simulator.cost.speculative import SpeculativeDecoding
 from simulator.deployment import check_deployment, kv_link, parse_disagg, price_per_hour
 from simulator.metrics.energy import run_energy
 from simulator.metrics.slo import goodput_ms, parse_goodput
@@ -49,18 +50,20 @@ from simulator.profiles.apply import (
     sglang_seats,
 )
 from simulator.profiles.profile import load_engine
-from simulator.resolve import make_cost_model
+from simulator.resolve import make_cost_model, make_speculative
 from simulator.serving.disagg import simulate_disagg, transfer_summary
 from simulator.serving.pool import ROUTERS
 from simulator.serving.records import SimResult
 from simulator.serving.sched.registry import SCHEDULERS, EngineConfig
 from simulator.serving.simulate import simulate
+from simulator.serving.speculative import SPECULATIVE_SCHEDULERS, spec_decode_summary
 from simulator.specs.catalog import load_hardware, load_model, read_yaml
 from simulator.specs.checks import SpecError, check_int
 from simulator.specs.dtypes import DTYPES
 from simulator.specs.fields import _did_you_mean
 from simulator.specs.hardware import HardwareSpec
 from simulator.specs.model import ModelSpec
+from simulator.specs.speculative import normalise_speculative_config
 from simulator.workloads import workload as wl
 from simulator.workloads.named import (
     DEFAULT_NUM_REQUESTS,
@@ -150,6 +153,9 @@ class Scenario:
     #: the named workload's own parameters (`workloads.named.NAMED_WORKLOADS`, e.g. shared-prefix's
     #: num_groups); a scenario YAML and `replace` also take them as top-level keys
     workload_params: dict = field(default_factory=dict)
+    #: vLLM's --speculative-config (a mapping or its JSON text; `specs/speculative.py`): speculative
+    #: decoding simulated in the engine (`serving/speculative.py`); None: off
+    speculative_config: dict | None = None
     #: the engine settings that were left unset (filled from the profile); not a setting
     auto_fields: frozenset = field(default=frozenset(), init=False, repr=False, compare=False)
 
@@ -224,6 +230,19 @@ class Scenario:
             check_deployment(self.deployment)
         # any spelling (mapping, "ttft:500 e2el:2000", a list of items) -> {metric: ms}; validates
         object.__setattr__(self, "goodput", goodput_ms(self.goodput))
+        self._check_speculative()
+
+    def _check_speculative(self) -> None:
+        """--speculative-config parsed (JSON text to a mapping) and checked against the rest."""
+        spec = normalise_speculative_config(self.speculative_config)
+        object.__setattr__(self, "speculative_config", spec)
+        if spec is None:
+            return
+        if self.disagg is not None:
+            raise SpecError("speculative_config: speculative decoding with --disagg is not modelled")
+        if self.scheduler not in SPECULATIVE_SCHEDULERS:
+            raise SpecError(f"speculative_config: speculative decoding is modelled under vLLM V1's scheduler "
+                            f"({', '.join(SPECULATIVE_SCHEDULERS)}), not {self.scheduler!r}")
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -333,6 +352,18 @@ class Scenario:
                                expert_imbalance=self.expert_imbalance, link_dtype=link_dtype,
                                dp_attention=self.dp_attention)
 
+    def speculative(self, cost: CostModel | None = None) -> SpeculativeDecoding | None:
+        """Speculative decoding on this scenario's replica (None when off): the draft priced on
+        `cost` (default: `cost_model()`). Under an engine profile whose KV rule is not vLLM's it
+        is refused (the draft's share of memory is priced with vLLM's rule)."""
+        if self.speculative_config is None:
+            return None
+        if self.engine is not None and load_engine(self.engine).limits.kv_memory_rule != "total_fraction":
+            raise SpecError(f"speculative_config: modelled with vLLM's KV memory rule; engine "
+                            f"{load_engine(self.engine).id!r} sizes KV by another rule")
+        return make_speculative(cost or self.cost_model(), dict(self.speculative_config, seed=self.speculative_config.get(
+            "seed", self.seed)))
+
     def engine_config(self, cost: CostModel | None = None) -> EngineConfig:
         """The scheduler limits; under an engine profile whose KV rule is not vLLM's, the KV
         capacity from that rule (`profiles.apply.profile_kv_tokens`, priced on `cost`)."""
@@ -422,7 +453,9 @@ class Scenario:
         try:
             w, note = (workload, "") if workload is not None else self.make_workload_noted()
             client = client_view_for(load_engine(self.engine)) if self.engine is not None else None
-            res = simulate(cost, w, self.engine_config(cost), self.replicas, self.router, progress, client)
+            spec = self.speculative(cost)
+            res = simulate(cost, w, self.engine_config(cost), self.replicas, self.router, progress, client,
+                           speculative=spec)
         except MemoryError:
             raise SpecError(f"num_requests: {self.num_requests} requests do not fit in this machine's "
                             "memory (about 80 bytes each); simulate fewer") from None
@@ -441,8 +474,11 @@ class Scenario:
         summary.update(chars_summary(w, res.status == 1, summary["duration"]))
         if w.bad_rows:
             summary["bad_rows_skipped"] = w.bad_rows
-        if cost.notes:
-            summary["notes"] = list(cost.notes)
+        if "speculative" in res.meta:
+            summary.update(spec_decode_summary(res.meta["speculative"]))
+        notes = list(cost.notes) + (spec.notes if spec is not None else [])
+        if notes:
+            summary["notes"] = notes
         return res, summary
 
 

@@ -164,16 +164,16 @@ def test_disagg_refuses_the_cap():
 
 def test_vllm_result_carries_max_concurrency():
     sc = Scenario(workload="random", rate=20.0, concurrency=8, num_requests=20, input_len=128, output_len=8)
-    res, summary = sc.run()
-    out = result_json(sc, res, summary, "llama-3.1-8b", version="x",
+    res, _ = sc.run()
+    out = result_json(sc, res, "llama-3.1-8b", version="x",
                       percentile_metrics="ttft,client_queue_time,e2el_including_client_queue")
     assert out["max_concurrency"] == 8 and out["request_rate"] == 20.0
     assert out["mean_client_queue_time_ms"] == pytest.approx(float(np.nanmean(res.client_queue_s)) * 1e3)
     assert "-concurrency8-" in result_filename(out)
     uncapped = Scenario(workload="random", rate=20.0, num_requests=20, input_len=128, output_len=8)
-    r2, s2 = uncapped.run()
+    r2, _ = uncapped.run()
     with pytest.raises(SpecError, match="needs --max-concurrency"):
-        result_json(uncapped, r2, s2, "llama-3.1-8b", version="x", percentile_metrics="client_queue_time")
+        result_json(uncapped, r2, "llama-3.1-8b", version="x", percentile_metrics="client_queue_time")
 
 
 def test_cli_line_runs():

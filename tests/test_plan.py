@@ -1,6 +1,6 @@
 """`llmsim plan` and the what-ifs: KV capacity under KV quantization, the plan's ranking and
-replica arithmetic, speculative decoding priced by the step-cost function, models that do
-not fit, and the commands' JSON and files."""
+replica arithmetic, models that do not fit, and the commands' JSON and files (speculative
+decoding: tests/test_speculative.py)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from simulator.analysis.plan import plan
-from simulator.analysis.whatif import (
-    SpeculativeCostModel,
-    expected_tokens,
-    hardware_whatif,
-    kv_dtype_whatif,
-    make_speculative_cost,
-    speculative_whatif,
-)
+from simulator.analysis.whatif import hardware_whatif, kv_dtype_whatif
 from simulator.cli.commands import main
 from simulator.scenario import Scenario
 
@@ -118,59 +111,6 @@ def test_model_that_does_not_fit_is_listed_with_reason():
     assert row["fits"] is False and "does not fit" in row["reason"]
 
 
-# --------------------------------------------------------------------------- speculative decoding
-
-
-def _target70() -> Scenario:
-    return Scenario(model="llama-3.1-70b", hardware="h100-sxm", tp=4, workload="random", input_len=IN_LEN,
-                    output_len=OUT_LEN, num_requests=100, rate=4.0, seed=2)
-
-
-def test_expected_tokens():
-    assert expected_tokens(4, 0.0) == 1.0
-    assert expected_tokens(4, 1.0) == 5.0
-    assert expected_tokens(3, 0.5) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
-
-
-def test_speculative_with_acceptance_zero_is_never_faster():
-    sc = _target70()
-    r = speculative_whatif(sc, "llama-3.1-8b", gamma=4, acceptance=0.0, batch_sizes=[1, 2, 8, 32, 64, 128, 256])
-    assert all(x["speculative_tpot_ms"] >= x["plain_tpot_ms"] for x in r["static"])
-    assert r["crossover_batch"] == 1 and r["pays_at_batch1"] is False
-    u = r["under_load"]
-    assert u["speculative"]["at_rate"]["mean_tpot_ms"] >= u["plain"]["at_rate"]["mean_tpot_ms"]
-    assert u["speculative"]["offline_max_throughput"] <= u["plain"]["offline_max_throughput"]
-    # the step-cost wrapper itself, on decode-only and mixed (chunked-prefill) steps
-    spec = make_speculative_cost(sc, "llama-3.1-8b", 4, 0.0)
-    plain = spec.target.step_time
-    for B, p, chunk, cached in ((1, 300, 0, 0), (16, 1000, 0, 0), (64, 2000, 512, 0), (200, 500, 2048, 1024)):
-        T, Ad, R = B + chunk, B * (p + 0.5), B * (p + 1) + chunk + cached
-        Ap = chunk * (cached + chunk / 2)
-        S = B + (1 if chunk else 0)
-        assert spec.step_time(T, S, Ad, Ap, R, None, None, cached if chunk else 0.0) >= plain(
-            T, S, Ad, Ap, R, None, None, cached if chunk else 0.0)
-
-
-def test_decode_count_is_recovered_from_step_statistics():
-    spec = make_speculative_cost(_target70(), "llama-3.1-8b", 3, 0.6)
-    assert isinstance(spec, SpeculativeCostModel)
-    B, p = 24, 700.0
-    got = spec.step_time(B, B, B * (p + 0.5), 0.0, B * (p + 1))
-    assert got == pytest.approx(spec.round_time(B, B * p) / expected_tokens(3, 0.6))
-    # vectorised form agrees with the scalar one
-    arr = spec.step_times([B, B], [B, B], [B * (p + 0.5), B * (p + 1.5)], 0.0, [B * (p + 1), B * (p + 2)])
-    assert arr[0] == pytest.approx(got)
-
-
-def test_speculative_pays_at_batch1_and_stops_paying_at_large_batch():
-    r = speculative_whatif(_target70(), "llama-3.1-8b", gamma=4, acceptance=0.8, load=False)
-    assert r["pays_at_batch1"] is True and r["speedup_batch1"] > 1.2
-    assert r["crossover_batch"] is not None and 1 < r["crossover_batch"] <= 256
-    assert r["static"][-1]["pays"] is False
-    # the draft's weights and KV come out of the target's KV budget
-    assert r["kv_capacity_tokens"]["speculative"] < r["kv_capacity_tokens"]["plain"]
-
-
 # --------------------------------------------------------------------------- CLI
 
 
@@ -215,20 +155,6 @@ def test_cli_whatif_kv_dtype(tmp_path):
     assert r["values"][1]["ratios"]["kv_capacity_tokens"] == pytest.approx(2.0, rel=0.02)
     for name in ("kv_dtype.json", "kv_dtype.csv", "kv_dtype.png"):
         assert (out / name).stat().st_size > 0
-
-
-def test_cli_whatif_speculative(tmp_path):
-    out = tmp_path / "spec"
-    res = _run(["whatif", "speculative", "-m", "llama-3.1-70b", "--tp", "4", "-w", "random", "--input-len", "256",
-                "--output-len", "32", "-n", "40", "-r", "2", "--draft-model", "llama-3.1-8b", "--gamma", "4",
-                "--acceptance", "0.7", "--max-batch", "64", "--json", "--out", str(out)])
-    r = json.loads(res.output)
-    assert len(r["static"]) == 64 and "under_load" in r
-    for name in ("speculative.json", "speculative.csv", "speculative.png"):
-        assert (out / name).stat().st_size > 0
-    text = _run(["whatif", "speculative", "-m", "llama-3.1-70b", "--tp", "4", "--draft-model", "llama-3.1-8b",
-                 "--static-only"]).output
-    assert "stops paying at batch" in text
 
 
 def test_cli_whatif_hardware(tmp_path):

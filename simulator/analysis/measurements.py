@@ -23,6 +23,7 @@ from simulator.specs.checks import (
     MAX_BATCH,
     MAX_REQUESTS,
     MAX_RESULT_BYTES,
+    MAX_RESULT_NODES,
     MAX_TOKENS,
     SpecError,
     check_int,
@@ -289,7 +290,7 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
     p = check_path("path", path)
     _check_vllm_args(tp=tp, pp=pp, num_gpus=num_gpus, max_num_seqs=max_num_seqs, input_len=input_len,
                      output_len=output_len, max_num_batched_tokens=max_num_batched_tokens)
-    data = load_json(p, MAX_RESULT_BYTES, "vllm bench serve result")
+    data = load_json(p, MAX_RESULT_BYTES, "vllm bench serve result", MAX_RESULT_NODES)
     if not isinstance(data, dict):
         raise SpecError(f"{p}: expected a JSON object (a vllm bench serve result)")
     found = [k for k in _VLLM_KEYS if is_number(data.get(k))]
@@ -327,6 +328,13 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
     engine = str(data.get("backend") or "vllm")
     if engine == "llmsim":  # llmsim's own saved run: the engine profile it ran under
         saved = data.get("llmsim_scenario")
+        if isinstance(saved, str):  # written as --metadata text (cli/vllm_result.py)
+            import json
+
+            try:
+                saved = json.loads(saved)
+            except ValueError:
+                saved = None
         engine = str((saved.get("engine") if isinstance(saved, dict) else None) or "generic")
     base = {
         "source": f"{p.name} (vllm bench serve, backend {data.get('backend', '?')}, {data.get('date', 'undated')})",

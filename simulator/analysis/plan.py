@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeGuard
 
 from simulator.analysis.executors import Executor
-from simulator.analysis.sweep import sweep
+from simulator.analysis.sweep import planned_points, sweep
 from simulator.scenario import Scenario
 from simulator.specs.catalog import load_hardware, load_model
 from simulator.specs.checks import SpecError, check_int
@@ -115,23 +115,34 @@ def _blocks(keys: Sequence[_Key]) -> list[tuple[list[str], list[int], list[str],
 
 
 class _Offset:
-    """Progress over several sweep calls: (done, total) accumulated across calls."""
+    """Progress over several sweep calls: (done, total) accumulated across calls, the total
+    including the planned size of the sweeps still to come (`plan`), so that it is known
+    before the first simulation runs."""
 
     def __init__(self, progress: Callable[[int, int], None] | None) -> None:
         self.progress = progress
         self.base_done = 0
         self.base_total = 0
         self.last = (0, 0)
+        self.ahead: list[int] = []  # planned simulations of the sweeps after the current one
+
+    def plan(self, sizes: list[int]) -> None:
+        """The planned sizes of the sweeps to run, in order (`sweep.planned_points`)."""
+        self.ahead = list(sizes[1:])
+        if self.progress:
+            self.progress(self.base_done, self.base_total + sum(sizes))
 
     def __call__(self, done: int, total: int) -> None:
         self.last = (done, total)
         if self.progress:
-            self.progress(self.base_done + done, self.base_total + total)
+            self.progress(self.base_done + done, self.base_total + total + sum(self.ahead))
 
     def next_call(self) -> None:
         self.base_done += self.last[0]
         self.base_total += self.last[1]
         self.last = (0, 0)
+        if self.ahead:
+            self.ahead.pop(0)
 
 
 #: the largest target rate (req/s) plan sizes a fleet for: 10 million requests/s
@@ -253,15 +264,17 @@ def _slo_capacities(base: Scenario, base1: Scenario, feasible_keys: list[_Key],
     groups: dict[int | None, list[_Key]] = {}
     for key in feasible_keys:
         groups.setdefault(None if key[4] == base1.ep else key[1], []).append(key)
-    for ep, keys in groups.items():
-        for hws, tpl, wds, kvs in _blocks(keys):
-            dims: list[tuple[str, list[Any]]] = [("hardware", hws), ("tp", tpl), ("weight_dtype", wds),
-                                                 ("kv_dtype", kvs), *([("ep", [ep])] if ep is not None else [])]
-            res = sweep(base1, "auto", dims, ex, prog, slo_target=slo_target, tol=tol)
-            prog.next_call()
-            for info in res["curves"]:
-                v = info["values"]
-                curves[(v["hardware"], v["tp"], v["weight_dtype"], v["kv_dtype"], v.get("ep", base1.ep))] = info
+    blocks = [(ep, b) for ep, keys in groups.items() for b in _blocks(keys)]
+    prog.plan([planned_points(len(h) * len(t) * len(w) * len(k), "auto", bool(base1.goodput), tol)
+               for _, (h, t, w, k) in blocks])
+    for ep, (hws, tpl, wds, kvs) in blocks:
+        dims: list[tuple[str, list[Any]]] = [("hardware", hws), ("tp", tpl), ("weight_dtype", wds),
+                                             ("kv_dtype", kvs), *([("ep", [ep])] if ep is not None else [])]
+        res = sweep(base1, "auto", dims, ex, prog, slo_target=slo_target, tol=tol)
+        prog.next_call()
+        for info in res["curves"]:
+            v = info["values"]
+            curves[(v["hardware"], v["tp"], v["weight_dtype"], v["kv_dtype"], v.get("ep", base1.ep))] = info
     for key in feasible_keys:
         info = curves[key]
         row = rows[key]

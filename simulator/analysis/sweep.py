@@ -309,20 +309,51 @@ def _check_curve(label: str, sc: Scenario) -> None:
 
 
 class _Counter:
-    def __init__(self, progress: Callable[[int, int], None] | None) -> None:
+    """Simulations done and to do, reported as (done, total). The total is known before the
+    first simulation runs (`planned`, from `planned_points`), so a progress bar's ETA is right
+    from the start; it grows only if the run needs more than planned (the grid extended past
+    an unsaturated top rate) and drops to the real count when a phase needs fewer (`settle`)."""
+
+    def __init__(self, progress: Callable[[int, int], None] | None, planned: int = 0) -> None:
         self.progress = progress
         self.done = 0
         self.total = 0
+        self.planned = planned
+
+    def report(self) -> None:
+        if self.progress:
+            self.progress(self.done, max(self.total, self.planned))
 
     def add(self, n: int) -> None:
         self.total += n
-        if self.progress:
-            self.progress(self.done, self.total)
+        self.report()
 
     def __call__(self) -> None:
         self.done += 1
-        if self.progress:
-            self.progress(self.done, self.total)
+        self.report()
+
+    def settle(self, still_planned: int) -> None:
+        """A phase ended: what is left of the plan is `still_planned` more simulations."""
+        self.planned = self.total + still_planned
+        self.report()
+
+
+def _probes_to_close(lo: float, hi: float, tol: float) -> int:
+    """Bisection probes until (hi - lo) <= tol x lo, when every probe is bad (the most)."""
+    n = 0
+    while hi - lo > tol * lo and n < MAX_BISECTION_PROBES:
+        hi, n = 0.5 * (lo + hi), n + 1
+    return n
+
+
+def planned_points(curves: int, rates: Sequence[float] | str, slos: bool, tol: float) -> int:
+    """Simulations a sweep of `curves` curves is expected to run: per curve the offline run,
+    the grid and, with SLOs, the bisection probes of its widest neighbouring grid gap (the
+    capacity's bracket is two neighbouring grid rates). Auto grids are not planned to extend
+    (1.2x the offline max throughput saturates)."""
+    grid = [float(f) for f in AUTO_FRACTIONS] if isinstance(rates, str) else sorted(float(r) for r in rates)
+    probes = max((_probes_to_close(a, b, tol) for a, b in zip(grid, grid[1:], strict=False)), default=0)
+    return curves * (1 + len(grid) + (probes if slos else 0))
 
 
 def _auto_grid(x_max: float) -> list[float]:
@@ -541,10 +572,12 @@ def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
     curves = _curves(scenario, sweeps)
     for label, _, sc in curves:
         _check_curve(label, sc)
-    run = _Runner([sc.as_dict() for _, _, sc in curves], executor or Executor(), _Counter(progress), store)
+    slos = scenario.goodput
+    count = _Counter(progress, planned_points(len(curves), rates, bool(slos), tol))
+    run = _Runner([sc.as_dict() for _, _, sc in curves], executor or Executor(), count, store)
+    count.report()  # the planned total, before the first simulation
     offline, results = _grid_points(curves, rates, run)
     metric = KNEE_METRICS[knee_metric]
-    slos = scenario.goodput
     infos = [_curve_info(label, values, results[c], offline[c], sc.num_requests, metric, slo_target, tol)
              for c, (label, values, sc) in enumerate(curves)]
     brackets: dict[int, list[float]] = {}
@@ -555,7 +588,9 @@ def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
         bracket = _slo_bracket(info, results[c], slo_target)
         if bracket is not None:
             brackets[c] = bracket
+    count.settle(sum(_probes_to_close(lo, hi, tol) for lo, hi in brackets.values()))
     _bisect(brackets, results, infos, run, slo_target, tol)
+    count.settle(0)
     for c, (info, (_, _, sc)) in enumerate(zip(infos, curves, strict=True)):
         _warn_capacity_above_saturation(info, sc.num_requests)
         at = [p for p in results[c] if info["slo_capacity"] is not None and p["rate"] == info["slo_capacity"]]
@@ -585,6 +620,7 @@ def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
 
 
 __all__ = [
+    "planned_points",
     "parse_rates",
     "parse_sweep",
     "run_point",

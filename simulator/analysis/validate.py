@@ -1,9 +1,11 @@
 """Agree with real servers: compare the model's predictions with measured numbers.
 
 Inputs are rows in the format of `docs/measurement_schema.md` (one measured
-number per row, with its exact settings) read by `read_measurements`, or a `vllm bench serve`
+number per row, with its exact settings) read by `read_measurements`, a `vllm bench serve`
 result JSON turned into such rows by `read_vllm_result` (the model, hardware and engine
-settings come from the caller: the JSON does not record them).
+settings come from the caller: the JSON does not record them), or a GuideLLM, inference-perf
+or AIPerf result read by `result_files` (its rows carry the run the file describes, `run`,
+priced by `result_files.predict_metric` with the tool's own metric definitions).
 
 `Validator.predict_row(row)` prices one row:
 
@@ -37,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.analysis import serving_rows
+from simulator.analysis import result_files, serving_rows
 from simulator.analysis.measurements import (
     ASSUMED_DECODE_LEN,
     DEFAULT_NUM_REQUESTS,
@@ -218,6 +220,11 @@ class Validator:
         pct = metric_percentile(metric)
         if metric not in SERVING_METRICS and pct is None:
             raise SkipRow(f"metric {metric} is defined for static_batch only")
+        if row.get("run") is not None:  # a GuideLLM / inference-perf / AIPerf run, rebuilt from its file
+            try:
+                return result_files.predict_metric(self, row, self.profile_of(row))
+            except SpecError as e:
+                raise SkipRow(str(e)) from None
         ds = (row.get("dataset") or "").strip()
         if serving_rows.is_serving_run_row(row) and ds.lower() not in self.workloads:
             try:  # an inference-perf shared-prefix run: serving_rows maps it

@@ -14,12 +14,11 @@ exactly what they mean in `llmsim predict`, `simulate` and `sweep`:
   (`Efficiency.kv_dequant_rate_by_kv_dtype`, fitted per engine and chip family), so the same
   batch steps slower, as measured (fp8/fp16 latency 1.0-1.3 on H100 and 1.2-4.9 on A100 under
   vLLM V0).
-* `speculative_whatif(base, draft_model, gamma, acceptance)`: speculative decoding priced by
-  the step-cost function (`SpeculativeCostModel`): a decode round of B sequences costs
-  gamma draft steps (the draft's CostModel, B tokens each) plus one target verify step over
-  gamma+1 tokens per sequence, and emits (1 - a^(g+1)) / (1 - a) tokens per sequence on
-  average. Static TPOT vs batch size (where it stops paying), then plain vs speculative
-  under load.
+* `speculative_whatif(base, speculative_config)`: speculative decoding simulated in the engine
+  (`serving/speculative.py`: drafts priced per step, gamma+1 tokens verified per sequence,
+  per-position acceptance drawn per request) against concurrency: per-user speed (1000 / mean
+  TPOT) and total output throughput, plain and speculative, and the concurrency where the
+  speedup falls below 1 (the crossover), with the verify step's bound at each concurrency.
 * `hardware_whatif(base, ["h100-sxm", "h200-sxm", "b200"])`: the same workload on each
   accelerator: fit, latency at the base rate, saturation, SLO capacity, $/hour, $/M tokens.
 
@@ -28,22 +27,15 @@ Pure: no printing, no files.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
-
-import numpy as np
 
 from simulator.analysis.executors import Executor
 from simulator.analysis.plan import normalise_prices
 from simulator.analysis.sweep import run_point, sweep
-from simulator.cost.memory import MemoryPlan, kv_bytes_per_gpu_token, weights_bytes_per_gpu
 from simulator.cost.predict import predict_static
-from simulator.cost.roofline import CostModel
-from simulator.metrics.summary import summarize
+from simulator.cost.stepbatch import StepBatch
 from simulator.scenario import Scenario
-from simulator.serving.simulate import simulate
 from simulator.specs.catalog import load_hardware
 from simulator.specs.checks import SpecError, check_int, is_number
 from simulator.specs.dtypes import DTYPE_BYTES
@@ -141,7 +133,7 @@ def kv_dtype_whatif(base: Scenario, values: Sequence[str] = ("bf16", "fp8", "int
     }
 
 
-def _attention_path(cost: CostModel, kv_dtype: str) -> str:
+def _attention_path(cost: Any, kv_dtype: str) -> str:
     """How the decode attention reads a `kv_dtype` cache on this chip and engine: natively (the
     smaller read), or converted to the activation format by a kernel without a native path."""
     eff = cost.hardware.efficiency
@@ -166,233 +158,129 @@ def _gain_split(q: dict[str, float | None]) -> dict[str, float | None]:
 
 # --------------------------------------------------------------------------- speculative decoding
 
-
-def expected_tokens(gamma: int, acceptance: float) -> float:
-    """Tokens a verify step emits per sequence on average: (1 - a^(g+1)) / (1 - a) (g+1 at a = 1)."""
-    if acceptance >= 1.0:
-        return float(gamma + 1)
-    return (1.0 - acceptance ** (gamma + 1)) / (1.0 - acceptance)
+#: concurrencies the speculative what-if tries by default (capped at max_num_seqs)
+SPEC_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
-class SpeculativeCostModel:
-    """A CostModel stand-in whose decode costs are those of speculative decoding, amortised.
-
-    The engine still emits one token per sequence per step; a step's decode part costs
-    (gamma x draft step + verify step) / E[tokens] instead of one plain decode step, so the
-    simulated throughput and mean TPOT are those of speculative decoding. Not modelled: the
-    burstiness of token emission (a verify step emits 1..gamma+1 tokens at once), so ITL
-    percentiles are smoothed; the draft's catch-up forward over the accepted tokens; and
-    rejected-token KV writes. A step with prefill chunks costs the plain step plus the
-    difference between the speculative and plain prices of its decode part.
-
-    Decode sequences in a step are recovered exactly from the step statistics:
-    B_d = 2 (Ad + T - R + Pc) (every decode contributes 1/2, every prefill chunk 0) and
-    their cached tokens sum_p = Ad - B_d / 2. With sliding-window layers a mixed step's
-    windowed sums are estimated from the mean context.
-
-    Memory: the draft's weights (per GPU, at `draft.par.tp`) and its KV cache come out of
-    the target's KV budget: tokens = (budget - draft weights) / (target + draft KV per token).
-    """
-
-    def __init__(self, target: CostModel, draft: CostModel, gamma: int, acceptance: float) -> None:
-        check_int("gamma", gamma, note="(draft tokens per step)")
-        if not (is_number(acceptance) and 0.0 <= acceptance <= 1.0):
-            raise SpecError(f"acceptance: {acceptance!r} must be a rate in [0, 1]")
-        self.target = target
-        self.draft = draft
-        self.gamma = gamma
-        self.acceptance = float(acceptance)
-        self.expected_tokens = expected_tokens(gamma, acceptance)
-        self.model = target.model
-        self.hardware = target.hardware
-        self.par = target.par
-        self.dtypes = target.dtypes
-        self.gemm_dtype = target.gemm_dtype
-        self.notes = list(target.notes) + [
-            f"speculative decoding: draft {draft.model.id} (tp={draft.par.tp}), gamma={gamma}, "
-            f"acceptance={acceptance:g}, {self.expected_tokens:.3g} tokens per verify step; decode "
-            "cost amortised per emitted token (mean TPOT and throughput kept, emission burstiness not)"]
-        self._wt = target.model.sliding_window.window if target.model.sliding_window else None
-        self._wd = draft.model.sliding_window.window if draft.model.sliding_window else None
-
-    def __getattr__(self, name: str) -> Any:  # anything else (breakdown, ops, ...) is the target's
-        return getattr(self.target, name)
-
-    # ---- pricing
-    def draft_time(self, B: float, sum_p: float) -> float:
-        """gamma draft decode steps of B sequences with sum_p cached tokens (context grows by 1 a step)."""
-        st, W, g = self.draft.step_time, self._wd, self.gamma
-        t = 0.0
-        pbar = sum_p / B
-        for i in range(g):
-            Ad, R = sum_p + B * (i + 0.5), sum_p + B * (i + 1)
-            Aw = B * min(pbar + i + 0.5, W) if W else None
-            Rw = B * min(pbar + i + 1, W) if W else None
-            t += st(B, B, Ad, 0.0, R, Aw, Rw)
-        return t
-
-    def verify_time(self, B: float, sum_p: float) -> float:
-        """One target step over gamma+1 tokens per sequence (causal on the cached context),
-        LM head over all B (gamma+1) positions."""
-        q = self.gamma + 1
-        W = self._wt
-        pbar = sum_p / B
-        Ap = q * (sum_p + B * q / 2.0)
-        Aw = B * q * min(pbar + q / 2.0, W) if W else None
-        Rw = B * min(pbar + q, W) if W else None
-        return self.target.step_time(B * q, B * q, 0.0, Ap, sum_p + B * q, Aw, Rw, sum_p)
-
-    def round_time(self, B: float, sum_p: float) -> float:
-        """One speculative round: gamma draft steps + one verify step (seconds)."""
-        return self.draft_time(B, sum_p) + self.verify_time(B, sum_p)
-
-    def step_time(self, T: float, S: float, Ad: float = 0.0, Ap: float = 0.0, R: float = 0.0,
-                  Aw: float | None = None, Rw: float | None = None, Pc: float = 0.0) -> float:
-        plain = self.target.step_time
-        B = round(2.0 * (Ad + T - R + Pc))
-        if B <= 0:
-            return plain(T, S, Ad, Ap, R, Aw, Rw, Pc)
-        sum_p = max(Ad - 0.5 * B, 0.0)
-        spec = self.round_time(B, sum_p) / self.expected_tokens
-        if B >= T and Ap == 0.0:  # decode-only step
-            return spec
-        W = self._wt
-        pbar = sum_p / B
-        Awd = B * min(pbar + 0.5, W) if W else None
-        Rwd = B * min(pbar + 1.0, W) if W else None
-        dec = plain(B, B, Ad, 0.0, sum_p + B, Awd, Rwd, 0.0)
-        return plain(T, S, Ad, Ap, R, Aw, Rw, Pc) - dec + spec
-
-    def step_times(self, T: Any, S: Any, Ad: Any = 0.0, Ap: Any = 0.0, R: Any = 0.0,
-                   Aw: Any = None, Rw: Any = None, Pc: Any = 0.0) -> np.ndarray:
-        if Aw is None:
-            Aw = np.asarray(Ad, dtype=float) + np.asarray(Ap, dtype=float)
-        if Rw is None:
-            Rw = R
-        arrs = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (T, S, Ad, Ap, R, Aw, Rw, Pc)))
-        out = np.empty(arrs[0].shape)
-        flat = [a.ravel() for a in arrs]
-        res = out.reshape(-1)
-        for i in range(res.size):
-            res[i] = self.step_time(*(float(a[i]) for a in flat))
-        return out
-
-    def time(self, batch: Any) -> float:
-        return self.step_time(batch.T, batch.S, batch.Ad, batch.Ap, batch.R, batch.Aw, batch.Rw, batch.Pc)
-
-    # ---- memory
-    def memory(self, gpu_memory_utilization: float = 0.9, max_num_batched_tokens: int = 8192,
-               max_num_seqs: int = 256, seq_len: int | None = None) -> MemoryPlan:
-        mem = self.target.memory(gpu_memory_utilization, max_num_batched_tokens, max_num_seqs, seq_len)
-        d = self.draft
-        draft_w = weights_bytes_per_gpu(d.model, d.par, d.dtypes)
-        draft_kv = kv_bytes_per_gpu_token(d.model, d.par, d.dtypes.kv)
-        budget = mem.kv_budget_bytes_per_gpu - draft_w
-        per_tok = mem.kv_bytes_per_token_per_gpu + draft_kv
-        tokens = int(max(budget, 0.0) // per_tok)
-        fits = budget > 0 and tokens >= 16
-        msg = mem.message
-        if mem.fits and not fits:
-            msg = (f"{self.model.id} with draft {d.model.id} does not fit on {self.hardware.id} tp={self.par.tp}: "
-                   f"the draft's {draft_w / 1e9:.1f} GB of weights per GPU exceed the "
-                   f"{mem.kv_budget_bytes_per_gpu / 1e9:.1f} GB KV budget")
-        return dataclasses.replace(mem, kv_budget_bytes_per_gpu=budget, kv_bytes_per_token_per_gpu=per_tok,
-                                   kv_capacity_tokens=tokens, max_concurrent_sequences=tokens // mem.seq_len,
-                                   fits=fits and mem.fits, message=msg)
-
-
-def make_speculative_cost(base: Scenario, draft_model: str, gamma: int = 4, acceptance: float = 0.7,
-                          draft_tp: int | None = None) -> SpeculativeCostModel:
-    """The base scenario's cost model with speculative decoding by `draft_model` on the same
-    hardware (same TP as the target when it divides the draft's heads, else 1; the draft's own
-    weight dtype; the target's KV dtype and efficiencies)."""
-    target = base.cost_model()
-    from simulator.resolve import make_cost_model
-    from simulator.specs.catalog import load_model
-
-    dm = load_model(draft_model)
-    if draft_tp is None:
-        draft_tp = base.tp if dm.num_heads % base.tp == 0 else 1
-    draft = make_cost_model(dm, target.hardware, draft_tp, 1, None, base.activation_dtype, target.dtypes.kv,
-                            False, None)  # target.hardware already carries --ideal / --efficiency
-    return SpeculativeCostModel(target, draft, gamma, acceptance)
-
-
-def _run_with(cost: Any, sc: Scenario, rate: float | None) -> dict[str, Any]:
-    sc = sc.replace(rate=rate) if rate is not None else sc
-    w = sc.make_workload()
-    res = simulate(cost, w, sc.engine_config(), sc.replicas, sc.router)
-    s = summarize(res, sc.slos_s)
-    s["kv_capacity_tokens_per_replica"] = res.meta["kv_capacity_tokens_per_replica"]
-    return s
-
-
-_LOAD_KEYS = ("request_throughput", "output_throughput", "mean_ttft_ms", "p50_ttft_ms", "p99_ttft_ms",
-              "mean_tpot_ms", "p50_tpot_ms", "p99_tpot_ms", "p99_itl_ms", "good_fraction", "mean_batch_size",
-              "preemptions", "unstable", "kv_capacity_tokens_per_replica")
-
-
-def speculative_whatif(base: Scenario, draft_model: str, gamma: int = 4, acceptance: float = 0.7,
-                       batch_sizes: Sequence[int] | None = None, draft_tp: int | None = None,
-                       context: int | None = None, load: bool = True) -> dict[str, Any]:
-    """Speculative decoding what-if.
-
-    Static: per batch size B (default 1..256), plain decode TPOT = one target decode step at
-    context `context` (default: mean prompt + half the mean output), speculative TPOT =
-    (gamma draft steps + verify step) / E[tokens]; `crossover_batch` = the smallest B at
-    which speculative TPOT >= plain TPOT (it stops paying). Under load (`load`): the base
-    scenario simulated plain and with `SpeculativeCostModel`, at its rate and offline
-    (rate = inf, the max throughput).
-    """
-    spec = make_speculative_cost(base, draft_model, gamma, acceptance, draft_tp)
-    target = spec.target
-    I, O, _ = _mean_lengths(base)  # noqa: E741
-    p = float(context if context is not None else I + O // 2)
-    bs = sorted({int(b) for b in (batch_sizes or range(1, 257))})
-    if not bs or bs[0] < 1:
-        raise SpecError("batch sizes must be integers >= 1")
-    rows = []
-    for B in bs:
-        sum_p = B * p
-        plain = target.step_time(B, B, sum_p + 0.5 * B, 0.0, sum_p + B)
-        d = spec.draft_time(B, sum_p)
-        v = spec.verify_time(B, sum_p)
-        tpot = (d + v) / spec.expected_tokens
-        rows.append({"batch_size": B, "plain_tpot_ms": plain * 1e3, "speculative_tpot_ms": tpot * 1e3,
-                     "draft_ms": d * 1e3, "verify_ms": v * 1e3, "speedup": plain / tpot,
-                     "pays": tpot < plain})
-    cross = next((r["batch_size"] for r in rows if not r["pays"]), None)
-    again = [r["batch_size"] for r in rows if cross is not None and r["batch_size"] > cross and r["pays"]]
-    out: dict[str, Any] = {
-        "whatif": "speculative", "model": target.model.id, "hardware": target.hardware.id, "tp": base.tp,
-        "draft_model": spec.draft.model.id, "draft_tp": spec.draft.par.tp, "gamma": gamma,
-        "acceptance": float(acceptance), "expected_tokens_per_step": spec.expected_tokens,
-        "context_tokens": p, "workload": str(base.workload), "scenario": base.as_dict(),
-        "crossover_batch": cross,
-        "pays_at_batch1": rows[0]["pays"] if bs[0] == 1 else None,
-        "speedup_batch1": rows[0]["speedup"] if bs[0] == 1 else None,
-        "static": rows,
-        "approximation": spec.notes[-1],
-        "warnings": ([f"speculative pays again at batch {', '.join(map(str, again[:5]))} above the crossover"]
-                     if again else []),
-    }
-    mem_p = target.memory(base.gpu_memory_utilization, base.max_num_batched_tokens, base.max_num_seqs)
-    mem_s = spec.memory(base.gpu_memory_utilization, base.max_num_batched_tokens, base.max_num_seqs)
-    out["kv_capacity_tokens"] = {"plain": mem_p.kv_capacity_tokens, "speculative": mem_s.kv_capacity_tokens}
-    if load:
-        if not mem_s.fits:
-            raise SpecError(mem_s.message)
-        under = {}
-        for name, cost in (("plain", target), ("speculative", spec)):
-            at = _run_with(cost, base, None)
-            off = _run_with(cost, base, math.inf)
-            under[name] = {"at_rate": {k: at.get(k) for k in _LOAD_KEYS},
-                           "offline_max_throughput": off["request_throughput"],
-                           "offline_output_throughput": off["output_throughput"],
-                           "offline_mean_tpot_ms": off["mean_tpot_ms"]}
-        out["rate"] = base.rate
-        out["under_load"] = under
+def spec_point(scenario_dict: dict[str, Any]) -> dict[str, Any]:
+    """One closed-loop run of `Scenario(**scenario_dict)`: the numbers the speculative what-if
+    compares (top-level and fed plain data, so it pickles into a process pool)."""
+    res, s = Scenario(**scenario_dict).run()
+    keys = ("output_throughput", "request_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+            "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "completed", "spec_decode_acceptance_length")
+    out = {k: s.get(k) for k in keys}
+    out["mean_batch_size"] = res.meta["mean_batch_size"]
+    out["kv_capacity_tokens"] = res.meta["kv_capacity_tokens_per_replica"]
+    out["preemptions"] = int(res.preemptions.sum())
+    tpot = s.get("mean_tpot_ms")
+    out["per_user_tokens_per_s"] = 1e3 / tpot if isinstance(tpot, (int, float)) and tpot > 0 else None
     return out
+
+
+def _verify_anatomy(spec: Any, batch: float, context: float) -> dict[str, Any]:
+    """The target's verify step of `batch` sequences at `context` cached tokens, q = k + 1
+    tokens each, beside the plain decode step of the same batch: times and whether each is
+    compute- or memory-bound (`CostModel.breakdown`)."""
+    target = spec.target
+    B = max(1.0, float(batch))
+    q = spec.config.k + 1
+    W = target.model.sliding_window.window if target.model.sliding_window else None
+
+    def step(tokens: int) -> StepBatch:
+        pairs = B * tokens * (context + tokens / 2.0)
+        return StepBatch(T=B * tokens, S=B * tokens, Ad=pairs, R=B * (context + tokens),
+                         Aw=B * tokens * min(context + tokens / 2.0, W) if W else None,
+                         Rw=B * min(context + tokens, W) if W else None)
+
+    v, d = target.breakdown(step(q)), target.breakdown(step(1))
+    return {"verify_tokens": B * q, "verify_step_ms": v["time_ms"], "verify_bound": v["bound"],
+            "plain_decode_step_ms": d["time_ms"], "plain_decode_bound": d["bound"]}
+
+
+def speculative_whatif(base: Scenario, speculative_config: Any = None, concurrencies: Sequence[int] | None = None,
+                       requests_per_client: int = 8, min_requests: int = 32, executor: Executor | None = None,
+                       progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Speculative decoding against concurrency, simulated in the engine (`serving/speculative.py`).
+
+    For each concurrency C (closed loop: C clients, max(requests_per_client x C, min_requests)
+    requests of the base workload, or the scenario's num_requests when it was given, as
+    `vllm bench serve --max-concurrency C --num-prompts N` at rate inf), the
+    base scenario runs plain and with `speculative_config` (default: the base scenario's own):
+    per-user speed = 1000 / mean TPOT (output tokens/s one user sees), total = output tokens/s.
+    `crossover_concurrency`: the smallest C whose total-throughput speedup is below 1;
+    `per_user_crossover_concurrency` the same for per-user speed. Each row also prices the verify
+    step at the run's mean batch (context = mean prompt + half the mean output) and says whether
+    it is compute- or memory-bound.
+    """
+    cfg_in = speculative_config if speculative_config is not None else base.speculative_config
+    if not cfg_in:
+        raise SpecError("speculative what-if: give --speculative-config (vLLM's JSON with an acceptance, "
+                        "docs/plan.md)")
+    check_int("requests_per_client", requests_per_client)
+    check_int("min_requests", min_requests)
+    plain = base.replace(speculative_config=None, rate=None)
+    spec_sc = base.replace(speculative_config=cfg_in, rate=None)
+    spec = spec_sc.speculative()
+    assert spec is not None
+    cs = sorted({int(check_int("concurrency", c)) for c in (concurrencies or SPEC_CONCURRENCIES)
+                 if concurrencies is not None or c <= base.max_num_seqs})
+    if not cs:
+        raise SpecError("speculative what-if: give at least one concurrency")
+    def requests(c: int) -> int:  # the scenario's own count when given (-n), else per client
+        return int(base.num_requests) if base.num_requests_given else max(requests_per_client * c, min_requests)
+
+    tasks = []
+    for c in cs:
+        tasks += [(plain.replace(concurrency=c, num_requests=requests(c)).as_dict(),),
+                  (spec_sc.replace(concurrency=c, num_requests=requests(c)).as_dict(),)]
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(done[0], len(tasks))
+
+    results = (executor or Executor()).map(spec_point, tasks, done=tick)
+    I, O, _ = _mean_lengths(base)  # noqa: E741
+    rows = []
+    for i, c in enumerate(cs):
+        p, s = results[2 * i], results[2 * i + 1]
+        row: dict[str, Any] = {"concurrency": c, "requests": requests(c)}
+        for name, r in (("plain", p), ("speculative", s)):
+            row.update({f"{name}_{k}": r[k] for k in ("per_user_tokens_per_s", "output_throughput", "mean_tpot_ms",
+                                                      "mean_ttft_ms", "p99_itl_ms", "mean_batch_size", "preemptions")})
+        row["per_user_speedup"] = _ratio(s["per_user_tokens_per_s"], p["per_user_tokens_per_s"])
+        row["throughput_speedup"] = _ratio(s["output_throughput"], p["output_throughput"])
+        row["measured_acceptance_length"] = s["spec_decode_acceptance_length"]
+        row.update(_verify_anatomy(spec, s["mean_batch_size"], I + O / 2.0))
+        rows.append(row)
+
+    def first_below(key: str) -> int | None:
+        return next((r["concurrency"] for r in rows if is_number(r[key]) and r[key] < 1.0), None)
+
+    cross, cross_user = first_below("throughput_speedup"), first_below("per_user_speedup")
+    again = [r["concurrency"] for r in rows
+             if cross is not None and r["concurrency"] > cross and (r["throughput_speedup"] or 0) >= 1.0]
+    warnings = ([f"speculative decoding pays again at concurrency {', '.join(map(str, again))} above the crossover"]
+                if again else [])
+    few = [c for c in cs if requests(c) < 2 * c]
+    if few:
+        warnings.append(f"at concurrency {', '.join(map(str, few))} the runs have fewer than two requests per client "
+                        f"(--num-requests {base.num_requests}): the batch never stays full; drop -n to use "
+                        "--requests-per-client")
+    conf = spec.config
+    return {
+        "whatif": "speculative", "model": spec.target.model.id, "hardware": spec.target.hardware.id, "tp": base.tp,
+        "workload": str(base.workload), "mean_input_tokens": I, "mean_output_tokens": O,
+        "speculative_config": dict(cfg_in) if isinstance(cfg_in, dict) else cfg_in,
+        "method": conf.method, "num_speculative_tokens": conf.k, "acceptance": list(conf.acceptance),
+        "mean_acceptance_length": conf.mean_acceptance_length, "draft_tp": spec.drafter.tp,
+        "kv_capacity_tokens": {"plain": p["kv_capacity_tokens"], "speculative": s["kv_capacity_tokens"]},
+        "crossover_concurrency": cross, "per_user_crossover_concurrency": cross_user,
+        "speedup_at_1": rows[0]["per_user_speedup"] if cs[0] == 1 else None,
+        "rows": rows, "notes": list(spec.notes), "scenario": base.as_dict(),
+        "warnings": warnings,
+    }
 
 
 # --------------------------------------------------------------------------- hardware
@@ -482,5 +370,5 @@ def whatif(kind: str, base: Scenario, *args: Any, **kw: Any) -> dict[str, Any]:
     return WHATIFS[key](base, *args, **kw)
 
 
-__all__ = ["kv_dtype_whatif", "speculative_whatif", "hardware_whatif", "whatif", "SpeculativeCostModel",
-           "make_speculative_cost", "expected_tokens", "WHATIFS"]
+__all__ = ["kv_dtype_whatif", "speculative_whatif", "hardware_whatif", "whatif", "spec_point", "SPEC_CONCURRENCIES",
+           "WHATIFS"]

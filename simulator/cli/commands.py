@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from simulator.cli import options as opt
-from simulator.cli import outputs, report
+from simulator.cli import outputs, report, vllm_flags
 from simulator.cli.group import CliGroup, Terminated
 from simulator.cli.outputs import OutputSet, check_out_dir, check_out_file
 from simulator.specs.checks import SpecError
@@ -147,17 +147,21 @@ def roofline(model: str, hardware: str, tp: int, pp: int, ep: int, dp_attention:
               help="Write the run in Prometheus text format under vLLM's metric names (vllm:*).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def simulate(out_dir: str | None, metrics_out: str | None, as_json: bool, quiet: bool, save_result: bool, result_dir: str | None,
-             result_filename: str | None, percentile_metrics: str, metric_percentiles: str,
-             label: str | None, **kw: Any) -> None:
-    """Serve a request stream through continuous batching and report vLLM's metrics."""
+@vllm_flags.client_flag_options
+def simulate(out_dir: str | None, metrics_out: str | None, as_json: bool, quiet: bool, **kw: Any) -> None:
+    """Serve a request stream through continuous batching and report vLLM's metrics.
+
+    `vllm bench serve`'s flags work as they are (docs/commands.md, "vLLM's spellings"); a
+    vLLM flag llmsim cannot honour is refused with one line that says why."""
     if out_dir is not None:
         check_out_dir(out_dir)
+    result_opts = opt.pop_vllm_result_opts(kw)
+    client = vllm_flags.check_client_flags(kw, kw.get("model"))
     sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
-    res, summary = sc.run(progress=report.Progress("simulating", quiet or as_json))
-    if save_result or result_dir or result_filename:
-        path = report.save_vllm_result(sc, res, summary, result_dir, result_filename, percentile_metrics,
-                                       metric_percentiles, label)
+    res, summary = sc.run(progress=report.Progress("simulating", quiet or as_json or bool(client.get("disable_tqdm"))))
+    if result_opts.get("save_result") or result_opts.get("append_result") or result_opts.get("result_dir") \
+            or result_opts.get("result_filename"):
+        path = report.save_vllm_result(sc, res, result_opts)
         if not (quiet or as_json):
             click.echo(f"wrote {path}", err=True)
     if metrics_out:
@@ -180,7 +184,8 @@ def simulate(out_dir: str | None, metrics_out: str | None, as_json: bool, quiet:
         with OutputSet(Path(out_dir)) as d:
             report.write_csv(d / "requests.csv", res.records())
             report.write_csv(d / "timeline.csv", res.timeline)
-            outputs.write_atomic(d / "timeline.png", plots.timeline_png(res.timeline, f"{summary['model']} on {summary['hardware']}"))
+            outputs.write_atomic(d / "timeline.png", plots.timeline_png(res.timeline, plots.timeline_title(
+                {**summary, "concurrency": sc.concurrency if sc.rate is None else None})))
             report.write_json(d / "summary.json", {**summary, "scenario": sc.as_dict()})
     if as_json:
         report.echo_json(summary)
@@ -304,15 +309,17 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
 
 
 @main.command("validate")
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--model", "-m", help="vLLM result JSON: the model served (the JSON does not record it).")
-@click.option("--hardware", "-H", help="vLLM result JSON: hardware id or overlay YAML.")
-@click.option("--tp", type=int, default=1, show_default=True, help="vLLM result JSON: tensor-parallel degree.")
-@click.option("--pp", type=int, default=1, show_default=True, help="vLLM result JSON: pipeline-parallel degree.")
-@click.option("--num-gpus", type=int, help="vLLM result JSON: GPUs in total [default: tp*pp].")
-@click.option("--weight-dtype", default="bf16", show_default=True, help="vLLM result JSON: weight format.")
-@click.option("--activation-dtype", default="bf16", show_default=True, help="vLLM result JSON: activation format.")
-@click.option("--kv-dtype", default="bf16", show_default=True, help="vLLM result JSON: KV-cache format.")
+@click.argument("file", type=click.Path())
+@click.option("--model", "-m", help="Result files: the model served (vLLM's JSON does not record it; GuideLLM, inference-perf and AIPerf files name it).")
+@click.option("--hardware", "-H", help="Result files: hardware id or overlay YAML (no result file records it).")
+@click.option("--tp", type=int, default=1, show_default=True, help="Result files: tensor-parallel degree.")
+@click.option("--pp", type=int, default=1, show_default=True, help="Result files: pipeline-parallel degree.")
+@click.option("--num-gpus", type=int, help="Result files: GPUs in total [default: tp*pp].")
+@click.option("--weight-dtype", default="bf16", show_default=True, help="Result files: weight format.")
+@click.option("--activation-dtype", default="bf16", show_default=True, help="Result files: activation format.")
+@click.option("--kv-dtype", default="bf16", show_default=True, help="Result files: KV-cache format.")
+@click.option("--engine", "engine_text", help="GuideLLM/inference-perf/AIPerf files: the server engine (vllm, sglang, "
+              "trtllm) [default: inference-perf's server.type, else vllm].")
 @click.option("--input-len", type=int, help="vLLM result JSON: prompt tokens (random dataset).")
 @click.option("--output-len", type=int, help="vLLM result JSON: output tokens (random dataset).")
 @click.option("--max-num-seqs", type=int, help="vLLM result JSON: the server's --max-num-seqs.")
@@ -334,13 +341,15 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
                  output_len: int | None, max_num_seqs: int | None, max_num_batched_tokens: int | None,
                  workloads: tuple[str, ...], scenario: str | None, hardware_filter: str | None,
                  hardware_specs: tuple[str, ...], num_requests: int | None, skip_bad_rows: bool,
-                 out_dir: str | None, as_json: bool, quiet: bool) -> None:
-    """Compare predictions with measured numbers: a measurement CSV (docs/measurement_schema.md) or a
-    `vllm bench serve` result JSON. Prints median / p90 absolute % error and mean signed % error
-    by source, scenario and hardware (error % = (predicted - measured) / measured * 100)."""
+                 out_dir: str | None, as_json: bool, quiet: bool, engine_text: str | None) -> None:
+    """Compare predictions with measured numbers: a measurement CSV (docs/measurement_schema.md), a
+    `vllm bench serve` result JSON, a GuideLLM report JSON, an inference-perf run (its folder or a
+    lifecycle report in it, with its config.yaml) or an AIPerf export (profile_export_aiperf.json or
+    its folder); the format is detected. Prints median / p90 absolute % error and mean signed %
+    error by source, scenario and hardware (error % = (predicted - measured) / measured * 100)."""
     from pathlib import Path
 
-    from simulator.analysis import measurements
+    from simulator.analysis import result_files
     from simulator.analysis import validate as V
 
     if out_dir is not None:
@@ -351,11 +360,13 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
         hw = opt.hardware_spec_map((hardware,))
         specs.update(hw)
         hw_id = next(iter(hw))
-    rows, skipped = measurements.load_rows(file, skip_bad_rows, model=model, hardware=hw_id, tp=tp, pp=pp,
+    if not Path(file).exists():
+        raise SpecError(f"{file}: no such file or folder")
+    rows, skipped = result_files.load_rows(file, skip_bad_rows, model=model, hardware=hw_id, tp=tp, pp=pp,
                                 num_gpus=num_gpus, weight_dtype=weight_dtype,
                                 activation_dtype=activation_dtype, kv_dtype=kv_dtype,
                                 input_len=input_len, output_len=output_len, max_num_seqs=max_num_seqs,
-                                max_num_batched_tokens=max_num_batched_tokens)
+                                max_num_batched_tokens=max_num_batched_tokens, engine=engine_text)
     result = V.validate(rows, scenario=scenario, hardware_filter=hardware_filter, skipped=skipped,
                         hardware_specs=specs, workloads=opt.name_file_pairs(workloads, "--workload"),
                         num_requests=num_requests, progress=report.Progress("validating", quiet or as_json))
@@ -512,31 +523,36 @@ def whatif_kv_cmd(values: str, seq_len: int | None, static_only: bool, slo_targe
 
 @whatif_group.command("speculative")
 @opt.scenario_options
-@click.option("--draft-model", required=True, help="Draft model (catalog id, YAML or HF config.json).")
-@click.option("--gamma", type=int, default=4, show_default=True, help="Draft tokens proposed per step.")
-@click.option("--acceptance", type=float, default=0.7, show_default=True, help="Per-token acceptance rate in [0, 1].")
-@click.option("--draft-tp", type=int, default=None, help="Draft TP degree. [default: the target's when it divides the draft's heads, else 1]")
-@click.option("--max-batch", type=int, default=256, show_default=True, help="Static comparison over batch sizes 1..N.")
-@click.option("--static-only", is_flag=True, help="Skip the simulations under load.")
+@click.option("--concurrencies", default=None,
+              help="Closed-loop concurrencies to compare, comma-separated. [default: 1,2,4,...,256 up to --max-num-seqs]")
+@click.option("--requests-per-client", type=int, default=8, show_default=True,
+              help="Requests per client at each concurrency (at least --min-requests in all); -n N: N requests every run instead.")
+@click.option("--min-requests", type=int, default=32, show_default=True, help="Fewest requests per run.")
+@click.option("--workers", type=int, default=None, help="Process-pool size. [default: serial, or one per CPU once a pool pays off]")
+@click.option("--serial", is_flag=True, help="Run every simulation in this process.")
+@click.option("--dask", "dask_address", metavar="ADDRESS", help="Run simulations on a Dask scheduler.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write speculative.json, speculative.csv, speculative.png here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def whatif_spec_cmd(draft_model: str, gamma: int, acceptance: float, draft_tp: int | None, max_batch: int,
-                    static_only: bool, out_dir: str | None, as_json: bool, quiet: bool, **kw: Any) -> None:
-    """Speculative decoding: TPOT vs batch size (where it stops paying) and plain vs speculative under load."""
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def whatif_spec_cmd(concurrencies: str | None, requests_per_client: int, min_requests: int, workers: int | None,
+                    serial: bool, dask_address: str | None, out_dir: str | None, as_json: bool, quiet: bool,
+                    **kw: Any) -> None:
+    """Speculative decoding (--speculative-config) against concurrency: per-user speed and total
+    throughput, plain and speculative, simulated in the engine; the crossover marked."""
+    from simulator.analysis import executors
     from simulator.analysis import whatif as wi
     from simulator.cli import planplots
 
-    if max_batch < 1:
-        raise SpecError(f"--max-batch {max_batch}: must be >= 1")
     if out_dir is not None:
         check_out_dir(out_dir)
     sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
-    r = wi.speculative_whatif(sc, draft_model, gamma, acceptance, batch_sizes=range(1, max_batch + 1),
-                              draft_tp=draft_tp, load=not static_only)
+    cs = opt.csv_list(concurrencies, "--concurrencies", int)
+    with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
+        r = wi.speculative_whatif(sc, concurrencies=cs, requests_per_client=requests_per_client,
+                                  min_requests=min_requests, executor=ex,
+                                  progress=report.Progress("what-if", quiet or as_json))
     if out_dir:
-
-        report.write_whatif_files(out_dir, "speculative", r, r["static"], planplots.speculative_png(r))
+        report.write_whatif_files(out_dir, "speculative", r, r["rows"], planplots.speculative_png(r))
     if as_json:
         report.echo_json(r)
         return

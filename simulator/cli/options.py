@@ -28,8 +28,9 @@ def cost_options(fn: Any) -> Any:
                      help="Data-parallel attention groups inside the replica (divides --tp; see simulate --help)."),
         click.option("--weight-dtype", type=dt, default=None, help="Weight format [default: the model's]."),
         click.option("--activation-dtype", type=dt, default="bf16", show_default=True),
-        click.option("--kv-dtype", "--kv-cache-dtype", "kv_dtype", type=dt, default=None,
-                     help="KV-cache format, independent of --activation-dtype as in vLLM [default: bf16]."),
+        click.option("--kv-dtype", "--kv-cache-dtype", "kv_dtype", default=None,
+                     help="KV-cache format, independent of --activation-dtype as in vLLM; vLLM's names too "
+                          "(auto = the model dtype, fp8_e4m3, fp8_e5m2, ...) [default: bf16]."),
         click.option("--ideal", is_flag=True, help="Pure roofline: efficiencies 1, no overheads."),
         click.option("--efficiency", "efficiency", multiple=True, metavar="KEY=VALUE",
                      help="Override one hardware efficiency field for this run (repeatable), "
@@ -51,10 +52,12 @@ def build_cost(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | 
     hw = load_hardware(hardware)
     if ideal:  # ideal first, so --efficiency can still add e.g. an overhead on top of it
         hw = hw.ideal()
+    from simulator.cli.vllm_flags import kv_cache_dtype
     from simulator.scenario import DEFAULT_KV_DTYPE
 
+    kv = kv_cache_dtype(kv_dtype, activation_dtype) if kv_dtype is not None else DEFAULT_KV_DTYPE
     return make_cost_model(model, hw, tp=tp, pp=pp, weight_dtype=weight_dtype,
-                           activation_dtype=activation_dtype, kv_dtype=kv_dtype or DEFAULT_KV_DTYPE,
+                           activation_dtype=activation_dtype, kv_dtype=kv,
                            efficiency=overrides or None, ep=ep, dp_attention=dp_attention)
 
 
@@ -67,7 +70,7 @@ def _rate_type(value: Any) -> float:
 SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--model", "-m"), {"help": "Catalog id/alias, model YAML, or HF config.json (file or folder). [default: llama-3.1-8b]"}),
     (("--hardware", "-H"), {"help": "Catalog id, hardware YAML, or calibration overlay. [default: h100-sxm]"}),
-    (("--tp",), {"type": int, "help": "Tensor-parallel degree per replica. [default: 1]"}),
+    (("--tp", "--tensor-parallel-size", "-tp"), {"type": int, "help": "Tensor-parallel degree per replica (vLLM: --tensor-parallel-size, -tp). [default: 1]"}),
     (("--pp",), {"type": int, "help": "Pipeline-parallel degree per replica. [default: 1]"}),
     (("--ep",), {"type": int, "help": "MoE expert-parallel degree (divides --tp; docs/deployments.md). [default: 1]"}),
     (("--pp-microbatches",), {"type": int, "help": "Micro-batches in flight through the --pp stages. [default: 1]"}),
@@ -75,7 +78,8 @@ SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--dp-attention",), {"type": int, "help": "Data-parallel attention groups inside the replica (divides --tp): each group of tp/N GPUs runs attention on its own sequences and keeps their KV; MoE layers span all --tp GPUs (--ep = --tp: wide expert parallelism). vLLM --data-parallel-size D --tensor-parallel-size T --enable-expert-parallel is --tp D*T --dp-attention D --ep D*T; SGLang --enable-dp-attention --dp D. [default: 1]"}),
     (("--weight-dtype",), {"help": "Weight format (default: the model's own)."}),
     (("--activation-dtype",), {"help": "Activation format. [default: bf16]"}),
-    (("--kv-dtype", "--kv-cache-dtype"), {"help": "KV-cache format (vLLM: --kv-cache-dtype), independent of --activation-dtype. [default: bf16]"}),
+    (("--kv-dtype", "--kv-cache-dtype"), {"help": "KV-cache format (vLLM: --kv-cache-dtype, whose names it takes too: auto = the model dtype, fp8, fp8_e4m3, fp8_e5m2, ...), independent of --activation-dtype. [default: bf16]"}),
+    (("--quantization",), {"help": "vLLM's --quantization method, as weight/activation formats: fp8 (W8A8), awq/gptq (int4 weight-only), mxfp4 (fp4 weights), modelopt_fp4 (W4A4), ...; others are refused with the reason."}),
     (("--ideal",), {"is_flag": True, "default": None, "help": "Pure roofline: efficiencies 1, overheads 0."}),
     (("--efficiency",), {"multiple": True, "help": "Override an efficiency field, KEY=VALUE (repeatable)."}),
     (("--engine",), {"help": "Engine profile: vllm | vllm-v0 | trtllm | trtllm-pytorch | sglang | generic, or a profile YAML; its limits, scheduler and overheads apply where flags leave them unset; none: llmsim's historical limits (256 seqs, 8192 tokens, 0.9 of HBM, no prefix caching) and the hardware YAML's overheads, as generic. [default: vllm]"}),
@@ -83,8 +87,8 @@ SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--router",), {"help": lambda: f"{' | '.join(_registries()['routers'])}. [default: round-robin]"}),
     (("--disagg",), {"metavar": "P:D", "help": "Disaggregated serving: P prefill and D decode replicas, KV moved between them (docs/deployments.md)."}),
     (("--workload", "-w"), {"help": lambda: f"{' | '.join(_registries()['traces'] + _registries()['workloads'])} | a trace file (replayed whole unless -n). [default: azure-conv]"}),
-    (("--dataset-name",), {"help": lambda: f"vLLM spelling of --workload: {' | '.join(_registries()['workloads'])}."}),
-    (("--dataset-path",), {"help": "sharegpt: the full ShareGPT JSON (vLLM's exact draw; needs the sharegpt extras). [default: the shipped count table]"}),
+    (("--dataset-name",), {"help": lambda: f"vLLM spelling of --workload: {' | '.join(_registries()['workloads'])} (vLLM's other datasets are refused with the reason)."}),
+    (("--dataset-path",), {"help": lambda: f"The dataset file of a workload that reads one ({' | '.join(_registries()['dataset_path'])}; refused for the others), e.g. sharegpt: the full ShareGPT JSON (vLLM's exact draw; needs the sharegpt extras). [default: the shipped count table]"}),
     (("--enable-prefix-caching/--no-enable-prefix-caching",), {"default": None, "help": "Automatic prefix caching (vLLM V1 block hashing, LRU). [default: the engine's: on for vllm, off for --engine none]"}),
     (("--kv-offloading-size",), {"type": float, "help": "GiB of host memory per replica holding prefix blocks evicted from the GPU (vLLM's name); reloads priced by the host link. [default: 0]"}),
     (("--warm-cache",), {"is_flag": True, "default": None, "help": "Prefix cache starts holding this workload's prompts (a re-run against a live server)."}),
@@ -100,6 +104,7 @@ SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--scheduler",), {"help": lambda: f"{' | '.join(_registries()['schedulers'])} (vllm: V1, chunked prefill). [default: the engine's policy: vllm]"}),
     (("--gpu-memory-utilization",), {"type": float, "help": "Fraction of HBM the engine may use. [default: the engine's: vllm 0.92, none 0.9]"}),
     (("--max-model-len",), {"type": int, "help": "Longest prompt+output accepted (default: the model's context)."}),
+    (("--speculative-config",), {"metavar": "JSON", "help": "Speculative decoding in vLLM's JSON, e.g. '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3, \"mean_acceptance_length\": 2.6}' (methods eagle, eagle3, mtp, draft_model with \"model\", ngram), plus llmsim's acceptance: acceptance_rate (conditional, per position), mean_acceptance_length or per_position_acceptance_rates (docs/serving_model.md)."}),
     (("--goodput",), {"multiple": True, "help": "SLOs in ms, vLLM syntax: --goodput ttft:500 tpot:50 e2el:2000 (or the flag repeated). Overrides --slo."}),
     (("--slo",), {"help": "SLO preset: chat | code | batch | agent (docs/concepts.md); --goodput overrides its SLOs."}),
     (("--seed",), {"type": int, "help": "Seed of every random draw. [default: 0]"}),
@@ -118,7 +123,8 @@ def _registries() -> dict[str, list[str]]:
     from simulator.workloads.traces import BUILTIN_WORKLOADS
 
     return {"routers": list(ROUTERS), "schedulers": list(SCHEDULERS), "traces": list(BUILTIN_WORKLOADS),
-            "workloads": [w.name for w in dict.fromkeys(NAMED_WORKLOADS.values())]}
+            "workloads": [w.name for w in dict.fromkeys(NAMED_WORKLOADS.values())],
+            "dataset_path": [w.name for w in dict.fromkeys(NAMED_WORKLOADS.values()) if w.dataset_path]}
 
 
 class LazyHelpOption(click.Option):
@@ -183,6 +189,7 @@ def scenario_from_options(opts: dict[str, Any], **overrides: Any) -> Any:
     base.update(overrides)
     _apply_preset(base)
     _apply_dataset_name(base)
+    _apply_vllm_formats(base)
     if "efficiency" in base and isinstance(base["efficiency"], (tuple, list)):
         from simulator.specs.hardware import parse_efficiency_overrides
 
@@ -220,21 +227,37 @@ def _apply_preset(base: dict[str, Any]) -> None:
 
 
 def _apply_dataset_name(base: dict[str, Any]) -> None:
-    """vLLM's --dataset-name: random, or a named workload (sharegpt once one is bundled)."""
+    """vLLM's --dataset-name: a named workload or built-in trace, or a one-line refusal that
+    says why (`vllm_flags.dataset_workload`)."""
     name = base.pop("dataset_name", None)
     if name is None:
         return
-    from simulator.workloads.named import NAMED_WORKLOADS
-    from simulator.workloads.traces import BUILTIN_WORKLOADS
+    from simulator.cli.vllm_flags import dataset_workload
 
-    key = str(name).lower()
-    if key not in NAMED_WORKLOADS and key not in BUILTIN_WORKLOADS:
-        raise SpecError(f"dataset-name: {name!r} is not one of {', '.join(NAMED_WORKLOADS)}"
-                        f" (or a built-in workload: {', '.join(BUILTIN_WORKLOADS)})")
+    key = dataset_workload(name)
     given = base.get("workload")
     if given is not None and str(given).lower() != key:
         raise SpecError(f"dataset-name: {name!r} contradicts --workload {given!r}; give one of them")
     base["workload"] = key
+
+
+def _apply_vllm_formats(base: dict[str, Any]) -> None:
+    """vLLM's --quantization (weight/activation formats) and --kv-cache-dtype names (auto,
+    fp8_e4m3, ...) as llmsim's formats (`vllm_flags`); a contradiction is a one-line error."""
+    from simulator.cli.vllm_flags import kv_cache_dtype, quantization_dtypes
+
+    method = base.pop("quantization", None)
+    if method is not None:
+        w, a = quantization_dtypes(method)
+        for key, want in (("weight_dtype", w), ("activation_dtype", a)):
+            if want is None:
+                continue
+            if base.get(key) is not None and str(base[key]).lower() != want:
+                raise SpecError(f"quantization: {method!r} means {key.replace('_', '-')} {want}; "
+                                f"--{key.replace('_', '-')} {base[key]} contradicts it")
+            base[key] = want
+    if base.get("kv_dtype") is not None:
+        base["kv_dtype"] = kv_cache_dtype(str(base["kv_dtype"]), base.get("activation_dtype"))
 
 
 def preset_setting(opts: dict[str, Any], name: str, given: Any, default: Any) -> Any:
@@ -249,25 +272,42 @@ def preset_setting(opts: dict[str, Any], name: str, given: Any, default: Any) ->
     return default
 
 
-#: Options that take vLLM's space-separated list (argparse nargs="+"): the values after the
-#: flag, up to the next option, are repeated as separate `--flag value` pairs for Click.
-NARGS_OPTIONS = ("--goodput",)
+#: Options that take vLLM's space-separated list (argparse nargs="+" / "*"): the values after
+#: the flag, up to the next option, are repeated as separate `--flag value` pairs for Click;
+#: each option's pattern says which tokens are its values (so a positional argument after
+#: the list is left alone).
+NARGS_OPTIONS: dict[str, str] = {
+    "--goodput": r"[A-Za-z_][A-Za-z0-9_]*[:=]\S+",  # KEY:VALUE
+    "--metadata": r"[^-=\s][^=]*=.*",  # KEY=VALUE (vLLM: split at the first '=')
+    "--header": r"[^-=\s][^=]*=.*",  # KEY=VALUE
+    "--lora-modules": r"[^-].*",  # names
+}
 
 
 def expand_nargs(args: list[str]) -> list[str]:
     """['--goodput', 'ttft:1', 'tpot:2', '-q'] -> ['--goodput', 'ttft:1', '--goodput', 'tpot:2', '-q'].
 
-    Only KEY:VALUE tokens are taken, so a positional argument after the list is left alone."""
+    A vLLM list option given no value at all (argparse nargs="*": `--metadata` alone) is dropped."""
     import re
 
-    item = re.compile(r"[A-Za-z_][A-Za-z0-9_]*[:=]\S+")
     out: list[str] = []
-    flag = None
-    for a in args:
-        if flag and item.fullmatch(a) and out[-1] != flag:
-            out.extend([flag, a])
+    flag: str | None = None
+    for i, a in enumerate(args):
+        item = re.compile(NARGS_OPTIONS[flag]) if flag else None
+        if flag and item is not None and item.fullmatch(a):
+            if out[-1] != flag:
+                out.append(flag)
+            out.append(a)
             continue
-        flag = a if a in NARGS_OPTIONS else (flag if flag and item.fullmatch(a) else None)
+        if a in NARGS_OPTIONS:
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            if a in ("--metadata", "--header") and (nxt is None or nxt.startswith("-")):
+                flag = None  # nargs="*": no items is allowed, and adds nothing
+                continue
+            flag = a
+            out.append(a)
+            continue
+        flag = None
         out.append(a)
     return out
 
@@ -367,15 +407,24 @@ def executor_options(fn: Any) -> Any:
 
 
 def vllm_result_options(fn: Any) -> Any:
-    """`vllm bench serve`'s result-file options (simulate): --save-result and its companions."""
+    """`vllm bench serve`'s result-file options (simulate): --save-result and its companions,
+    with vLLM's defaults (what is written follows vLLM: simulator.cli.vllm_result)."""
     from simulator.cli.vllm_result import DEFAULT_METRIC_PERCENTILES, DEFAULT_PERCENTILE_METRICS
 
     opts: list[tuple[tuple[str, ...], dict[str, Any]]] = [
         (("--save-result",), {"is_flag": True, "help": "Write a vLLM-format result JSON (vllm bench serve's keys)."}),
+        (("--save-detailed",), {"is_flag": True, "help": "Also write the per-request lists vLLM writes only on "
+                                "request: input_lens, output_lens, ttfts, itls, start_times, generated_texts, errors."}),
+        (("--append-result",), {"is_flag": True, "help": "Append the result to an existing result file (one JSON "
+                                "object per line), as vLLM's --append-result."}),
+        (("--metadata",), {"multiple": True, "metavar": "KEY=VALUE",
+                           "help": "Extra result keys (string values), vLLM's syntax: --metadata gpu=h100 tp=1."}),
         (("--result-dir",), {"type": click.Path(file_okay=False), "help": "Folder of the result JSON [default: .]."}),
         (("--result-filename",), {"help": "Result file name [default: vLLM's, {backend}-{rate}qps-{model}-{date}.json]."}),
-        (("--percentile-metrics",), {"default": DEFAULT_PERCENTILE_METRICS, "show_default": True,
-                                     "help": "Metrics whose percentiles the result JSON lists."}),
+        (("--percentile-metrics",), {"default": None,
+                                     "help": f"Metrics whose percentiles the result JSON lists [default: vLLM's, "
+                                             f"{DEFAULT_PERCENTILE_METRICS}; add e2el, client_queue_time, "
+                                             "e2el_including_client_queue]."}),
         (("--metric-percentiles",), {"default": DEFAULT_METRIC_PERCENTILES, "show_default": True,
                                      "help": "Percentiles listed, comma-separated, e.g. 25,50,99."}),
         (("--label",), {"help": "Result label (vLLM's --label; prefixes the file name)."}),
@@ -383,3 +432,12 @@ def vllm_result_options(fn: Any) -> Any:
     for decls, kw in reversed(opts):
         fn = click.option(*decls, **kw)(fn)
     return fn
+
+
+#: the result-file options' parameter names (simulate hands them to report.save_vllm_result)
+VLLM_RESULT_OPTS = ("save_result", "save_detailed", "append_result", "metadata", "result_dir",
+                    "result_filename", "percentile_metrics", "metric_percentiles", "label")
+
+
+def pop_vllm_result_opts(kw: dict[str, Any]) -> dict[str, Any]:
+    return {k: kw.pop(k) for k in VLLM_RESULT_OPTS if k in kw}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.cli.plotkit import COLORS, _finite, _png_bytes
+from simulator.cli.plotkit import COLORS, _finite, _png_bytes, plain_log_axis
 
 
 def plan_png(result: dict[str, Any]) -> bytes:
@@ -126,34 +126,60 @@ def kv_dtype_png(result: dict[str, Any]) -> bytes:
     return _png_bytes(fig)
 
 
+def _concurrency_axis(ax: Any, cs: list[int]) -> None:
+    """A log-2 x axis labelled with the concurrencies themselves."""
+    ax.set_xscale("log", base=2)
+    if cs:
+        ax.set_xticks(cs)
+        ax.set_xticklabels([str(c) for c in cs])
+        ax.minorticks_off()
+    ax.set_xlabel("concurrency (closed-loop clients)")
+
+
 def speculative_png(result: dict[str, Any]) -> bytes:
-    """Speculative decoding what-if: per-token decode time vs batch size, plain and
-    speculative, with the crossover batch (where speculative stops paying) marked (PNG bytes)."""
+    """Speculative decoding what-if: per-user speed and total output throughput against
+    concurrency, plain and speculative (left), and their speedups with the crossover (where
+    total throughput falls below plain) marked (right). PNG bytes."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    rows = result.get("static", [])
-    fig = Figure(figsize=(9, 5.5))
+    rows = result.get("rows", [])
+    cs = [r["concurrency"] for r in rows]
+    fig = Figure(figsize=(13, 5))
     FigureCanvasAgg(fig)
-    ax = fig.subplots()
-    bs = [r["batch_size"] for r in rows]
-    ax.plot(bs, [r["plain_tpot_ms"] for r in rows], color="tab:blue", lw=2, label="plain decoding")
-    ax.plot(bs, [r["speculative_tpot_ms"] for r in rows], color="tab:orange", lw=2,
-            label=f"speculative: draft {result.get('draft_model')}, γ={result.get('gamma')}, "
-                  f"α={result.get('acceptance'):g} ({result.get('expected_tokens_per_step', 0):.2f} tok/step)")
-    cross = result.get("crossover_batch")
-    if cross is not None:
-        ax.axvline(cross, color="tab:red", ls="--", lw=1.2)
-        ax.annotate(f"stops paying at batch {cross}", (cross, 0.97), xycoords=("data", "axes fraction"),
-                    xytext=(4, 0), textcoords="offset points", color="tab:red", fontsize=9, va="top")
-    if len(bs) > 1 and bs[-1] / max(bs[0], 1) > 20:
-        ax.set_xscale("log", base=2)
-    ax.set_xlabel("decode batch size (sequences)")
-    ax.set_ylabel("time per output token (ms)")
+    ax, ax2 = fig.subplots(1, 2)
+    for key, label, style in (("per_user_tokens_per_s", "per-user tok/s", "-"), ("output_throughput", "total tok/s", "--")):
+        for name, color in (("plain", "tab:blue"), ("speculative", "tab:orange")):
+            ys = [r.get(f"{name}_{key}") for r in rows]
+            pts = [(c, y) for c, y in zip(cs, ys, strict=True) if _finite(y)]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", color=color, lw=2,
+                        label=f"{label}, {name}")
+    ax.set_yscale("log")
+    plain_log_axis(ax, "y")  # 60, not 6x10^1
+    _concurrency_axis(ax, cs)
+    ax.set_ylabel("output tokens/s")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
-    ax.set_title(f"Speculative decoding what-if: {result.get('model')} on {result.get('hardware')} "
-                 f"tp={result.get('tp')}, context {result.get('context_tokens', 0):.0f} tokens", fontsize=10)
+    ax.legend(fontsize=8)
+    for key, label, color in (("per_user_speedup", "per-user speed", "tab:green"),
+                              ("throughput_speedup", "total throughput", "tab:red")):
+        pts = [(c, r.get(key)) for c, r in zip(cs, rows, strict=True) if _finite(r.get(key))]
+        if pts:
+            ax2.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color, lw=2, label=f"speedup: {label}")
+    ax2.axhline(1.0, color="black", lw=1)
+    cross = result.get("crossover_concurrency")
+    if cross is not None:
+        ax2.axvline(cross, color="tab:red", ls=":", lw=1.5)
+        ax2.annotate(f"crossover: concurrency {cross}", (cross, 1.0), xytext=(6, 12), textcoords="offset points",
+                     fontsize=9, color="tab:red")
+    _concurrency_axis(ax2, cs)
+    ax2.set_ylabel("speculative / plain")
+    ax2.grid(True, which="both", alpha=0.3)
+    ax2.legend(fontsize=8)
+    fig.suptitle(f"Speculative decoding: {result.get('model')} on {result.get('hardware')} tp={result.get('tp')}, "
+                 f"{result.get('method')} k={result.get('num_speculative_tokens')}, "
+                 f"{result.get('mean_acceptance_length', 0):.2f} tokens/verify step; {result.get('workload')}",
+                 fontsize=10)
     fig.tight_layout()
     return _png_bytes(fig)
 
@@ -193,6 +219,7 @@ def hardware_png(result: dict[str, Any]) -> bytes:
         pos = [r.get(key) for r in rows for key, _ in series if _finite(r.get(key)) and r.get(key) > 0]
         if logy and pos and max(pos) / min(pos) > 30:
             ax.set_yscale("log")
+            plain_log_axis(ax)
         ax.set_title(title, fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
         if k > 1:

@@ -7,7 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from simulator.cli.plotkit import COLORS, _finite, _png_bytes
+from simulator.cli.plotkit import (
+    COLORS,
+    _finite,
+    _png_bytes,
+    place_labels,
+    plain_log_axis,
+    zero_based,
+)
 from simulator.cost.predict import op_points
 from simulator.cost.roofline import CostModel
 from simulator.cost.stepbatch import decode_step, prefill_step
@@ -142,14 +149,31 @@ def _binned_utilization(timeline: Any, bins: int = 80) -> dict[str, Any]:
     return out
 
 
+def timeline_title(summary: dict[str, Any]) -> str:
+    """'model on hardware (tp, pp, replicas), workload, rate, n requests' of a simulate run."""
+    par = [f"tp={summary.get('tp', 1)}"]
+    if summary.get("pp", 1) != 1:
+        par.append(f"pp={summary['pp']}")
+    reps = summary.get("replicas", 1)
+    par.append(f"{reps} replica{'s' if reps != 1 else ''}")
+    rate = summary.get("offered_rate")
+    load = f"{rate:.3g} req/s offered" if _finite(rate) else "all requests at t = 0"
+    if summary.get("concurrency"):
+        load = f"{summary['concurrency']} clients"
+    return (f"{summary.get('model')} on {summary.get('hardware')} ({', '.join(par)})\n"
+            f"{summary.get('workload')}, {load}, {summary.get('num_requests', '?')} requests")
+
+
 def timeline_png(timeline: Any, title: str = "") -> bytes:
     """Batch size, KV-cache utilisation, queue length and (when the timeline has them) MFU and
-    MBU split into prefill and decode, over simulated time (PNG bytes)."""
+    MBU split into prefill and decode, over simulated time (PNG bytes). Count panels start at
+    0 (and show 0 to 1 when nothing happened, not matplotlib's -0.05 to 0.05)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.ticker import MaxNLocator
 
     util = "mfu" in timeline and len(timeline) > 0
     fig, axes = plt.subplots(4 if util else 3, 1, figsize=(9, 9 if util else 7), sharex=True)
@@ -161,6 +185,10 @@ def timeline_png(timeline: Any, title: str = "") -> bytes:
     axes[0].set_ylabel("batch size (seqs)")
     axes[1].set_ylabel("KV cache used (%)")
     axes[2].set_ylabel("waiting requests")
+    for ax, col, scale in ((axes[0], "batch_size", 1), (axes[1], "kv_utilization", 100), (axes[2], "queue_length", 1)):
+        zero_based(ax, (timeline[col] * scale).tolist() if len(timeline) else [])
+        if col != "kv_utilization":
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: whole ticks
     if util:
         b = _binned_utilization(timeline)
         styles = {"mfu_prefill": ("C3", "-"), "mfu_decode": ("C0", "-"),
@@ -169,6 +197,7 @@ def timeline_png(timeline: Any, title: str = "") -> bytes:
         for col, (color, ls) in styles.items():
             axes[3].plot(b["time_s"][has], 100 * b[col][has], color=color, ls=ls, lw=0.9,
                          label=col.upper().replace("_", " "))
+        zero_based(axes[3], [100 * v for col in styles for v in b[col][has]], pad=1.15)
         axes[3].set_ylabel("% of peak (busy time)")
         axes[3].legend(fontsize=7, ncol=4, loc="upper right")
     axes[-1].set_xlabel("simulated time (s)")
@@ -301,6 +330,7 @@ def sweep_latency_fig(result: dict[str, Any]) -> Any:
         pos = [y for y in ys if y > 0]
         if pos and max(pos) / min(pos) > 30:
             ax.set_yscale("log")
+            plain_log_axis(ax)  # "60", not matplotlib's "6x10^1" on a 70B's TPOT axis
         ax.set_xlabel("offered rate (requests/s, nominal)")
         ax.set_ylabel(f"{name} (ms)")
         ax.set_title(f"{name}: p99 (solid) and p50 (dashed)", fontsize=10)
@@ -389,7 +419,6 @@ def validation_scatter_png(points: list[dict[str, Any]], title: str = "") -> byt
     from matplotlib.patches import Patch
 
     from simulator.analysis.measurements import metric_unit
-    from simulator.analysis.validate import point_label
 
     units = [u for u in ("ms", "tokens/s", "req/s") if any(metric_unit(p["metric"]) == u for p in points)]
     if not units:
@@ -416,13 +445,9 @@ def validation_scatter_png(points: list[dict[str, Any]], title: str = "") -> byt
                     ax.scatter([p["measured"] for p in sel], [p["predicted"] for p in sel], s=28,
                                color=colors[h], marker=markers.get(s, "o"), edgecolor="black",
                                linewidth=0.4, alpha=0.85, zorder=3)
-        if len(pts) <= 40:  # few points (a vLLM result): say which is which, alternating sides
-            for i, p in enumerate(sorted(pts, key=lambda q: q["measured"])):
-                ax.annotate(point_label(p), (p["measured"], p["predicted"]), fontsize=7,
-                            xytext=(6, -10) if i % 2 else (-6, 6), textcoords="offset points",
-                            ha="left" if i % 2 else "right", zorder=4)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        plain_log_axis(ax, "both")
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
         ax.set_aspect("equal")
@@ -437,4 +462,35 @@ def validation_scatter_png(points: list[dict[str, Any]], title: str = "") -> byt
                 for s in scs]
     axes[0][-1].legend(handles=handles, loc="upper left", fontsize=8, framealpha=0.9)
     fig.suptitle(title or "llmsim predictions vs measurements")
+    _label_points(fig, axes[0], units, points)
     return _png_bytes(fig)
+
+
+def _label_points(fig: Any, axes: Any, units: list[str], points: list[dict[str, Any]]) -> None:
+    """Few points (a result file): say which is which, with labels that do not overlap
+    (`plotkit.place_labels`, after the layout is final). A metric measured at several load
+    points is told apart by what its ids do not share (e.g. a GuideLLM benchmark "b1")."""
+    from simulator.analysis.measurements import metric_unit
+    from simulator.analysis.validate import point_label
+
+    fig.canvas.draw()  # the equal aspect moves the axes: place labels on the final layout
+    renderer = fig.canvas.get_renderer()
+    for ax, unit in zip(axes, units, strict=True):
+        pts = [p for p in points if metric_unit(p["metric"]) == unit]
+        if not pts or len(pts) > 40:
+            continue
+        names = [point_label(p) for p in pts]
+        if len(set(names)) < len(names):
+            tags = _distinct_tags([str(p["id"]) for p in pts], [str(p["metric"]) for p in pts])
+            names = [f"{t} {n}".strip() for t, n in zip(tags, names, strict=True)]
+        place_labels(ax, [(p["measured"], p["predicted"]) for p in pts], names, renderer)
+
+
+def _distinct_tags(ids: list[str], metrics: list[str]) -> list[str]:
+    """The part of each id between what all ids share in front and its metric name."""
+    import os
+
+    stems = [i[: -len(m)].rstrip("-_ ") if i.endswith(m) else i for i, m in zip(ids, metrics, strict=True)]
+    head = os.path.commonprefix(stems)
+    head = head[: max(head.rfind("-"), head.rfind("_")) + 1]  # whole words: "b0", not "0"
+    return [s[len(head):].strip("-_ ") for s in stems]

@@ -257,6 +257,15 @@ def print_serving_summary(s: dict[str, Any]) -> None:
         line("Energy (J/output token, rough):", s["joules_per_output_token"])
         line("Electricity ($/M output tokens):", s["energy_usd_per_million_output_tokens"], "{:<40} {:<10.4f}")
     line("GPU-hours ($/M output tokens):", s.get("gpu_usd_per_million_output_tokens"))
+    if s.get("spec_decode_num_drafts") is not None:  # serving/speculative.py: vLLM's spec-decode counters
+        click.echo("{s:{c}^{n}}".format(s="Speculative Decoding", n=50, c="-"))
+        line("Acceptance rate (%):", s["spec_decode_acceptance_rate"])
+        line("Acceptance length (tokens/step):", s["spec_decode_acceptance_length"])
+        line("Drafts:", s["spec_decode_num_drafts"])
+        line("Draft tokens:", s["spec_decode_draft_tokens"])
+        line("Accepted tokens:", s["spec_decode_accepted_tokens"])
+        line("Per-position acceptance:", " ".join(f"{r:.3f}" for r in s["spec_decode_per_position_acceptance_rates"]),
+             "{:<40} {:<10}")
     if s.get("unstable"):
         click.echo(f"UNSTABLE: offered {s['offered_rate']:.3g} req/s exceeds capacity "
                    f"(achieved {s['achieved_rate']:.3g} req/s); latencies grow with run length")
@@ -522,38 +531,37 @@ def print_kv_whatif(r: dict[str, Any], static_only: bool, out_dir: str | None) -
 
 
 def print_speculative_whatif(r: dict[str, Any], out_dir: str | None) -> None:
-    """`llmsim whatif speculative`: TPOT vs batch size, the crossover, plain vs speculative under load."""
-    click.echo(f"speculative decoding what-if: {r['model']} on {r['hardware']} tp={r['tp']}, draft {r['draft_model']} "
-               f"tp={r['draft_tp']}, gamma={r['gamma']}, acceptance={r['acceptance']:g} "
-               f"-> {r['expected_tokens_per_step']:.3f} tokens per verify step; context {r['context_tokens']:.0f}")
-    shown = [x for x in r["static"] if x["batch_size"] in (1, 2, 4, 8, 16, 32, 64, 128, 256, r["crossover_batch"])]
-    click.echo(table([{"batch": x["batch_size"], "plain TPOT ms": fmt(x["plain_tpot_ms"], ".2f"),
-                        "spec TPOT ms": fmt(x["speculative_tpot_ms"], ".2f"),
-                        "draft ms": fmt(x["draft_ms"], ".2f"), "verify ms": fmt(x["verify_ms"], ".2f"),
-                        "speedup": fmt(x["speedup"], ".2f")} for x in shown]))
-    if r["crossover_batch"] is None:
-        click.echo(f"speculative decoding pays at every batch size up to {r['static'][-1]['batch_size']}")
+    """`llmsim whatif speculative`: per-user speed and total throughput against concurrency,
+    plain and speculative, the crossover marked."""
+    rates = ", ".join(f"{a:.3g}" for a in r["acceptance"])
+    click.echo(f"speculative decoding what-if: {r['model']} on {r['hardware']} tp={r['tp']}, {r['method']} "
+               f"k={r['num_speculative_tokens']} (draft tp={r['draft_tp']}), conditional acceptance [{rates}] -> "
+               f"{r['mean_acceptance_length']:.3g} tokens per verify step; workload {r['workload']} "
+               f"(mean {r['mean_input_tokens']} in / {r['mean_output_tokens']} out), closed loop")
+    cross = r["crossover_concurrency"]
+    click.echo(table([{"conc": str(x["concurrency"]) + (" <" if x["concurrency"] == cross else ""),
+                        "user tok/s plain": fmt(x["plain_per_user_tokens_per_s"], ".1f"),
+                        "user tok/s spec": fmt(x["speculative_per_user_tokens_per_s"], ".1f"),
+                        "x user": fmt(x["per_user_speedup"], ".2f"),
+                        "total tok/s plain": fmt(x["plain_output_throughput"], ".0f"),
+                        "total tok/s spec": fmt(x["speculative_output_throughput"], ".0f"),
+                        "x total": fmt(x["throughput_speedup"], ".2f"),
+                        "accept len": fmt(x["measured_acceptance_length"], ".2f"),
+                        "verify tokens": fmt(x["verify_tokens"], ".0f"),
+                        "verify bound": x["verify_bound"]} for x in r["rows"]]))
+    if cross is None:
+        click.echo(f"speculative decoding raises total throughput at every concurrency up to {r['rows'][-1]['concurrency']}")
     else:
-        click.echo(f"speculative decoding stops paying at batch {r['crossover_batch']} "
-                   f"(speculative TPOT >= plain TPOT)")
+        click.echo(f"crossover: total throughput with speculative decoding falls below plain at concurrency {cross} (<)")
+    user = r["per_user_crossover_concurrency"]
+    click.echo("per-user speed: " + (f"speculative is slower from concurrency {user}" if user is not None
+                                     else "speculative is faster at every concurrency tried"))
     for w in r["warnings"]:
         click.echo(f"warning: {w}")
     click.echo(f"KV capacity: plain {r['kv_capacity_tokens']['plain']} tokens, with the draft "
                f"{r['kv_capacity_tokens']['speculative']} tokens")
-    if "under_load" in r:
-        u = r["under_load"]
-        rate = r.get("rate")
-        click.echo(f"\nunder load ({'at ' + format(rate, 'g') + ' req/s' if rate else 'trace timing'}; "
-                   "offline = every request at t = 0):")
-        click.echo(table([{"": name, "p50 TTFT ms": fmt(u[name]["at_rate"]["p50_ttft_ms"], ".1f"),
-                            "p99 TTFT ms": fmt(u[name]["at_rate"]["p99_ttft_ms"], ".1f"),
-                            "mean TPOT ms": fmt(u[name]["at_rate"]["mean_tpot_ms"], ".2f"),
-                            "p99 TPOT ms": fmt(u[name]["at_rate"]["p99_tpot_ms"], ".2f"),
-                            "good frac": fmt(u[name]["at_rate"]["good_fraction"], ".3f"),
-                            "offline req/s": fmt(u[name]["offline_max_throughput"], ".3g"),
-                            "offline tok/s": fmt(u[name]["offline_output_throughput"], ".0f")}
-                           for name in ("plain", "speculative")]))
-        click.echo(f"note: {r['approximation']}")
+    for n in r["notes"]:
+        click.echo(f"note: {n}")
     if out_dir:
         click.echo(f"wrote {out_dir}/speculative.json, speculative.csv, speculative.png")
 
@@ -591,19 +599,30 @@ def print_yaml(obj: Any) -> None:
     click.echo(yaml.safe_dump(clean(obj), sort_keys=False, width=100).rstrip())
 
 
-def save_vllm_result(sc: Any, res: Any, summary: dict[str, Any], result_dir: str | None,
-                     result_filename: str | None, percentile_metrics: str, metric_percentiles: str,
-                     label: str | None) -> Any:
-    """Write the run as `vllm bench serve --save-result` would (simulator.cli.vllm_result); returns the path."""
+def save_vllm_result(sc: Any, res: Any, opts: dict[str, Any]) -> Any:
+    """Write the run as `vllm bench serve --save-result` would (simulator.cli.vllm_result):
+    one JSON line, as vLLM's `json.dump`; `append_result` adds a newline and the object to an
+    existing file, as vLLM's --append-result does. `opts`: result_dir, result_filename,
+    percentile_metrics, metric_percentiles, label, save_detailed, metadata, append_result.
+    Returns the path."""
     from pathlib import Path
 
     from simulator.cli import vllm_result as vr
 
-    result = vr.result_json(sc, res, summary, sc.cost_model().model, version=llmsim_version(),
-                            percentile_metrics=percentile_metrics, metric_percentiles=metric_percentiles,
-                            label=label)
-    path = Path(result_dir or ".") / (result_filename or vr.result_filename(result))
-    write_json(path, result)
+    result = vr.result_json(sc, res, sc.cost_model().model, version=llmsim_version(),
+                            percentile_metrics=opts.get("percentile_metrics"),
+                            metric_percentiles=opts.get("metric_percentiles") or vr.DEFAULT_METRIC_PERCENTILES,
+                            label=opts.get("label"), save_detailed=bool(opts.get("save_detailed")),
+                            metadata=opts.get("metadata") or ())
+    path = Path(opts.get("result_dir") or ".") / (opts.get("result_filename") or vr.result_filename(result))
+    text = json.dumps(clean(result))
+    if opts.get("append_result") and path.is_file():
+        try:
+            old = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise click.ClickException(f"--append-result: cannot read {path} ({e})") from None
+        text = old + ("\n" if old else "") + text
+    write_atomic(path, text)
     return path
 
 

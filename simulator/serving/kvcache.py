@@ -101,6 +101,12 @@ class KVCache:
             held[s] += 1
         self.free_blocks -= len(slots)
 
+    def release(self, slot: int, blocks: int) -> None:
+        """Return the slot's last `blocks` private blocks to the pool (speculative decoding: the
+        blocks of rejected draft tokens and of the unused lookahead, `serving/speculative.py`)."""
+        self.held[slot] -= blocks
+        self.free_blocks += blocks
+
     def share(self, slot: int, block_id: int) -> None:
         """The slot references shared block `block_id` (taken from the pool on its first use)."""
         n = self.ref_count.get(block_id, 0)
@@ -187,6 +193,10 @@ class CeilKVCache(KVCache):
 
     def allocate_one_each(self, slots: list[int]) -> None:
         self.free_blocks -= len(slots)
+
+    def release(self, slot: int, blocks: int) -> None:
+        """Blocks derive from `computed`: the caller lowered it first; only the pool grows."""
+        self.free_blocks += blocks
 
     def share(self, slot: int, block_id: int) -> None:
         raise TypeError("CeilKVCache holds private blocks only (use KVCache to share blocks)")

@@ -159,6 +159,14 @@ class PrefixKVCache(KVCache):
         self.held[slot] -= len(new)
         self.n_shared[slot] += len(new)
 
+    def release(self, slot: int, blocks: int) -> None:
+        """Return the slot's last `blocks` private blocks (never cached ones: they hold no full
+        computed block) to the tail of the free queue."""
+        self._sync()
+        self.held[slot] -= blocks
+        self._append_anon(blocks)
+        self.free_blocks += blocks
+
     def free(self, slot: int) -> int:
         """Release the slot: its private blocks, then its cached blocks from the last one,
         join the tail of the free queue (cached ones keep their hash)."""

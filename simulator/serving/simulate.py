@@ -37,6 +37,7 @@ are the first pool's prefill completions, pushed as timed events.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -45,6 +46,7 @@ import pandas as pd
 
 from simulator.cost.memory import kv_bytes_per_gpu_token
 from simulator.cost.roofline import CostModel
+from simulator.cost.speculative import SpeculativeDecoding
 from simulator.serving.client_cap import run_capped
 from simulator.serving.client_view import ClientView
 from simulator.serving.events import RELEASE, EventQueue
@@ -53,6 +55,7 @@ from simulator.serving.pool import ROUTERS, Pool, kv_blocks
 from simulator.serving.records import REJECTED, Records, SimResult, cut_reason
 from simulator.serving.replica import Replica
 from simulator.serving.sched.registry import EngineConfig
+from simulator.serving.speculative import SPECULATIVE_SCHEDULERS, SpecReplica, merged_spec_counters
 from simulator.serving.steplog import StepLog
 from simulator.specs.checks import SpecError, check_cost_model, check_int
 from simulator.workloads.sessions import dependencies
@@ -79,9 +82,12 @@ def _next_release(pool: Pool, events: EventQueue) -> float:
 
 def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = None,
              replicas: int = 1, router: str = "round-robin",
-             progress: Callable[[int, int], None] | None = None, client: ClientView | None = None) -> SimResult:
+             progress: Callable[[int, int], None] | None = None, client: ClientView | None = None,
+             speculative: SpeculativeDecoding | None = None) -> SimResult:
     """Serve `workload` on `replicas` copies of the replica priced by `cost`; `client`: what
-    the client sees beyond the engine core (`client_view.py`; None: nothing).
+    the client sees beyond the engine core (`client_view.py`; None: nothing); `speculative`:
+    speculative decoding (`serving/speculative.py`; its draft's weights and KV shrink the KV
+    capacity unless `config.kv_capacity_tokens` fixes it).
 
     Deterministic: the same inputs give the same result bit for bit (no randomness here;
     all draws happen when the workload is made).
@@ -91,6 +97,8 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     if router not in ROUTERS:
         raise SpecError(f"router: {router!r} is not one of {', '.join(ROUTERS)}")
     check_cost_model(cost)
+    if speculative is not None:
+        cfg = _speculative_config(cfg, speculative)
     n = workload.num_requests
     blocks, mml = kv_blocks(cost, cfg)
     out = Records(n)
@@ -115,8 +123,12 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     # the lowest index wins ties), so replicas beyond n would stay idle: do not build them
     # an uncapped open loop reacts to no completion: no callback (one call less per request)
     reacts = closed is not None or capped is not None or deps is not None
-    pool = Pool([Replica(i, cost, cfg, blocks, mml, workload, out, log, on_finish if reacts else None)
-                 for i in range(min(replicas, n))], ROUTERS[router](cfg), cfg.max_duration_s)
+    cb = on_finish if reacts else None
+    reps_: list[Replica] = ([Replica(i, cost, cfg, blocks, mml, workload, out, log, cb) for i in range(min(replicas, n))]
+                            if speculative is None else
+                            [SpecReplica(i, cost, cfg, blocks, mml, workload, out, log, cb, speculative)
+                             for i in range(min(replicas, n))])
+    pool = Pool(reps_, ROUTERS[router](cfg), cfg.max_duration_s)
     reps = pool.replicas
     _attach_prefix_caches(reps, workload, cfg)
     if closed is not None:
@@ -164,6 +176,10 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     }
     if util["busy_utilization"] is not None:
         meta["busy_utilization"] = util["busy_utilization"]  # energy.run_energy's u_busy
+    if speculative is not None:
+        meta["speculative"] = {"method": speculative.config.method, "num_speculative_tokens": speculative.config.k,
+                               "acceptance": list(speculative.config.acceptance),
+                               **(merged_spec_counters(reps) or {})}
     res = SimResult(workload.arrival_s.copy() if closed is None and deps is None and capped is None else arrivals,
                      workload.input_len, workload.output_len, out.first_token_s, out.finish_s,
                      out.preemptions, out.replica, out.status, out.reasons, itl_v, itl_c,
@@ -171,6 +187,20 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
                      cached_tokens=out.cached_tokens if cfg.enable_prefix_caching else None,
                      client_queue_s=client_queue_s)
     return res if client is None else client.apply(res)
+
+
+def _speculative_config(cfg: EngineConfig, spec: SpeculativeDecoding) -> EngineConfig:
+    """The limits a speculative run needs: vLLM V1's scheduler, and the KV capacity net of the
+    draft's weights and KV (unless fixed by `kv_capacity_tokens`)."""
+    if cfg.scheduler not in SPECULATIVE_SCHEDULERS:
+        raise SpecError(f"scheduler: speculative decoding is modelled under vLLM V1's scheduler "
+                        f"({', '.join(SPECULATIVE_SCHEDULERS)}), not {cfg.scheduler!r}")
+    if cfg.kv_capacity_tokens is not None:
+        return cfg
+    plan = spec.memory(cfg.gpu_memory_utilization, cfg.max_num_batched_tokens, cfg.max_num_seqs)
+    if not plan.fits:
+        raise SpecError(plan.message)
+    return dataclasses.replace(cfg, kv_capacity_tokens=max(plan.kv_capacity_tokens, cfg.block_size))
 
 
 def _attach_prefix_caches(reps: list[Replica], workload: Workload, cfg: EngineConfig) -> None:
@@ -202,9 +232,10 @@ def _check_run(reps: list[Replica], out: Records, log: StepLog, arrivals: np.nda
     done = out.completed()
     gaps = int(log.itl()[1].sum())
     want = int(output_len[done].sum()) - int(done.sum()) + log.cut_gaps
-    if gaps != want:
-        raise AssertionError(f"inter-token gaps {gaps} != {want} (tokens requested by completed "
-                             "requests minus first tokens, plus the gaps of requests cut off)")
+    if gaps + log.merged_tokens != want:
+        raise AssertionError(f"inter-token gaps {gaps} + tokens merged into chunks {log.merged_tokens} != {want} "
+                             "(tokens requested by completed requests minus first tokens, plus the gaps of "
+                             "requests cut off)")
 
 
 def _run_stream(pool: Pool, events: EventQueue, workload: Workload, arrivals: np.ndarray, cfg: EngineConfig,

@@ -63,6 +63,9 @@ class StepLog:
         self.busy_s = 0.0
         self.peak_kv = 0.0
         self.cut_gaps = 0  # inter-token gaps of requests cut off by max_duration_s (debug ledger)
+        # tokens that reached the client in one chunk with an earlier token of the same step
+        # (speculative decoding): no inter-token gap of their own (debug ledger)
+        self.merged_tokens = 0
         # an instance copy of the class limit: hot methods read it, and CPython 3.11 does not
         # specialise class attributes read through an instance (tests lower it per instance)
         self.ITL_EXACT_LIMIT = type(self).ITL_EXACT_LIMIT

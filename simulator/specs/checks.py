@@ -31,6 +31,8 @@ MAX_SPEC_BYTES = 1_000_000
 MAX_RESULT_BYTES = 256_000_000
 MAX_DEPTH = 64
 MAX_NODES = 100_000
+#: values a result file may hold (its byte bound, MAX_RESULT_BYTES, is the real limit)
+MAX_RESULT_NODES = 100_000_000
 MAX_INT_DIGITS = 30
 MAX_TOKENS = 10_000_000
 MAX_REQUESTS = 1_000_000
@@ -152,8 +154,10 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-def load_json(path: Path, limit: int, what: str) -> Any:
-    """Parse a JSON file with bounded size, depth and integer length; errors as one line."""
+def load_json(path: Path, limit: int, what: str, max_nodes: int | None = None) -> Any:
+    """Parse a JSON file with bounded size, depth and integer length; errors as one line.
+    `max_nodes`: the bound on values (default MAX_NODES, sized for specs; a result file's
+    per-request lists, e.g. vLLM's --save-detailed `itls`, hold far more within its size bound)."""
     text = read_text_bounded(path, limit, what)
     try:
         data = json.loads(text, parse_int=_bounded_int)
@@ -163,11 +167,11 @@ def load_json(path: Path, limit: int, what: str) -> Any:
         raise SpecError(f"{path}: invalid JSON: nested more than {MAX_DEPTH} levels deep") from None
     except ValueError as e:
         raise SpecError(f"{path}: invalid JSON: {e}") from None
-    check_tree(data, str(path))
+    check_tree(data, str(path), MAX_NODES if max_nodes is None else max_nodes)
     return data
 
 
-def check_tree(data: Any, where: str) -> None:
+def check_tree(data: Any, where: str, max_nodes: int = MAX_NODES) -> None:
     """Refuse a parsed document nested deeper than `MAX_DEPTH` or with more than `MAX_NODES`
     values once shared (aliased) parts are counted each time they appear. Each container is
     sized once (memoised by identity), so an alias bomb is measured without being expanded; a
@@ -184,8 +188,8 @@ def check_tree(data: Any, where: str) -> None:
         if done:
             open_.discard(key)
             sizes[key] = 1 + sum(sizes.get(id(c), 1) for c in children)
-            if sizes[key] > MAX_NODES:
-                raise SpecError(f"{where}: more than {MAX_NODES:,} values (YAML aliases counted "
+            if sizes[key] > max_nodes:
+                raise SpecError(f"{where}: more than {max_nodes:,} values (YAML aliases counted "
                                 "expanded); a spec needs far fewer")
             continue
         if key in open_:
@@ -218,7 +222,7 @@ def check_cost_model(cost: Any) -> None:
                             "a step time must be a finite number of seconds > 0")
 
 __all__ = [
-    "MAX_BATCH", "MAX_DEPTH", "check_cost_model", "MAX_INT_DIGITS", "MAX_NODES", "MAX_REQUESTS", "MAX_RESULT_BYTES",
+    "MAX_BATCH", "MAX_DEPTH", "check_cost_model", "MAX_INT_DIGITS", "MAX_NODES", "MAX_REQUESTS", "MAX_RESULT_BYTES", "MAX_RESULT_NODES",
     "MAX_SPEC_BYTES", "MAX_TOKENS", "SpecError", "check_choice", "check_int", "check_number",
     "check_path", "check_tree", "is_int", "is_number", "load_json", "read_text_bounded", "show",
 ]

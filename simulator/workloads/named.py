@@ -192,8 +192,9 @@ register(NamedWorkload(
     "random", "synthetic lengths (--input-len, --output-len, --range-ratio) at --rate, as vLLM's random dataset",
     _random, aliases=("synthetic",), uses_lengths=True))
 register(NamedWorkload(
-    "sharegpt", "ShareGPT conversations sampled as vllm bench serve samples them (the shipped count table, "
-    "or --dataset-path)", _sharegpt, dataset_path=True))
+    "sharegpt", "ShareGPT conversations sampled by vllm bench serve's rules from the shipped count table "
+    "(17,400 of ~90,000 conversations), or vLLM's exact draw from the full file (--dataset-path)", _sharegpt,
+    dataset_path=True))
 register(NamedWorkload(
     "shared-prefix", "inference-perf's shared prefix: groups of users sharing a system prompt "
     "(constant arrivals at --rate; gamma with --burstiness)", _shared_prefix, uses_output_len=True,

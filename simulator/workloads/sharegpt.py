@@ -1,4 +1,4 @@
-"""ShareGPT request lengths, sampled exactly as vLLM's `bench serve` samples them.
+"""ShareGPT request lengths, sampled by vLLM's `bench serve` rules (its exact draw from the full file).
 
 vLLM's `ShareGPTDataset` (vllm/benchmarks/datasets/sharegpt.py, `is_valid_sequence` in
 datasets/utils.py) does, for `--dataset-name sharegpt --seed s --num-prompts n`:
