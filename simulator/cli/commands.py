@@ -68,6 +68,8 @@ def show_cmd(ref: str, as_json: bool) -> None:
         derived: dict[str, Any] = {f"ridge_point_{d}_flop_per_byte": round(spec.ridge_point(d), 2)
                    for d in ("bf16", "fp8")}
         derived["fp8_gemms_run_at"] = spec.gemm_dtype("fp8")
+        derived["efficiency_status"] = spec.efficiency_status()
+        derived["validation"] = spec.efficiency_notice() or "efficiencies fitted to measurements (see efficiency.sources)"
     else:
         kind, derived = "model", spec.describe()
     out = {"kind": kind, "spec": spec_to_dict(spec), "derived": derived}

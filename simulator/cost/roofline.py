@@ -405,6 +405,9 @@ class CostModel:
             self.notes.append(
                 f"{hw.id} has no {self.dtypes.activation} rate: attention priced at {self.attention_dtype}"
             )
+        notice = hardware.efficiency_notice()  # the catalog entry's provenance, before --ideal/--efficiency
+        if notice:
+            self.notes.append(notice)
         self.ops = self._build_ops(self._rates(hw.efficiency, hw.link_latency_s))
         self._C = np.array([op.compute_s for op in self.ops])
         self._M = np.array([op.memory_s for op in self.ops])

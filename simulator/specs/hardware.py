@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +126,10 @@ class Efficiency:
         return cls()
 
 
+#: the efficiency fields whose provenance `HardwareSpec.efficiency_status` reports
+CORE_EFFICIENCY_FIELDS = ("compute_efficiency", "memory_efficiency")
+_COPIED = re.compile(r"^copied from ([\w.+-]+)", re.IGNORECASE)
+
 #: the Efficiency fields that are one number (settable with `--efficiency KEY=VALUE`)
 SCALAR_EFFICIENCY_FIELDS = ("compute_efficiency", "memory_efficiency", "attention_efficiency", "gemm_ramp_tokens",
                             "kernel_overhead_s", "step_overhead_s", "link_efficiency", "sequence_overhead_s",
@@ -221,3 +226,27 @@ class HardwareSpec:
     def ideal(self) -> HardwareSpec:
         """A copy with pure-roofline efficiencies (1) and no overheads."""
         return dataclasses.replace(self, efficiency=Efficiency.ideal())
+
+    def efficiency_status(self) -> dict[str, str]:
+        """What is fitted and what is copied, from the efficiency `sources`: {field: "fitted" |
+        "copied from X" | "set"} for the fields that decide a prediction (compute, memory)."""
+        out = {}
+        for name in CORE_EFFICIENCY_FIELDS:
+            text = str(self.efficiency.sources.get(name, "")).strip()
+            m = _COPIED.match(text)
+            if m:
+                out[name] = f"copied from {m.group(1)}"
+            elif text and not text.lower().startswith(("assum", "none", "not fitted")):
+                out[name] = "fitted"
+            else:
+                out[name] = "set"
+        return out
+
+    def efficiency_notice(self) -> str | None:
+        """"<id>: efficiencies copied from X, unvalidated" when the chip's compute and memory
+        efficiencies were copied from another chip (no measurement of this one), else None;
+        every report that prices the chip prints it."""
+        copied = {v[len("copied from "):] for v in self.efficiency_status().values() if v.startswith("copied from ")}
+        if not copied:
+            return None
+        return f"{self.id}: efficiencies copied from {', '.join(sorted(copied))}, unvalidated"
