@@ -414,6 +414,7 @@ class CostModel:
         self._P = np.sum([op.extra_s for op in self.ops], axis=0)
         self._P[_I["one"]] += hw.efficiency.step_overhead_s
         self._P[_I["S"]] += hw.efficiency.sequence_overhead_s
+        self._P[_I["one"]] += m.num_moe_layers * hw.efficiency.moe_layer_overhead_s
         if not (np.isfinite(self._C).all() and np.isfinite(self._M).all() and np.isfinite(self._P).all()):
             # spec ranges keep every coefficient finite; a guard, so no inf reaches the compiled code
             raise SpecError(f"{m.id} on {hw.id}: step-time coefficients overflow float range; "
@@ -716,7 +717,8 @@ class CostModel:
                 "bound": bound,
             })
         eff = self.hardware.efficiency
-        tot["overhead"] += eff.step_overhead_s + eff.sequence_overhead_s * float(batch.S)
+        tot["overhead"] += (eff.step_overhead_s + eff.sequence_overhead_s * float(batch.S)
+                            + self.model.num_moe_layers * eff.moe_layer_overhead_s)
         total = sum(tot.values())
         bound = max(("compute", "memory", "communication"), key=lambda k: tot[k])
         return {

@@ -78,6 +78,7 @@ CLASS_FACTORS = {
     "dequant_ramp_relative": "replaces the ramp factor of weight-only GEMMs (their small-M floor)",
     "step_overhead_s": "replaces the step overhead on this family",
     "kernel_overhead_s": "replaces the chip's per-kernel launch overhead (graph launch, tail effects)",
+    "moe_layer_overhead_s": "per MoE layer per step: the fused-MoE path's routing, sort and scatter kernels",
     "allreduce_latency_s": "replaces the per all-reduce latency on this family (the collective library's)",
 }
 _FRACTION_FACTORS = ("gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative")
@@ -512,7 +513,7 @@ def _class_changes(eff: Any, f: dict[str, float]) -> dict[str, Any]:
         out["attention_efficiency_by_kv_dtype"] = {k: min(v * r, 1.0)
                                                    for k, v in eff.attention_efficiency_by_kv_dtype.items()}
     for name in ("gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative", "step_overhead_s",
-                 "kernel_overhead_s"):
+                 "kernel_overhead_s", "moe_layer_overhead_s"):
         if name in f:
             out[name] = f[name]
     if "kv_dequant_rate_fp8" in f:

@@ -53,7 +53,9 @@ class Efficiency:
     efficiency of weight-only quantised GEMMs (weights narrower than activations: Marlin-style
     kernels dequantise in the main loop); `dequant_ramp_relative` scales their GEMM ramp T0 (1:
     the small-GEMM floor of the activation format; ~ the bytes ratio, 0.25 for W4A16: a kernel
-    that reaches the narrower weights' read at small M, as Marlin does).
+    that reaches the narrower weights' read at small M, as Marlin does). `moe_layer_overhead_s` is
+    paid once per MoE layer per step: the fused-MoE path's routing, token sort/align and
+    scatter/gather kernels, whose time does not shrink with the batch or the tensor-parallel degree.
 
     Optional per-format values (absent: every format uses the single value above):
     `compute_efficiency_by_dtype` and `gemm_ramp_tokens_by_dtype` map a GEMM's tensor-core format
@@ -77,6 +79,7 @@ class Efficiency:
     gqa_kv_sharing: float = _nonneg(1.0, max=1.0)
     dequant_gemm_efficiency: float = _pos(1.0, **_EFF_RANGE)
     dequant_ramp_relative: float = _pos(1.0, **_EFF_RANGE)
+    moe_layer_overhead_s: float = _nonneg(0.0, max=0.01, unit="s")
     compute_efficiency_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     gemm_ramp_tokens_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     attention_efficiency_by_kv_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
@@ -133,7 +136,8 @@ _COPIED = re.compile(r"^copied from ([\w.+-]+)", re.IGNORECASE)
 #: the Efficiency fields that are one number (settable with `--efficiency KEY=VALUE`)
 SCALAR_EFFICIENCY_FIELDS = ("compute_efficiency", "memory_efficiency", "attention_efficiency", "gemm_ramp_tokens",
                             "kernel_overhead_s", "step_overhead_s", "link_efficiency", "sequence_overhead_s",
-                            "gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative")
+                            "gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative",
+                            "moe_layer_overhead_s")
 
 
 def parse_efficiency_overrides(items: list[str] | tuple[str, ...]) -> dict[str, float]:
