@@ -454,18 +454,7 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
     if mt == "falcon" and cfg.get("new_decoder_architecture"):
         fields["parallel_attention"] = True
 
-    if mt == "llama4_text":
-        # dense layers use intermediate_size_mlp; intermediate_size is the experts' width
-        fields["intermediate_size"] = cfg.get("intermediate_size_mlp", inter)
-    moe_spec = _hf_moe(cfg)
-    if moe_spec is not None:
-        fields["moe"] = moe_spec
-    mla_spec = _hf_mla(cfg)
-    if mla_spec is not None:
-        fields["mla"] = mla_spec
-    window_spec = _hf_chunked_attention(cfg, fields["num_layers"]) or _hf_sliding_window(cfg, fields["num_layers"])
-    if window_spec is not None:
-        fields["sliding_window"] = window_spec
+    _hf_structure(cfg, fields, mt)
     q = cfg.get("quantization_config") or {}
     method = str(q.get("quant_method", "")).lower() if isinstance(q, dict) else ""
     if method == "fp8":
@@ -475,6 +464,22 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
     if arch not in _SUPPORTED_ARCHS:
         fields["notes"] = f"imported from an unrecognised architecture {show(arch)}: check the figures"
     return build(ModelSpec, fields)
+
+
+def _hf_structure(cfg: dict, fields: dict[str, Any], mt: str) -> None:
+    """The MoE, MLA and windowed-attention parts of an HF config into `fields`."""
+    if mt == "llama4_text":
+        # dense layers use intermediate_size_mlp; intermediate_size is the experts' width
+        fields["intermediate_size"] = cfg.get("intermediate_size_mlp", fields["intermediate_size"])
+    moe_spec = _hf_moe(cfg)
+    if moe_spec is not None:
+        fields["moe"] = moe_spec
+    mla_spec = _hf_mla(cfg)
+    if mla_spec is not None:
+        fields["mla"] = mla_spec
+    window_spec = _hf_chunked_attention(cfg, fields["num_layers"]) or _hf_sliding_window(cfg, fields["num_layers"])
+    if window_spec is not None:
+        fields["sliding_window"] = window_spec
 
 
 def _hf_moe(cfg: dict) -> MoESpec | None:
