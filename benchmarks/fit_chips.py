@@ -68,14 +68,15 @@ EXCLUDED_CHIPS = ("max1550",)
 #: engine profiles whose per-step and per-sequence overheads are fitted
 ENGINE_PARAMS: dict[str, tuple[str, ...]] = {
     "vllm-v0": ("step_overhead_s", "sequence_overhead_s"),
+    "vllm-v0-rocm": ("step_overhead_s", "sequence_overhead_s"),
     "trtllm-static": ("step_overhead_s", "sequence_overhead_s"),
     "llama.cpp": ("step_overhead_s",),
     "deepspeed": ("step_overhead_s", "sequence_overhead_s"),
 }
 #: (engine, chip family) -> factors fitted (profiles.profile.CLASS_FACTORS)
 CLASS_PARAMS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("vllm-v0", "cdna3"): ("compute_relative", "gqa_kv_sharing", "kernel_overhead_s", "allreduce_latency_s"),
-    ("vllm-v0", "cdna2"): ("gqa_kv_sharing", "kernel_overhead_s", "allreduce_latency_s"),
+    ("vllm-v0-rocm", "cdna3"): ("compute_relative", "gqa_kv_sharing", "kernel_overhead_s", "allreduce_latency_s"),
+    ("vllm-v0-rocm", "cdna2"): ("gqa_kv_sharing", "kernel_overhead_s", "allreduce_latency_s"),
     ("vllm-v0", "ampere"): ("kv_dequant_rate_fp8",),
     ("vllm-v0", "hopper"): ("kv_dequant_rate_fp8",),
     ("llama.cpp", "cdna3"): ("memory_relative", "gqa_kv_sharing", "kernel_overhead_s"),

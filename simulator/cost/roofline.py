@@ -414,7 +414,7 @@ class CostModel:
         self._P = np.sum([op.extra_s for op in self.ops], axis=0)
         self._P[_I["one"]] += hw.efficiency.step_overhead_s
         self._P[_I["S"]] += hw.efficiency.sequence_overhead_s
-        self._P[_I["one"]] += m.num_moe_layers * hw.efficiency.moe_layer_overhead_s
+        self._P[_I["one"]] += self._moe_layers_dequant() * hw.efficiency.moe_layer_overhead_s
         if not (np.isfinite(self._C).all() and np.isfinite(self._M).all() and np.isfinite(self._P).all()):
             # spec ranges keep every coefficient finite; a guard, so no inf reaches the compiled code
             raise SpecError(f"{m.id} on {hw.id}: step-time coefficients overflow float range; "
@@ -428,6 +428,12 @@ class CostModel:
                 self.step_time, self.step_times, par.pp, par.pp_microbatches)
 
     # ------------------------------------------------------------------ building the ops
+    def _moe_layers_dequant(self) -> int:
+        """MoE layers whose experts run a dequantising (weight-only) kernel: they pay
+        `moe_layer_overhead_s` each step (0 for unquantised or W8A8/W4A4 experts)."""
+        dt = self.dtypes
+        return self.model.num_moe_layers if DTYPE_BYTES[dt.weight] < DTYPE_BYTES[dt.activation] else 0
+
     def _rates(self, eff: Efficiency, link_latency_s: float) -> Rates:
         """This model's rates at efficiencies `eff`: weight-only GEMMs (weights narrower than
         activations) at the dequantising efficiency, a KV cache narrower than the activations
@@ -718,7 +724,7 @@ class CostModel:
             })
         eff = self.hardware.efficiency
         tot["overhead"] += (eff.step_overhead_s + eff.sequence_overhead_s * float(batch.S)
-                            + self.model.num_moe_layers * eff.moe_layer_overhead_s)
+                            + self._moe_layers_dequant() * eff.moe_layer_overhead_s)
         total = sum(tot.values())
         bound = max(("compute", "memory", "communication"), key=lambda k: tot[k])
         return {

@@ -78,7 +78,7 @@ CLASS_FACTORS = {
     "dequant_ramp_relative": "replaces the ramp factor of weight-only GEMMs (their small-M floor)",
     "step_overhead_s": "replaces the step overhead on this family",
     "kernel_overhead_s": "replaces the chip's per-kernel launch overhead (graph launch, tail effects)",
-    "moe_layer_overhead_s": "per MoE layer per step: the fused-MoE path's routing, sort and scatter kernels",
+    "moe_layer_overhead_s": "per MoE layer per step with weight-only (dequantising) experts: that path's fixed kernels",
     "allreduce_latency_s": "replaces the per all-reduce latency on this family (the collective library's)",
 }
 _FRACTION_FACTORS = ("gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative")
@@ -456,11 +456,14 @@ def _trtllm_row(text: str) -> str:
 
 def _vllm_row(text: str) -> str:
     low = text.lower()
-    if re.search(r"\bv0 engine\b|vllm_use_v1=0", low):
-        return "vllm-v0"
     v = _version(text)
     # V1 became the default in 0.8.0; earlier releases only had V0
-    return "vllm-v0" if v is not None and v < (0, 8) else "vllm"
+    v0 = bool(re.search(r"\bv0 engine\b|vllm_use_v1=0", low)) or (v is not None and v < (0, 8))
+    if v0 and "rocm" in low and "mlperf" not in low:
+        # the stock ROCm builds (Dockerfile.rocm) of V0: their own kernels (paged attention v1/v2,
+        # untuned hipBLASLt GEMMs); an MLPerf submitter's tuned fork is not that engine
+        return "vllm-v0-rocm"
+    return "vllm-v0" if v0 else "vllm"
 
 
 def engine_for_row(engine_text: str) -> str:
@@ -468,7 +471,8 @@ def engine_for_row(engine_text: str) -> str:
 
     TensorRT-LLM: examples/run.py (ModelRunner) static batches -> trtllm-static; static-batch
     gptSession runs -> generic; 1.x or "PyTorch" -> trtllm-pytorch; other 0.x (TensorRT engine,
-    in-flight batching) -> trtllm. vLLM: before 0.8 or marked V0 -> vllm-v0, else vllm. SGLang
+    in-flight batching) -> trtllm. vLLM: before 0.8 or marked V0 -> vllm-v0 (stock ROCm builds:
+    vllm-v0-rocm), else vllm. SGLang
     -> sglang. llama.cpp -> llama.cpp; DeepSpeed(-MII) -> deepspeed. Anything else (lmdeploy,
     gpt-fast, unstated) -> generic: the hardware YAMLs' own efficiencies, which were fitted on
     exactly those static rows.

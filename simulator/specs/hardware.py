@@ -54,8 +54,9 @@ class Efficiency:
     kernels dequantise in the main loop); `dequant_ramp_relative` scales their GEMM ramp T0 (1:
     the small-GEMM floor of the activation format; ~ the bytes ratio, 0.25 for W4A16: a kernel
     that reaches the narrower weights' read at small M, as Marlin does). `moe_layer_overhead_s` is
-    paid once per MoE layer per step: the fused-MoE path's routing, token sort/align and
-    scatter/gather kernels, whose time does not shrink with the batch or the tensor-parallel degree.
+    paid once per MoE layer per step when the experts run a dequantising (weight-only) kernel:
+    that path's routing, token sort/align, bias and activation kernels, whose time does not
+    shrink with the batch or the tensor-parallel degree (0 for 16-bit or W8A8/W4A4 experts).
 
     Optional per-format values (absent: every format uses the single value above):
     `compute_efficiency_by_dtype` and `gemm_ramp_tokens_by_dtype` map a GEMM's tensor-core format
