@@ -341,16 +341,18 @@ class Scenario:
         hw: Any = self.hardware
         model: Any = self.model
         link_dtype = None
+        interleaved = False
         if self.engine is not None:
             profile = load_engine(self.engine)
             hw = profile_hardware(load_hardware(hw), profile)
             model = profile_model(load_model(model), profile)
             link_dtype = profile.link_dtype
+            interleaved = profile.kernels.pipeline == "interleaved"
         return make_cost_model(model, hw, self.tp, self.pp, self.weight_dtype,
                                self.activation_dtype, self.kv_dtype or DEFAULT_KV_DTYPE, self.ideal,
                                self.efficiency or None, ep=self.ep, pp_microbatches=self.pp_microbatches,
                                expert_imbalance=self.expert_imbalance, link_dtype=link_dtype,
-                               dp_attention=self.dp_attention)
+                               dp_attention=self.dp_attention, pp_interleaved=interleaved)
 
     def speculative(self, cost: CostModel | None = None) -> SpeculativeDecoding | None:
         """Speculative decoding on this scenario's replica (None when off): the draft priced on

@@ -225,3 +225,16 @@ def test_static_fit_set_matches_predict_static() -> None:
     want = np.array([v.predict_row(r) for r in rows])
     assert np.allclose(got, want, rtol=1e-9)
     assert load_engine("llama.cpp").id == "llama.cpp"
+
+
+def test_pipeline_interleaved_has_no_drain() -> None:
+    """pp = 2 with micro-batches in flight: a step of 512 sequences costs the one-stage-after-
+    another model's time on 256 of them (each stage busy with one micro-batch at a time)."""
+    m = load_model("llama-3.1-405b")
+    hw = load_hardware("b200")
+    dt = DTypes("fp4", "fp4", "fp8")
+    drained = CostModel(m, hw, Parallelism(2, 2), dt)
+    inter = CostModel(m, hw, Parallelism(2, 2, pp_interleaved=True), dt)
+    full, half = decode_step(m, 512, 1000), decode_step(m, 256, 1000)
+    assert inter.time(full) == pytest.approx(drained.time(half), rel=1e-12)
+    assert inter.time(full) < drained.time(full)

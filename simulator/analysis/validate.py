@@ -146,7 +146,9 @@ class Validator:
             model = profile_model(self.model(row["model"]), profile)
             hw = apply_profile(self.hardware(row["hardware"]), profile)
             try:
-                cost = CostModel(model, hw, Parallelism(row["tp"], row["pp"]),
+                # an engine that keeps pipeline micro-batches in flight (profile kernels.pipeline)
+                par = Parallelism(row["tp"], row["pp"], pp_interleaved=profile.kernels.pipeline == "interleaved")
+                cost = CostModel(model, hw, par,
                                  DTypes(row["weight_dtype"], row["activation_dtype"], row["kv_dtype"]),
                                  link_dtype=profile.link_dtype)
             except SpecError as e:

@@ -422,7 +422,11 @@ class CostModel:
         self.step_time = self._compile_scalar()
         if par.ep > 1 and m.moe is None:
             raise SpecError(f"ep: {par.ep} applies to MoE models only; {m.id} is dense")
-        if par.pp_microbatches > 1:
+        if par.pp > 1 and par.pp_interleaved:
+            # micro-batches in flight from step to step: M = pp, no fill or drain
+            self.step_time, self.step_times = pipelined(  # type: ignore[method-assign]
+                self.step_time, self.step_times, par.pp, max(par.pp_microbatches, par.pp), drain=False)
+        elif par.pp_microbatches > 1:
             # the pipelined forms replace both paths (the engine calls either)
             self.step_time, self.step_times = pipelined(  # type: ignore[method-assign]
                 self.step_time, self.step_times, par.pp, par.pp_microbatches)

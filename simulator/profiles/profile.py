@@ -207,6 +207,10 @@ class KernelsSection:
     allreduce_latency_s: Tunable = field(default_factory=Tunable)
     pcie_link_efficiency: Tunable = field(default_factory=Tunable)
     attention_window: str = field(default="model", metadata={"choices": ("model", "full")})
+    # pipeline parallelism: "drain" = one batch passes the stages in turn each step; "interleaved"
+    # = pp micro-batches in flight, no fill/drain (TensorRT-LLM in-flight batching, vLLM's
+    # virtual engines): a step of x tokens costs the model's time on x / pp (parallel.pipelined)
+    pipeline: str = field(default="drain", metadata={"choices": ("drain", "interleaved")})
 
     def __post_init__(self) -> None:
         _check_fields(self, "")
@@ -446,6 +450,8 @@ def _trtllm_row(text: str) -> str:
     low = text.lower()
     if "examples/run.py" in low or "modelrunner" in low:
         return "trtllm-static"  # examples/run.py's static batch (Argonne's harness)
+    if "mlperf" in low:
+        return "trtllm-mlperf"  # NVIDIA's MLPerf harness: a tuned stack of its own
     if "static batch" in low or "gptsession" in low:
         return "generic"  # the pre-executor static-batch runtime: no in-flight batching
     v = _version(text)

@@ -25,7 +25,11 @@ class Parallelism:
     dense layers, router, embedding and LM head) on its own share of the sequences with the
     weights sharded over its tp / d GPUs only, and keeps its sequences' KV cache alone; the MoE
     layers run over all tp GPUs (ep = tp: wide expert parallelism, an all-to-all dispatch and
-    combine; ep < tp: experts sharded as under TP, tokens gathered and reduce-scattered)."""
+    combine; ep < tp: experts sharded as under TP, tokens gathered and reduce-scattered).
+
+    `pp_interleaved`: with pp > 1 the engine keeps pp micro-batches in flight across steps (no
+    pipeline fill or drain; `parallel.pipelined`): a step costs the model's time on 1/pp of the
+    batch, as TensorRT-LLM's in-flight batching and vLLM's virtual engines run it."""
 
     tp: int = 1
     pp: int = 1
@@ -33,6 +37,7 @@ class Parallelism:
     pp_microbatches: int = 1
     expert_imbalance: float = 1.0
     dp_attention: int = 1
+    pp_interleaved: bool = False
 
     def __post_init__(self) -> None:
         check_int("tp", self.tp)
