@@ -1,4 +1,5 @@
-"""Write docs/catalog.md: the model and accelerator catalogs as tables, generated from the YAMLs.
+"""Write docs/catalog.md (the model and accelerator catalogs as tables) and the list of
+unvalidated chips in docs/limits.md, generated from the YAMLs.
 
     python docs/render_catalog.py            # rewrite docs/catalog.md
     python docs/render_catalog.py --check    # exit 1 if docs/catalog.md is not current
@@ -21,6 +22,8 @@ from simulator.profiles.profile import chip_class, engine_catalog  # noqa: E402
 from simulator.specs.catalog import hardware_catalog, model_catalog  # noqa: E402
 
 OUT = ROOT / "docs" / "catalog.md"
+LIMITS = ROOT / "docs" / "limits.md"
+LIMITS_BEGIN, LIMITS_END = "<!-- unvalidated:begin (docs/render_catalog.py) -->", "<!-- unvalidated:end -->"
 
 
 def _tf(hw: object, d: str) -> str:
@@ -106,17 +109,38 @@ def render() -> str:
     return "\n".join(lines)
 
 
+def unvalidated_section() -> str:
+    """The list of docs/limits.md: every chip whose efficiencies are copied, with the source."""
+    lines = [LIMITS_BEGIN]
+    for hid, hw in sorted(hardware_catalog().items()):
+        notice = hw.efficiency_notice()
+        if notice:
+            lines.append(f"* `{hid}` ({hw.name}): {notice.split(': ', 1)[1]}")
+    lines.append(LIMITS_END)
+    return "\n".join(lines)
+
+
+def limits_text() -> str:
+    """docs/limits.md with its generated list of unvalidated chips replaced."""
+    text = LIMITS.read_text(encoding="utf-8")
+    if LIMITS_BEGIN not in text or LIMITS_END not in text:
+        return text
+    a, b = text.index(LIMITS_BEGIN), text.index(LIMITS_END) + len(LIMITS_END)
+    return text[:a] + unvalidated_section() + text[b:]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     text = render()
     if "--check" in args:
         current = OUT.read_text(encoding="utf-8") if OUT.is_file() else ""
-        if current != text:
-            print(f"{OUT} is not current: run python docs/render_catalog.py", file=sys.stderr)
+        if current != text or LIMITS.read_text(encoding="utf-8") != limits_text():
+            print(f"{OUT} or {LIMITS} is not current: run python docs/render_catalog.py", file=sys.stderr)
             return 1
         return 0
     OUT.write_text(text, encoding="utf-8")
-    print(f"wrote {OUT.relative_to(ROOT)}")
+    LIMITS.write_text(limits_text(), encoding="utf-8")
+    print(f"wrote {OUT.relative_to(ROOT)}, {LIMITS.relative_to(ROOT)}")
     return 0
 
 

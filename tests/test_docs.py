@@ -194,3 +194,4 @@ def test_catalog_doc_is_current():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert (ROOT / "docs" / "catalog.md").read_text(encoding="utf-8") == mod.render()
+    assert (ROOT / "docs" / "limits.md").read_text(encoding="utf-8") == mod.limits_text()

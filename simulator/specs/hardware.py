@@ -133,6 +133,8 @@ class Efficiency:
 #: the efficiency fields whose provenance `HardwareSpec.efficiency_status` reports
 CORE_EFFICIENCY_FIELDS = ("compute_efficiency", "memory_efficiency")
 _COPIED = re.compile(r"^copied from ([\w.+-]+)", re.IGNORECASE)
+#: a copy checked against measurements of this chip (the same die; its errors are reported)
+_VALIDATED = re.compile(r"\bvalidated on\b", re.IGNORECASE)
 
 #: the Efficiency fields that are one number (settable with `--efficiency KEY=VALUE`)
 SCALAR_EFFICIENCY_FIELDS = ("compute_efficiency", "memory_efficiency", "attention_efficiency", "gemm_ramp_tokens",
@@ -234,12 +236,16 @@ class HardwareSpec:
 
     def efficiency_status(self) -> dict[str, str]:
         """What is fitted and what is copied, from the efficiency `sources`: {field: "fitted" |
-        "copied from X" | "set"} for the fields that decide a prediction (compute, memory)."""
+        "copied from X" | "copied from X, validated" (a copy from the same die whose source says
+        "validated on" this chip's measurements) | "set"} for the fields that decide a
+        prediction (compute, memory)."""
         out = {}
         for name in CORE_EFFICIENCY_FIELDS:
             text = str(self.efficiency.sources.get(name, "")).strip()
             m = _COPIED.match(text)
-            if m:
+            if m and _VALIDATED.search(text):
+                out[name] = f"copied from {m.group(1)}, validated"
+            elif m:
                 out[name] = f"copied from {m.group(1)}"
             elif text and not text.lower().startswith(("assum", "none", "not fitted")):
                 out[name] = "fitted"
@@ -251,7 +257,8 @@ class HardwareSpec:
         """"<id>: efficiencies copied from X, unvalidated" when the chip's compute and memory
         efficiencies were copied from another chip (no measurement of this one), else None;
         every report that prices the chip prints it."""
-        copied = {v[len("copied from "):] for v in self.efficiency_status().values() if v.startswith("copied from ")}
+        copied = {v[len("copied from "):] for v in self.efficiency_status().values()
+                  if v.startswith("copied from ") and not v.endswith(", validated")}
         if not copied:
             return None
         return f"{self.id}: efficiencies copied from {', '.join(sorted(copied))}, unvalidated"
