@@ -141,7 +141,8 @@ def _attention_path(cost: Any, kv_dtype: str) -> str:
         return "native (the activation format)"
     rate = eff.dequant_rate_for(kv_dtype)
     if rate is None:
-        return f"native {kv_dtype} attention: {DTYPE_BYTES[kv_dtype]:g} bytes per element read"
+        return (f"read as {DTYPE_BYTES[kv_dtype]:g}-byte elements with no conversion priced (a native "
+                f"{kv_dtype} attention path: the engine profile gives no kv_dequant_rate for this chip family)")
     return (f"no native {kv_dtype} attention: every KV element read is converted to "
             f"{cost.dtypes.activation} at {rate:.3g} elements/s (kv_dequant_rate)")
 

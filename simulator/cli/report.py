@@ -500,10 +500,13 @@ def print_calibration(res: dict[str, Any], file: str, out: str, ops: str | None)
 
 def _kv_gain_words(g: dict[str, Any]) -> str:
     """Where a KV format's throughput change comes from, in words."""
-    step = g["from_step_time_same_batch"]
+    step, total = g["from_step_time_same_batch"], g.get("total")
     if step <= 1.0:
-        return ("the gain comes from the admitted batch, not from bandwidth (the same batch steps "
-                f"{(1.0 / step - 1.0) * 100:.1f} % slower)")
+        slower = f"the same batch steps {(1.0 / step - 1.0) * 100:.1f} % slower: no bandwidth gain"
+        if total is not None and total < 1.0:
+            return (f"a net loss here: the admitted batch grows x{g['from_admitted_batch']:.2f} but {slower}; "
+                    "any gain would come from the admitted batch (more sequences), not from bandwidth")
+        return f"the gain comes from the admitted batch, not from bandwidth ({slower})"
     return (f"the gain comes from the admitted batch and from the smaller KV read (the same batch steps "
             f"{(1.0 - 1.0 / step) * 100:.1f} % faster)")
 
