@@ -447,17 +447,19 @@ class Scenario:
             raise SpecError(f"deployment.{name}.{e}") from None
 
     def run(self, progress: Callable[[int, int], None] | None = None,
-            workload: wl.Workload | None = None) -> tuple[SimResult, dict[str, Any]]:
-        """Simulate; returns (per-request result, vLLM-style summary)."""
+            workload: wl.Workload | None = None, itl_times: bool = False) -> tuple[SimResult, dict[str, Any]]:
+        """Simulate; returns (per-request result, vLLM-style summary). `itl_times`: keep when
+        each inter-token gap was observed (`SimResult.itl_timed`: a time series of the run)."""
         if self.disagg is not None:
-            return self._run_disagg(workload if workload is not None else self.make_workload(), progress)
+            return self._run_disagg(workload if workload is not None else self.make_workload(), progress,
+                                    itl_times)
         cost = self.cost_model()
         try:
             w, note = (workload, "") if workload is not None else self.make_workload_noted()
             client = client_view_for(load_engine(self.engine)) if self.engine is not None else None
             spec = self.speculative(cost)
             res = simulate(cost, w, self.engine_config(cost), self.replicas, self.router, progress, client,
-                           speculative=spec)
+                           speculative=spec, itl_times=itl_times)
         except MemoryError:
             raise SpecError(f"num_requests: {self.num_requests} requests do not fit in this machine's "
                             "memory (about 80 bytes each); simulate fewer") from None
@@ -484,8 +486,8 @@ class Scenario:
         return res, summary
 
 
-    def _run_disagg(self, workload: wl.Workload,
-                    progress: Callable[[int, int], None] | None = None) -> tuple[SimResult, dict[str, Any]]:
+    def _run_disagg(self, workload: wl.Workload, progress: Callable[[int, int], None] | None = None,
+                    itl_times: bool = False) -> tuple[SimResult, dict[str, Any]]:
         """Simulate the scenario's disaggregated deployment (`deployment.py`): (result, summary)."""
         sc = self
         P, D = parse_disagg(sc.disagg)
@@ -495,7 +497,7 @@ class Scenario:
             raise SpecError("deployment: both pools must serve the same model")
         link = kv_link(pc, dc, P, D, (sc.deployment or {}).get("link"))
         res = simulate_disagg(pc, dc, workload, link, ps.engine_config(), ds.engine_config(), P, D,
-                              ps.router, ds.router, progress)
+                              ps.router, ds.router, progress, itl_times)
         summary = summarize(res, sc.slos_s)
         summary.update(transfer_summary(res))
         summary.update({

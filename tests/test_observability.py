@@ -1,5 +1,6 @@
 """Issue 16 observability: `--metrics-out` (Prometheus text, vLLM V1 names and buckets) and
-MFU/MBU per step (prefill and decode), checked by hand on small schedules."""
+MFU/MBU per step (prefill and decode), checked by hand on small schedules. The time series
+(issue 25) is tested in test_prometheus_series.py, a real Prometheus in test_prometheus_real.py."""
 
 from __future__ import annotations
 
@@ -65,8 +66,8 @@ def test_two_requests_by_hand(cost):
     d2 = st(51, 2, 100.5, 50 * 25.0, 101 + 50)
     d3 = st(2, 2, 101.5 + 50.5, 0.0, 102 + 51)
     t1, t2, t3 = d1, d1 + d2, d1 + d2 + d3
-    res = simulate(cost, wl([0.0, 0.001], [100, 50], [3, 2]), cfg())
-    fams = parse(prometheus_text(res, "m", start_unix_s=1000.0))
+    res = simulate(cost, wl([0.0, 0.001], [100, 50], [3, 2]), cfg(), itl_times=True)
+    fams = parse(prometheus_text(res, "m"))
     ttft = hist(fams, "vllm:time_to_first_token_seconds")
     assert ttft["count"] == 2
     assert ttft["sum"] == pytest.approx(t1 + t2 - 0.001, rel=1e-12)
@@ -79,14 +80,14 @@ def test_two_requests_by_hand(cost):
     assert itl["count"] == 3 and itl["sum"] == pytest.approx(d2 + 2 * d3, rel=1e-12)
     prompt = hist(fams, "vllm:request_prompt_tokens")
     assert prompt["buckets"][50.0] == 1 and prompt["buckets"][100.0] == 2 and prompt["sum"] == 150
+    gen_max = hist(fams, "vllm:request_max_num_generation_tokens")
+    assert gen_max["buckets"][2.0] == 1 and gen_max["buckets"][5.0] == 2 and gen_max["sum"] == 5
     counters = {n: v for n, _, v, _ in fams["vllm:prompt_tokens"] + fams["vllm:generation_tokens"]
                 + fams["vllm:request_success"] + fams["vllm:prefix_cache_queries"]}
     assert counters == {"vllm:prompt_tokens_total": 150, "vllm:generation_tokens_total": 5,
                         "vllm:request_success_total": 2, "vllm:prefix_cache_queries_total": 150}
-    # gauges: one timestamped sample per step, running = batch size (1, 2, 2)
-    running = fams["vllm:num_requests_running"]
-    assert [v for *_, v, _ in running] == [1, 2, 2]
-    assert [ts for *_, ts in running] == pytest.approx([1000 + t1, 1000 + t2, 1000 + t3], abs=1e-3)
+    # the snapshot is the end of the run: every engine idle, no timestamps
+    assert [(v, ts) for *_, v, ts in fams["vllm:num_requests_running"]] == [(0, None)]
 
 
 def test_vllm_bucket_boundaries():
@@ -103,7 +104,7 @@ def test_histogram_counts_equal_completed_requests_two_replicas():
 
     sc = Scenario(model="llama-3.1-8b", hardware="h100-sxm", num_requests=300, rate=20.0, replicas=2,
                   input_len=512, output_len=64, range_ratio=0.5, seed=3)
-    res, summary = sc.run()
+    res, summary = sc.run(itl_times=True)
     fams = parse(prometheus_text(res, "meta-llama/Llama-3.1-8B"))
     for name in ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
                  "vllm:request_queue_time_seconds", "vllm:request_prompt_tokens",
@@ -119,8 +120,12 @@ def test_histogram_counts_equal_completed_requests_two_replicas():
     # the mean TTFT the histogram gives is the summary's
     both = [hist(fams, "vllm:time_to_first_token_seconds", engine=str(r)) for r in (0, 1)]
     assert sum(h["sum"] for h in both) / 300 * 1e3 == pytest.approx(summary["mean_ttft_ms"], rel=1e-9)
-    itl = hist(fams, "vllm:inter_token_latency_seconds", engine="all")
-    assert itl["count"] == summary["total_output_tokens"] - 300  # every token after the first
+    # every token after the first, each on the engine that emitted it
+    itl = [hist(fams, "vllm:inter_token_latency_seconds", engine=str(r)) for r in (0, 1)]
+    assert sum(h["count"] for h in itl) == summary["total_output_tokens"] - 300
+    gen = {lab["engine"]: v for _, lab, v, _ in fams["vllm:generation_tokens"]}
+    for r in (0, 1):  # generated tokens = first tokens + gaps, per engine
+        assert gen[str(r)] == itl[r]["count"] + per[r]["count"]
     gauges = {lab["engine"] for _, lab, _, _ in fams["vllm:kv_cache_usage_perc"]}
     assert gauges == {"0", "1"}
 
@@ -131,7 +136,7 @@ def test_cli_metrics_out(tmp_path):
     path = tmp_path / "run.prom"
     r = CliRunner().invoke(main, ["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-n", "50", "-r", "5",
                                   "--input-len", "256", "--output-len", "32", "--metrics-out", str(path),
-                                  "--json", "-q"])
+                                  "--metrics-format", "text", "--json", "-q"])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.output)
     fams = parse(path.read_text())

@@ -80,6 +80,30 @@ def test_trtllm_without_chunking_runs_whole_contexts_and_rejects_long_prompts():
     assert res.status[0] == REJECTED and "max_num_tokens" in res.reasons[0]
 
 
+@pytest.mark.parametrize("capacity", ["guaranteed_no_evict", "max_utilization"])
+def test_trtllm_prompt_longer_than_the_budget_is_served_in_block_chunks(capacity):
+    """A prompt several times the token budget (MLPerf 405B: 9.4k tokens, budget 1,536-2,048)
+    is served in chunks under chunked context, whatever the capacity policy (the micro-batch
+    scheduler chunks in block units under both). Budget 8, blocks of 4; A (2 in, 6 out) and
+    B (23 in, 2 out) at t = 0:
+      step 1: A whole (2), B 6 -> 4 (a block)           T = 6  A token 1
+      steps 2-4: A decode (1), B 7 -> 4 each            T = 5  B at 8, 12, 16
+      step 5: A decode, B's last 7 (fits the 7 left)    T = 8  B token 1
+      step 6: A decode (its 6th), B decode (its 2nd)    T = 2  both done"""
+    res = run("trtllm", wl([0, 0], [2, 23], [6, 2]), blocks=100, budget=8, capacity_policy=capacity)
+    t5 = d(6) + 3 * d(5) + d(8)
+    assert res.status.tolist() == [COMPLETED, COMPLETED]
+    assert res.first_token_s == pytest.approx([d(6), t5], rel=1e-12)
+    assert res.finish_s == pytest.approx([t5 + d(2), t5 + d(2)], rel=1e-12)
+
+
+def test_trtllm_chunked_context_off_refuses_a_prompt_over_the_budget_with_the_reason():
+    for capacity in ("guaranteed_no_evict", "max_utilization"):
+        res = run("trtllm", wl([0], [23], [2]), blocks=100, budget=8, capacity_policy=capacity,
+                  chunked_context=False)
+        assert res.status[0] == REJECTED and "exceeds max_num_tokens 8 with chunked context off" in res.reasons[0]
+
+
 def test_max_utilization_and_vllm_pause_the_newest():
     """10 blocks, 2 per prompt: A, B, C all start (6 blocks). step 1 prefill (24 tokens);
     step 2 every decode opens a block (free 1); steps 3-5 fill them; step 6 all three need a

@@ -97,8 +97,8 @@ def test_skipped_rows_have_reasons(tmp_path: Path) -> None:
     res = V.validate(rows)
     reasons = {s["id"]: s["reason"] for s in res["skipped"]}
     assert res["predicted"] == 1 and res["rows"] == 6
-    assert "unknown model 'gpt-5'" in reasons["model"]
-    assert "unknown hardware 'h999'" in reasons["hw"]
+    assert reasons["model"] == "model gpt-5 not in the catalog"
+    assert reasons["hw"] == "hardware h999 not in the catalog"
     assert "fp8" in reasons["fp8"]
     assert "output_len not stated" in reasons["noout"]
     assert reasons["ds"] == "dataset lmsys-chat not available; pass --workload lmsys-chat=FILE"
@@ -363,7 +363,7 @@ def test_cli_validate_out_and_json(tmp_path: Path) -> None:
     out = tmp_path / "o"
     r = _runner().invoke(main, ["validate", str(p), "--out", str(out), "-q"])
     assert r.exit_code == 0, r.output
-    assert "overall" in r.stdout and "median_ape_%" in r.stdout and "skipped x1: unknown model" in r.stdout
+    assert "overall" in r.stdout and "median_ape_%" in r.stdout and "1 rows skipped: model gpt-5 not in the catalog" in r.stdout
     csv_lines = (out / "validation.csv").read_text().splitlines()
     assert csv_lines[0] == "id,source,engine,scenario,hardware,model,metric,measured,predicted,error_pct"
     assert len(csv_lines) == 3

@@ -149,17 +149,22 @@ def parse_row(raw: Mapping[str, Any]) -> dict[str, Any]:
             raise ValueError(f"{col}: empty")
     for col in _INT_COLUMNS:
         row[col] = _parse_int(row[col], col) if row[col] else None
-    for col in ("num_gpus", "tp", "pp"):
-        if row[col] is None:
-            raise ValueError(f"{col}: empty")
-    if row["num_gpus"] % (row["tp"] * row["pp"]):
+    if row["num_gpus"] is None:
+        raise ValueError("num_gpus: empty")
+    # tp and pp both empty: the source does not state the layout (`layout_stated` False);
+    # `validate` assumes one (profiles.apply.assumed_layout) and says so on every such point
+    row["layout_stated"] = not (row["tp"] is None and row["pp"] is None)
+    for col in ("tp", "pp"):
+        if row[col] is None and row["layout_stated"]:
+            raise ValueError(f"{col}: empty (give both tp and pp, or neither when the source does not state them)")
+    if row["layout_stated"] and row["num_gpus"] % (row["tp"] * row["pp"]):
         raise ValueError(f"num_gpus: {row['num_gpus']} is not a multiple of tp*pp = {row['tp'] * row['pp']}")
     row["request_rate"] = _parse_float(row["request_rate"], "request_rate", allow_inf=True) if row["request_rate"] else None
     row["value"] = _parse_float(row["value"], "value") if row["value"] else None
     if row["value"] is None:
         raise ValueError("value: empty")
     _check_categories(row)
-    row["replicas"] = row["num_gpus"] // (row["tp"] * row["pp"])
+    row["replicas"] = row["num_gpus"] // (row["tp"] * row["pp"]) if row["layout_stated"] else None
     return row
 
 
@@ -187,6 +192,57 @@ def _check_categories(row: dict[str, Any]) -> None:
         raise ValueError("request_rate: empty (required for online_poisson)")
     if sc == "closed_loop" and row["concurrency"] is None:
         raise ValueError("concurrency: empty (required for closed_loop)")
+
+
+# --------------------------------------------------------------------------- notes
+
+
+#: facts the measurement files state only in `notes` (free text), as (key, pattern, type):
+#: the run's settings a simulation needs and no column holds
+_NOTE_FACTS: tuple[tuple[str, re.Pattern[str], type], ...] = (
+    # MLPerf (dev_mlperf51_offline.csv): LoadGen's min_duration and the run's own mean output
+    # per sample (its Tokens/s over its Samples/s: the same makespan cancels)
+    ("min_duration_ms", re.compile(r"\bmin_duration (\d+) ms"), int),
+    ("run_mean_output", re.compile(r"mean output tokens/sample = (\d+(?:\.\d+)?)"), float),
+    ("submitter", re.compile(r"\bsubmitter ([^,;]+)"), str),
+    # InferenceMAX (dev_inferencemax_gptoss.csv): lengths uniform in [int(r x nominal), nominal]
+    ("range_ratio", re.compile(r"random-range-ratio (\d+(?:\.\d+)?)"), float),
+    ("nominal_input_len", re.compile(r"nominal ISL/OSL (\d+)/\d+"), int),
+    ("nominal_output_len", re.compile(r"nominal ISL/OSL \d+/(\d+)"), int),
+    ("requests_per_slot", re.compile(r"num-prompts = (\d+) x concurrency"), int),
+    ("warmups_per_slot", re.compile(r"with (\d+) x concurrency warm-up"), int),
+)
+
+
+def note_facts(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The run settings a row's `notes` state (`_NOTE_FACTS`), plus `ignore_eos` (the notes say
+    so). Missing facts are absent from the result."""
+    text = str(row.get("notes") or "")
+    out: dict[str, Any] = {}
+    for key, pattern, kind in _NOTE_FACTS:
+        m = pattern.search(text)
+        if m:
+            out[key] = kind(m.group(1).strip())
+    if re.search(r"\bignore_eos\b", text):
+        out["ignore_eos"] = True
+    return out
+
+
+#: engine families for grouping errors (the text before any parenthesis names the engine)
+_FAMILIES = (("tensorrt-llm", "trtllm"), ("trtllm", "trtllm"), ("sglang", "sglang"), ("vllm", "vllm"),
+             ("llama.cpp", "llama.cpp"), ("deepspeed", "deepspeed"), ("sambaflow", "sambaflow"),
+             ("lmdeploy", "lmdeploy"), ("gpt-fast", "gpt-fast"))
+
+
+def engine_family(engine_text: str) -> str:
+    """The engine a row's `engine` column names (trtllm, vllm, sglang, llama.cpp, deepspeed,
+    ...), "unknown" when it names none: for grouping errors, not for pricing."""
+    low = (engine_text or "").lower()
+    for part in (low.split("(", 1)[0], low):
+        for key, fam in _FAMILIES:
+            if key in part:
+                return fam
+    return "unknown"
 
 
 def _decoded_lines(fh: Any, path: Path, at: list[int]) -> Iterator[str]:

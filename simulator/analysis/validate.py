@@ -39,17 +39,20 @@ from typing import Any
 
 import numpy as np
 
-from simulator.analysis import result_files, serving_rows
+from simulator.analysis import mlperf_rows, result_files, serving_rows
 from simulator.analysis.measurements import (
     ASSUMED_DECODE_LEN,
     DEFAULT_NUM_REQUESTS,
     SERVING_METRICS,
     STATIC_METRICS,
     SkipRow,
+    engine_family,
     metric_percentile,
     metric_unit,
+    note_facts,
 )
 from simulator.profiles.apply import (
+    assumed_layout,
     client_view_for,
     profile_model,
     row_settings,
@@ -106,7 +109,7 @@ class Validator:
                 except SpecError as e:
                     raise SkipRow(str(e)) from None
                 if ref is None:
-                    raise SkipRow(f"unknown hardware {show(hw_id)} (not a catalog id or alias)")
+                    raise SkipRow(f"hardware {hw_id} not in the catalog")
             try:
                 hw = load_hardware(ref)
                 if self.efficiency:
@@ -123,13 +126,31 @@ class Validator:
 
             try:
                 self._model[ref] = load_model(ref)
-            except SpecError as e:
-                raise SkipRow(f"unknown model {show(ref)}: {e}") from None
+            except SpecError:
+                raise SkipRow(f"model {ref} not in the catalog") from None
         return self._model[ref]
 
     def profile_of(self, row: Mapping[str, Any]) -> EngineProfile:
-        """The engine profile that prices `row` (`profiles.profile.engine_for_row` of its engine column)."""
-        return self.engine or load_engine(engine_for_row(str(row.get("engine") or "")))
+        """The engine profile that prices `row` (`profiles.profile.engine_for_row` of its engine
+        and model columns)."""
+        return self.engine or load_engine(engine_for_row(str(row.get("engine") or ""), str(row.get("model") or "")))
+
+    def resolve_row(self, row: Mapping[str, Any]) -> Mapping[str, Any]:
+        """`row` with its layout: as stated, or (tp and pp both empty in the source) the one
+        `profiles.apply.assumed_layout` gives, with `layout_note` saying so. Raises SkipRow when
+        its model or hardware is unknown."""
+        if row.get("layout_stated", True):
+            return row
+        from simulator.specs.dtypes import DTypes
+
+        model, hw = self.model(row["model"]), self.hardware(row["hardware"])
+        try:
+            tp, pp = assumed_layout(model, hw, DTypes(row["weight_dtype"], row["activation_dtype"], row["kv_dtype"]),
+                                    row["num_gpus"])
+        except SpecError as e:
+            raise SkipRow(str(e)) from None
+        return {**row, "tp": tp, "pp": pp, "replicas": row["num_gpus"] // (tp * pp), "layout_stated": False,
+                "layout_note": f"tp/pp not stated: ASSUMED tp={tp} pp={pp}"}
 
     def engine_of(self, row: Mapping[str, Any]) -> str:
         return self.profile_of(row).id
@@ -167,9 +188,15 @@ class Validator:
 
     def predict_row_detail(self, row: Mapping[str, Any]) -> tuple[float, str]:
         """(predicted value, note on any assumption made)."""
+        row = self.resolve_row(row)
+        pre = row.get("layout_note", "")
         if row["scenario"] == "static_batch":
-            return self._static(row)
-        return self._serving(row), ""
+            v, note = self._static(row)
+        elif mlperf_rows.is_mlperf_row(row) and str(row.get("dataset")).lower() not in self.workloads:
+            v, note = mlperf_rows.predict(self, row)
+        else:
+            v, note = self._serving(row), ""
+        return v, "; ".join(n for n in (pre, note) if n)
 
     def static_setting(self, row: Mapping[str, Any]) -> tuple[Any, int, int, int, str]:
         """(cost model, batch, input_len, output_len, note) a static_batch row is priced at."""
@@ -206,6 +233,8 @@ class Validator:
             except SpecError as e:
                 raise SkipRow(str(e)) from None
         pred = self._pred[key]
+        if chunk and chunk < row["batch_size"] * row["input_len"]:
+            note = "; ".join(x for x in (note, f"prefill in chunks of {chunk} tokens (max_num_tokens)") if x)
         v = float(pred[metric])
         if metric == "output_tokens_per_s":
             v *= row["replicas"]  # every replica runs the batch
@@ -251,8 +280,10 @@ class Validator:
         conc = row["concurrency"] if sc_name == "closed_loop" else None
         n = self.num_requests or row["num_requests"] or DEFAULT_NUM_REQUESTS
         cost = self.cost_model(row)
+        f = note_facts(row)
         key = ("serve", id(cost), workload, row["input_len"], row["output_len"], rate, conc, n,
-               row["max_batch_size"], row["max_num_tokens"], row["replicas"])
+               row["max_batch_size"], row["max_num_tokens"], row["replicas"],
+               f.get("range_ratio"), f.get("nominal_input_len"), f.get("nominal_output_len"))
         if key not in self._pred:
             try:
                 # the row's limits, else its benchmark tool's, else the engine profile's
@@ -263,7 +294,7 @@ class Validator:
                               kv_dtype=row["kv_dtype"], replicas=row["replicas"], workload=workload,
                               rate=rate, concurrency=conc, input_len=row["input_len"] or 1,
                               output_len=row["output_len"] or 1, **limits)
-                w = sc.make_workload()
+                w = _bench_lengths(row, n, conc) or sc.make_workload()
                 res = simulate(cost, w, sc.engine_config(cost), sc.replicas, sc.router,
                                client=client_view_for(self.profile_of(row)))
                 self._pred[key] = (summarize(res, {}), res)
@@ -277,6 +308,27 @@ class Validator:
         if v is None or not math.isfinite(float(v)):
             raise SkipRow(f"simulation gave no {metric} (completed {s.get('completed')} of {s.get('num_requests')})")
         return float(v)
+
+
+def _bench_lengths(row: Mapping[str, Any], n: int, concurrency: int | None) -> Any:
+    """The request lengths of a benchmark_serving run whose notes give a random-range ratio r
+    and nominal lengths L (InferenceMAX's utils/bench_serving, the 2024 vLLM client: each
+    length uniform on the integers of [int(r L), L], `np.random.randint(int(L r), L + 1)`;
+    /work/notes/vllm_client.md "History"), all sent at once to `concurrency` closed-loop
+    clients; ignore_eos: every request yields its drawn output length. None when the notes
+    give no such lengths. Warm-up requests (2 x concurrency) finish before the timed run starts
+    from an idle engine, so they are not simulated."""
+    from simulator.workloads.workload import Workload
+
+    f = note_facts(row)
+    if not {"range_ratio", "nominal_input_len", "nominal_output_len"} <= f.keys():
+        return None
+    g_in, g_out = (np.random.default_rng(s) for s in np.random.SeedSequence(0).spawn(2))
+    r = f["range_ratio"]
+    li, lo = f["nominal_input_len"], f["nominal_output_len"]
+    inp = g_in.integers(max(1, int(li * r)), li + 1, size=n)
+    out = g_out.integers(max(1, int(lo * r)), lo + 1, size=n)
+    return Workload(np.zeros(n), inp, out, name=f"bench_serving random r={r:g} {li}/{lo}", concurrency=concurrency)
 
 
 def _fallback_ok(wanted: str, got: str) -> bool:
@@ -317,6 +369,35 @@ def _grouped(points: list[dict], key: str) -> dict[str, dict]:
     return {k: error_stats(v) for k, v in sorted(groups.items())}
 
 
+#: per-row fields of a point besides the prediction (for grouping errors by chip, engine,
+#: dtype, batch, ...): `validate --points FILE` writes them all
+POINT_FIELDS = ("id", "source", "scenario", "engine", "engine_family", "hardware", "model", "metric",
+                "num_gpus", "tp", "pp", "weight_dtype", "activation_dtype", "kv_dtype", "batch_size",
+                "concurrency", "request_rate", "num_requests", "input_len", "output_len", "dataset",
+                "max_batch_size", "max_num_tokens", "measured", "predicted", "error_pct", "note")
+
+
+def _point(v: Validator, row: Mapping[str, Any], pred: float, note: str) -> dict[str, Any]:
+    r = v.resolve_row(row)
+    out = {k: r.get(k) for k in POINT_FIELDS}
+    out.update({"hardware": v.hardware(row["hardware"]).id,  # the catalog id (rows may use an alias)
+                "engine": v.engine_of(row), "engine_family": engine_family(str(row.get("engine") or "")),
+                "measured": row["value"], "predicted": pred, "error_pct": error_pct(pred, row["value"]),
+                "note": note})
+    return out
+
+
+def skip_counts(skipped: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per skip reason, most rows first: {reason, rows, example}. A reason names the
+    missing feature ("hardware sn40l not in the catalog", "model decilm-7b not in the
+    catalog"), so its count is what that feature costs."""
+    groups: dict[str, list[str]] = {}
+    for sk in skipped:
+        groups.setdefault(str(sk["reason"]), []).append(str(sk["id"]))
+    return [{"reason": k, "rows": len(ids), "example": ids[0]}
+            for k, ids in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+
+
 def validate(rows: Iterable[Mapping[str, Any]], *, scenario: str | None = None,
              hardware_filter: str | None = None, skipped: Iterable[dict] | None = None,
              validator: Validator | None = None,
@@ -326,10 +407,10 @@ def validate(rows: Iterable[Mapping[str, Any]], *, scenario: str | None = None,
     `scenario` / `hardware_filter` keep only rows of that scenario / hardware id (others are
     not counted). `skipped` carries rows already skipped while reading. Other keyword
     arguments build the Validator (hardware_specs, workloads, efficiency, num_requests).
-    Returns rows, predicted, skipped [{id, reason}], median_ape, p90_ape, mean_signed_error,
-    by_scenario / by_hardware / by_source / by_metric ({rows, median_ape, p90_ape,
-    mean_signed_error}) and points (per row: id, source, scenario, hardware, model, metric,
-    measured, predicted, error_pct).
+    Returns rows, predicted, skipped [{id, reason}], skip_counts [{reason, rows, example}],
+    median_ape, p90_ape, mean_signed_error, by_scenario / by_engine / by_engine_family /
+    by_hardware / by_source / by_metric ({rows, median_ape, p90_ape, mean_signed_error}) and
+    points (per row: POINT_FIELDS).
     """
     v = validator or Validator(**kw)
     rows = [r for r in rows
@@ -346,11 +427,7 @@ def validate(rows: Iterable[Mapping[str, Any]], *, scenario: str | None = None,
             if not math.isfinite(pred) or pred <= 0:
                 skip.append({"id": row["id"], "reason": f"prediction {pred!r} is not a positive number"})
             else:
-                points.append({"id": row["id"], "source": row["source"], "scenario": row["scenario"],
-                               "engine": v.engine_of(row),
-                               "hardware": row["hardware"], "model": row["model"], "metric": row["metric"],
-                               "measured": row["value"], "predicted": pred,
-                               "error_pct": error_pct(pred, row["value"]), "note": note})
+                points.append(_point(v, row, pred, note))
         if progress:
             progress(i + 1, len(rows))
     overall = error_stats(p["error_pct"] for p in points)
@@ -358,11 +435,13 @@ def validate(rows: Iterable[Mapping[str, Any]], *, scenario: str | None = None,
         "rows": len(rows) + len(list(skipped or [])),
         "predicted": len(points),
         "skipped": skip,
+        "skip_counts": skip_counts(skip),
         "median_ape": overall["median_ape"],
         "p90_ape": overall["p90_ape"],
         "mean_signed_error": overall["mean_signed_error"],
         "by_scenario": _grouped(points, "scenario"),
         "by_engine": _grouped(points, "engine"),
+        "by_engine_family": _grouped(points, "engine_family"),
         "by_hardware": _grouped(points, "hardware"),
         "by_source": _grouped(points, "source"),
         "by_metric": _grouped(points, "metric"),
@@ -373,7 +452,8 @@ def validate(rows: Iterable[Mapping[str, Any]], *, scenario: str | None = None,
 def summary_table(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Rows for a terminal table: one per source, scenario and hardware, then overall."""
     out = []
-    for group, key in (("source", "by_source"), ("engine", "by_engine"), ("scenario", "by_scenario"),
+    for group, key in (("source", "by_source"), ("engine", "by_engine"), ("engine family", "by_engine_family"),
+                       ("scenario", "by_scenario"),
                        ("hardware", "by_hardware")):
         for name, st in result[key].items():
             out.append({"group": group, "name": name, **_fmt(st)})
@@ -406,15 +486,18 @@ def _fmt(st: Mapping[str, Any]) -> dict[str, Any]:
             "mean_signed_error_%": r(st["mean_signed_error"])}
 
 
-def points_frame(result: Mapping[str, Any]) -> Any:
-    """The per-row points as a DataFrame (validation.csv)."""
+def points_frame(result: Mapping[str, Any], full: bool = False) -> Any:
+    """The per-row points as a DataFrame: validation.csv's columns, or (`full`) every
+    POINT_FIELDS column (`validate --points FILE`)."""
     import pandas as pd
 
-    cols = ["id", "source", "engine", "scenario", "hardware", "model", "metric", "measured", "predicted", "error_pct"]
-    return pd.DataFrame([{c: p[c] for c in cols} for p in result["points"]], columns=cols)
+    cols = list(POINT_FIELDS) if full else ["id", "source", "engine", "scenario", "hardware", "model", "metric",
+                                            "measured", "predicted", "error_pct"]
+    return pd.DataFrame([{c: p.get(c) for c in cols} for p in result["points"]], columns=cols)
 
 
 __all__ = [
+    "POINT_FIELDS",
     "Validator",
     "error_pct",
     "error_stats",
@@ -422,6 +505,7 @@ __all__ = [
     "point_label",
     "points_frame",
     "predict_row",
+    "skip_counts",
     "summary_table",
     "validate",
 ]

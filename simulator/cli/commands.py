@@ -145,39 +145,50 @@ def roofline(model: str, hardware: str, tp: int, pp: int, ep: int, dp_attention:
 @opt.scenario_options
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write summary.json, requests.csv, timeline.csv and timeline.png here.")
 @opt.vllm_result_options
-@click.option("--metrics-out", type=click.Path(dir_okay=False),
-              help="Write the run in Prometheus text format under vLLM's metric names (vllm:*).")
+@opt.metrics_options
+@opt.html_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @vllm_flags.client_flag_options
-def simulate(out_dir: str | None, metrics_out: str | None, as_json: bool, quiet: bool, **kw: Any) -> None:
+def simulate(out_dir: str | None, metrics_out: str | None, metrics_format: str, metrics_interval: float | None,
+             metrics_points: int | None, metrics_start: str | None, serve_metrics: int | None,
+             replay_speed: float, html_out: str | None, as_json: bool, quiet: bool, **kw: Any) -> None:
     """Serve a request stream through continuous batching and report vLLM's metrics.
 
     `vllm bench serve`'s flags work as they are (docs/commands.md, "vLLM's spellings"); a
     vLLM flag llmsim cannot honour is refused with one line that says why."""
     if out_dir is not None:
         check_out_dir(out_dir)
+    for path, o in ((metrics_out, "--metrics-out"), (html_out, "--html")):
+        if path:
+            check_out_file(path, o)
+    from simulator.cli.prometheus import check_options
+
+    check_options(metrics_interval, metrics_points, metrics_start, serve_metrics, replay_speed)
     result_opts = opt.pop_vllm_result_opts(kw)
     client = vllm_flags.check_client_flags(kw, kw.get("model"))
     sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
-    res, summary = sc.run(progress=report.Progress("simulating", quiet or as_json or bool(client.get("disable_tqdm"))))
+    want_series = bool(metrics_out) or serve_metrics is not None
+    res, summary = sc.run(progress=report.Progress("simulating", quiet or as_json or bool(client.get("disable_tqdm"))),
+                          itl_times=want_series)
     if result_opts.get("save_result") or result_opts.get("append_result") or result_opts.get("result_dir") \
             or result_opts.get("result_filename"):
         path = report.save_vllm_result(sc, res, result_opts)
         if not (quiet or as_json):
             click.echo(f"wrote {path}", err=True)
-    if metrics_out:
-        import time
-
-        from simulator.cli.prometheus import prometheus_text
+    series = None
+    if want_series:
+        from simulator.cli import prometheus
         from simulator.cli.vllm_result import model_id
         from simulator.specs.catalog import load_model
 
-        # the simulated run ends now: gauge timestamps fall inside a dashboard's default range
-        start = time.time() - float(summary["duration"])
-        outputs.write_atomic(metrics_out, prometheus_text(res, model_id(load_model(sc.model)), start))
-        if not (quiet or as_json):
-            click.echo(f"wrote {metrics_out}", err=True)
+        # vLLM's model_name label is the server's served model name (the bench client's
+        # --served-model-name names it), by default the model's id
+        name = str(client.get("served_model_name") or model_id(load_model(sc.model)))
+        series = prometheus.emit(res, name, metrics_out, metrics_format, metrics_interval, metrics_points,
+                                 metrics_start, quiet or as_json)
+    if html_out:
+        _write_html(html_out, "simulate_page", sc, res, summary, quiet=quiet or as_json)
     if out_dir:
         from pathlib import Path
 
@@ -199,6 +210,10 @@ def simulate(out_dir: str | None, metrics_out: str | None, as_json: bool, quiet:
                        f"p99 {report.fmt(summary['p99_kv_transfer_ms'], '.3g')} ms")
         if out_dir:
             click.echo(f"wrote {out_dir}/summary.json, requests.csv, timeline.csv, timeline.png")
+    if series is not None and serve_metrics is not None:  # last: it serves until Ctrl-C
+        from simulator.cli import prometheus
+
+        prometheus.serve(series, serve_metrics, replay_speed)
 
 # [sweep]
 
@@ -238,9 +253,10 @@ def sharegpt_table_cmd(dataset_path: str | None, out: str) -> None:
                    "names it); only the missing points run.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result (points and per-curve results) as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@opt.html_option
 def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None, tol: float, knee_metric: str | None,
               workers: int | None, serial: bool, dask_address: str | None, out_dir: str | None,
-              resume_dir: str | None, as_json: bool, quiet: bool, **kw: Any) -> None:
+              resume_dir: str | None, as_json: bool, quiet: bool, html_out: str | None, **kw: Any) -> None:
     """Sweep the offered rate: latency knee, saturation rate and SLO capacity (docs/sweep.md).
 
     Every finished point is kept as it completes (in --resume DIR, else --out DIR, else a
@@ -255,6 +271,8 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
     for o, v in (("--out", out_dir), ("--resume", resume_dir)):
         if v is not None:
             check_out_dir(v, o)
+    if html_out:
+        check_out_file(html_out, "--html")
     opts = opt.pop_scenario_opts(kw)
     if opts.get("rate") is not None:
         raise SpecError("--rate: a sweep sets the rate itself; use --rates (e.g. --rates 1,2,4 or auto)")
@@ -300,6 +318,8 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
             report.write_json(d / "sweep.json", result)
             outputs.write_atomic(d / "latency.png", plots.sweep_latency_png(result))
             outputs.write_atomic(d / "throughput.png", plots.sweep_throughput_png(result))
+    if html_out:
+        _write_html(html_out, "sweep_page", result, quiet=quiet or as_json)
     if as_json:
         report.echo_json(result)
     else:
@@ -336,14 +356,18 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
 @click.option("--num-requests", type=int, help="Simulated rows: requests to simulate [default: the row's, else 1000].")
 @click.option("--skip-bad-rows", is_flag=True, help="Skip malformed CSV rows (listed with the reason) instead of stopping.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write validation.csv and scatter.png here.")
+@click.option("--points", "points_file", type=click.Path(dir_okay=False),
+              help="Write every predicted point with all its settings (chip, engine, dtypes, batch, ...) to this CSV.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@opt.html_option
 def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp: int, num_gpus: int | None,
                  weight_dtype: str, activation_dtype: str, kv_dtype: str, input_len: int | None,
                  output_len: int | None, max_num_seqs: int | None, max_num_batched_tokens: int | None,
                  workloads: tuple[str, ...], scenario: str | None, hardware_filter: str | None,
                  hardware_specs: tuple[str, ...], num_requests: int | None, skip_bad_rows: bool,
-                 out_dir: str | None, as_json: bool, quiet: bool, engine_text: str | None) -> None:
+                 out_dir: str | None, points_file: str | None, as_json: bool, quiet: bool, engine_text: str | None,
+                 html_out: str | None = None) -> None:
     """Compare predictions with measured numbers: a measurement CSV (docs/measurement_schema.md), a
     `vllm bench serve` result JSON, a GuideLLM report JSON, an inference-perf run (its folder or a
     lifecycle report in it, with its config.yaml) or an AIPerf export (profile_export_aiperf.json or
@@ -356,6 +380,10 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
 
     if out_dir is not None:
         check_out_dir(out_dir)
+    if html_out:
+        check_out_file(html_out, "--html")
+    if points_file is not None:
+        check_out_file(points_file)
     specs = opt.hardware_spec_map(hardware_specs)
     hw_id = hardware
     if hardware and Path(hardware).is_file():
@@ -375,6 +403,10 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
     result["file"] = str(file)
     if out_dir:
         report.write_validation_files(out_dir, result, file)
+    if html_out:
+        _write_html(html_out, "validate_page", result, str(file), quiet=quiet or as_json)
+    if points_file:
+        report.write_validation_points(points_file, result)
     if as_json:
         report.echo_json(result)
     else:
@@ -441,10 +473,11 @@ def calibrate_cmd(file: str, hardware: str, ops: str | None, allreduce: str | No
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write plan.json, plan.csv and plan.png here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@opt.html_option
 def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_list: str | None, wd_list: str | None,
              headroom: float, price_items: tuple[str, ...], slo_target: float | None, tol: float, workers: int | None,
              serial: bool, dask_address: str | None, out_dir: str | None, as_json: bool, quiet: bool,
-             search_disagg: bool, **kw: Any) -> None:
+             search_disagg: bool, html_out: str | None = None, **kw: Any) -> None:
     """Cheapest deployment (hardware x TP x dtypes x replicas) that serves --rate within the SLOs (docs/plan.md)."""
     import pandas as pd
 
@@ -454,6 +487,8 @@ def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_li
 
     if out_dir is not None:
         check_out_dir(out_dir)
+    if html_out:
+        check_out_file(html_out, "--html")
     opts = opt.pop_scenario_opts(kw)
     slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
     sc = opt.scenario_from_options(opts)
@@ -471,6 +506,8 @@ def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_li
             report.write_json(d / "plan.json", result)
             report.write_csv(d / "plan.csv", pd.DataFrame(pl.table_rows(result)))
             outputs.write_atomic(d / "plan.png", planplots.plan_png(result))
+    if html_out:
+        _write_html(html_out, "plan_page", result, quiet=quiet or as_json)
     if as_json:
         report.echo_json(result)
     else:
@@ -596,6 +633,15 @@ def whatif_hw_cmd(hw_list: str, price_items: tuple[str, ...], static_only: bool,
         report.echo_json(r)
         return
     report.print_hardware_whatif(r, out_dir)
+
+
+def _write_html(path: str, page: str, *args: Any, quiet: bool) -> None:
+    """--html FILE: the one-page report (`cli/html.py`'s `page` function of `args`)."""
+    from simulator.cli import html
+
+    outputs.write_atomic(path, getattr(html, page)(*args))
+    if not quiet:
+        click.echo(f"wrote {path}", err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -441,3 +441,68 @@ VLLM_RESULT_OPTS = ("save_result", "save_detailed", "append_result", "metadata",
 
 def pop_vllm_result_opts(kw: dict[str, Any]) -> dict[str, Any]:
     return {k: kw.pop(k) for k in VLLM_RESULT_OPTS if k in kw}
+
+
+# [observe: the Prometheus time series, its live replay, the HTML report]
+
+
+def metrics_options(fn: Any) -> Any:
+    """`simulate`'s Prometheus options: the time-series file, its sampling and origin, the
+    live replay (`simulator.cli.prometheus`)."""
+    opts: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+        (("--metrics-out",), {"type": click.Path(dir_okay=False),
+                              "help": "Write the run as Prometheus metrics under vLLM's names (vllm:*): a time "
+                                      "series in OpenMetrics (a sample every --metrics-interval of simulated "
+                                      "time, for `promtool tsdb create-blocks-from openmetrics`; docs/observability.md)."}),
+        (("--metrics-format",), {"type": click.Choice(["openmetrics", "text"]), "default": "openmetrics",
+                                 "show_default": True,
+                                 "help": "openmetrics: the time series with timestamps, ending in # EOF; text: the "
+                                         "end-of-run snapshot a scrape of vLLM's /metrics would return."}),
+        (("--metrics-interval",), {"type": float, "default": None, "metavar": "SECONDS",
+                                   "help": "Seconds of simulated time between samples. [default: 15]"}),
+        (("--metrics-points",), {"type": int, "default": None, "metavar": "N",
+                                 "help": "Instead of --metrics-interval: N samples spread over the run (short runs)."}),
+        (("--metrics-start",), {"default": None, "metavar": "TIME",
+                                "help": "Wall-clock time of the run's t = 0: unix seconds, ISO 8601 "
+                                        "(2026-01-01T00:00:00Z) or 'now'. [default: the run ends now]"}),
+        (("--serve-metrics",), {"type": int, "default": None, "metavar": "PORT",
+                                "help": "After the run, replay it on 127.0.0.1:PORT/metrics for a Prometheus to "
+                                        "scrape, until Ctrl-C (needs prometheus-client)."}),
+        (("--replay-speed",), {"type": float, "default": 1.0, "show_default": True, "metavar": "X",
+                               "help": "--serve-metrics: replay X times faster than the simulated run."}),
+    ]
+    for decls, kw in reversed(opts):
+        fn = click.option(*decls, **kw)(fn)
+    return fn
+
+
+def parse_metrics_start(text: str | None, duration_s: float) -> float:
+    """--metrics-start as unix seconds: a number, ISO 8601 or 'now'; None: now - duration."""
+    import datetime
+    import math
+    import time
+
+    if text is None:
+        return time.time() - duration_s
+    if text.strip().lower() == "now":
+        return time.time()
+    try:
+        v = float(text)
+    except ValueError:
+        try:
+            d = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise SpecError(f"--metrics-start: {text!r} is not unix seconds, an ISO 8601 time "
+                            "(e.g. 2026-01-01T00:00:00Z) or 'now'") from None
+        if d.tzinfo is None:
+            d = d.replace(tzinfo=datetime.timezone.utc)
+        return d.timestamp()
+    if not math.isfinite(v) or v < 0:
+        raise SpecError(f"--metrics-start: {text!r} must be unix seconds >= 0")
+    return v
+
+
+def html_option(fn: Any) -> Any:
+    """`--html FILE` (simulate, sweep, plan, validate): the one-page report (`cli/html.py`)."""
+    return click.option("--html", "html_out", type=click.Path(dir_okay=False), default=None,
+                        help="Write a self-contained HTML report (tables and charts; opens offline).")(fn)

@@ -369,12 +369,11 @@ def error_table(result: dict[str, Any]) -> str:
 
 
 def skip_summary(skipped: list[dict[str, Any]]) -> list[str]:
-    """One line per skip reason, most frequent first, with an example row id."""
-    counts: dict[str, list[str]] = {}
-    for s in skipped:
-        counts.setdefault(s["reason"], []).append(str(s["id"]))
-    return [f"skipped x{len(ids)}: {reason} (e.g. {ids[0]})"
-            for reason, ids in sorted(counts.items(), key=lambda kv: -len(kv[1]))]
+    """One line per skip reason, most rows first, with an example row id: what each missing
+    feature costs ("412 rows skipped: hardware sn40l not in the catalog")."""
+    from simulator.analysis.validate import skip_counts
+
+    return [f"{c['rows']} rows skipped: {c['reason']} (e.g. {c['example']})" for c in skip_counts(skipped)]
 
 
 def pct(x: Any) -> str:
@@ -649,6 +648,16 @@ def save_vllm_result(sc: Any, res: Any, opts: dict[str, Any]) -> Any:
         text = old + ("\n" if old else "") + text
     write_atomic(path, text)
     return path
+
+
+def write_validation_points(path: str, result: dict[str, Any]) -> None:
+    """`llmsim validate --points FILE`: one CSV row per predicted point with every setting
+    (chip, engine and its family, dtypes, tp/pp, batch, concurrency, lengths, limits, note)."""
+    from pathlib import Path
+
+    from simulator.analysis.validate import points_frame
+
+    write_csv(Path(path), points_frame(result, full=True))
 
 
 def write_validation_files(out_dir: str, result: dict[str, Any], file: str) -> None:

@@ -165,7 +165,8 @@ _NO_SERVER = "there is no server to reach"
 CLIENT_FLAGS: tuple[ClientFlag, ...] = (
     ClientFlag("--disable-tqdm", "flag", "No progress bar (vLLM's spelling of the bar part of -q)."),
     ClientFlag("--served-model-name", "value", "The model's name in the API; vLLM writes --model as model_id, "
-                                               "so it changes neither the run nor the result file."),
+                                               "so it changes neither the run nor the result file (it is the "
+                                               "model_name label of --metrics-out)."),
     ClientFlag("--backend", "value", "vLLM's client backend: vllm, openai, openai-chat (the endpoint; the "
                                      "simulated run is the same). Others are refused."),
     ClientFlag("--base-url", "value", f"Server URL: accepted, {_NO_SERVER}."),

@@ -234,12 +234,92 @@ def row_settings(profile: EngineProfile, cost: Any, row: dict[str, Any], num_req
             "policy_params": policy_params_for(profile, base["scheduler"], chunked)}
 
 
+# ------------------------------------------------------------------ MLPerf submissions
+
+#: the share of HBM the weights of an unstated layout may take (module `assumed_layout`)
+LAYOUT_WEIGHT_SHARE = 0.5
+
+
+def assumed_layout(model: ModelSpec, hw: HardwareSpec, dtypes: Any, num_gpus: int) -> tuple[int, int]:
+    """(tp, pp) of a row whose source does not state its layout: the smallest TP in 1, 2, 4, 8
+    (then TP 8 with PP 2, 4, ...) dividing `num_gpus` whose weights take at most
+    LAYOUT_WEIGHT_SHARE of one GPU's memory, leaving the rest to the KV cache an Offline run
+    fills. ASSUMED: it reproduces every layout the MLPerf rows do state for the same model
+    and chip class (llama2-70b fp8: TP2 on 80 GB, TP1 on 141+ GB; 8B and Mixtral: TP1) but
+    is a rule, not a fact of the unstated runs."""
+    from simulator.specs.parallelism import Parallelism
+
+    shapes = [(t, 1) for t in (1, 2, 4, 8)] + [(8, p) for p in (2, 4, 8, 16)]
+    for tp, pp in shapes:
+        if num_gpus % (tp * pp):
+            continue
+        w = weights_bytes_per_gpu(model, Parallelism(tp, pp), dtypes)
+        if w <= LAYOUT_WEIGHT_SHARE * hw.hbm_capacity_bytes:
+            return tp, pp
+    raise SpecError(f"layout: tp/pp not stated and no TP <= 8 x PP dividing {num_gpus} GPUs fits "
+                    f"{model.id}'s weights in {LAYOUT_WEIGHT_SHARE:.0%} of {hw.id}'s memory")
+
+
+#: NVIDIA's MLPerf v5.1 TensorRT-LLM harness (closed/NVIDIA/code/llmlib/config.py @952ca601,
+#: TrtllmHarnessConfig.DEFAULT_RUNTIME_FLAGS; research note /work/notes/mlperf_datasets.md §3):
+#: batch_scheduler_policy max_util, kvcache_free_gpu_mem_frac 0.80, chunked context off unless
+#: a benchmark's config enables it
+MLPERF_TRTLLM_KV_FRACTION = 0.80
+#: benchmarks whose NVIDIA/HPE v5.1 configs set enable_chunked_context True (llama2-70b,
+#: llama3_1-8b, llama3_1-405b Offline configs); Mixtral's B200 config leaves the default
+#: (off) and DeepSeek-R1's turns it off; other submitters' configs copy NVIDIA's (ASSUMED)
+MLPERF_CHUNKED_CONTEXT = ("llama2-70b", "llama3.1-8b", "llama3.1-405b")
+#: the CSV's max_num_tokens of these rows is the engine *build* flag; the scheduler runs with
+#: the runtime value (trtllm_runtime_flags): (benchmark, hardware, build) -> runtime.
+#: 405B: NV-CFG B200 Offline llama3_1-405b.py (build 5120, runtime 1536; every B200 405B row
+#: carries 5120, configs copied from NVIDIA's). Mixtral H200: HPE-CFG mixtral-8x7b.py (build
+#: 16384, runtime 9216; the ASUSTeK H200 row has the same 16384, ASSUMED the same template)
+MLPERF_RUNTIME_TOKENS: dict[tuple[str, str, int], int] = {
+    ("llama3.1-405b", "b200", 5120): 1536,
+    ("mixtral-8x7b", "h200-sxm", 16384): 9216,
+}
+#: DeepSeek-R1 on TensorRT-LLM runs attention data-parallel: "max-bs applies per
+#: attention-rank, when enabled, each TP rank has a DP rank of attention block" (llmlib
+#: config.py TrtllmEndpointConfig), so an instance holds tp x max_batch_size sequences, each
+#: rank scheduling its own batch (the token budget per rank too: ASSUMED)
+MLPERF_ATTENTION_DP = ("deepseek-r1",)
+
+
+def mlperf_limits(profile: EngineProfile, benchmark: str, hardware_id: str, tp: int,
+                  max_batch_size: int | None, max_num_tokens: int | None) -> dict[str, Any]:
+    """An MLPerf v5.1 row's engine settings beyond its columns: {max_batch_size,
+    max_num_tokens (runtime; per scheduler), dp_ranks (attention-DP ranks per instance, each
+    with its own scheduler and these limits; 1 without), chunked (None: the profile's),
+    capacity_policy, kv_fraction (None: the profile's), notes}. vLLM and SGLang rows run as
+    their columns say (AMD's harness: max_num_seqs / max_num_batched_tokens, budgets far above
+    every prompt)."""
+    notes: list[str] = []
+    out: dict[str, Any] = {"max_batch_size": max_batch_size, "max_num_tokens": max_num_tokens, "dp_ranks": 1,
+                           "chunked": None, "capacity_policy": None, "kv_fraction": None}
+    if profile.policy != "trtllm":
+        out["notes"] = notes
+        return out
+    out["capacity_policy"] = "max_utilization"
+    out["kv_fraction"] = MLPERF_TRTLLM_KV_FRACTION
+    out["chunked"] = benchmark in MLPERF_CHUNKED_CONTEXT
+    runtime = MLPERF_RUNTIME_TOKENS.get((benchmark, hardware_id, max_num_tokens or 0))
+    if runtime is not None:
+        out["max_num_tokens"] = runtime
+        notes.append(f"max_num_tokens {max_num_tokens} is the build flag; runtime {runtime}")
+    if benchmark in MLPERF_ATTENTION_DP and tp > 1:
+        out["dp_ranks"] = tp
+        notes.append(f"attention DP: {tp} ranks of {max_batch_size} seats / {out['max_num_tokens']} tokens")
+    out["notes"] = notes
+    return out
+
+
 def resolve(ref: str | EngineProfile | None) -> EngineProfile:
     """`profiles.profile.load_engine`, for callers that only import this module."""
     return load_engine(ref)
 
 
-__all__ = ["BENCH_WAVES", "client_view_for", "frontend_s_for", "lag_steps_for", "BenchSettings", "PROFILE_FIELDS", "bench_num_requests",
+__all__ = ["BENCH_WAVES", "LAYOUT_WEIGHT_SHARE", "MLPERF_ATTENTION_DP", "MLPERF_CHUNKED_CONTEXT",
+           "MLPERF_RUNTIME_TOKENS", "MLPERF_TRTLLM_KV_FRACTION", "assumed_layout", "mlperf_limits", "client_view_for", "frontend_s_for", "lag_steps_for", "BenchSettings", "PROFILE_FIELDS", "bench_num_requests",
            "bench_settings", "policy_params_for", "profile_hardware", "profile_model", "row_settings", "profile_kv_tokens", "profile_settings", "resolve",
            "scheduler_for", "sglang_seats"]
 

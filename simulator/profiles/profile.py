@@ -439,21 +439,28 @@ def load_engine(ref: str | EngineProfile | None = None) -> EngineProfile:
 # ---------------------------------------------------------------------- measurement rows
 
 _VERSION = re.compile(r"\bv?(\d+)\.(\d+)")
+#: "MLPerf v5.1 submission" names the benchmark round, not an engine version
+_ROUND = re.compile(r"mlperf\s+v\d+\.\d+", re.IGNORECASE)
 
 
 def _version(text: str) -> tuple[int, int] | None:
-    m = _VERSION.search(text)
+    m = _VERSION.search(_ROUND.sub("", text))
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def _trtllm_row(text: str) -> str:
+def _trtllm_row(text: str, model: str = "") -> str:
     low = text.lower()
     if "examples/run.py" in low or "modelrunner" in low:
         return "trtllm-static"  # examples/run.py's static batch (Argonne's harness)
-    if "mlperf" in low:
-        return "trtllm-mlperf"  # NVIDIA's MLPerf harness: a tuned stack of its own
     if "static batch" in low or "gptsession" in low:
         return "generic"  # the pre-executor static-batch runtime: no in-flight batching
+    if _ROUND.search(text):
+        # MLPerf rows name TensorRT's version ("TensorRT 10.11"), not TensorRT-LLM's. NVIDIA's
+        # v5.1 harness serves TensorRT engines through the C++ executor, except DeepSeek-R1,
+        # which runs the PyTorch backend (moe_backend WIDEEP, enable_attention_dp: options of
+        # the PyTorch LLM API; NV-CFG-deepseek-r1 in /work/notes/mlperf_datasets.md)
+        # (trtllm-mlperf: the harness's own overheads and kernel factors, fitted on these rows)
+        return "trtllm-pytorch" if model.lower().startswith("deepseek") else "trtllm-mlperf"
     v = _version(text)
     if "pytorch" in low or (v is not None and v >= (1, 0)):
         return "trtllm-pytorch"
@@ -472,28 +479,43 @@ def _vllm_row(text: str) -> str:
     return "vllm-v0" if v0 else "vllm"
 
 
-def engine_for_row(engine_text: str) -> str:
-    """The profile id that prices a measurement row, from its free-text `engine` column.
-
-    TensorRT-LLM: examples/run.py (ModelRunner) static batches -> trtllm-static; static-batch
-    gptSession runs -> generic; 1.x or "PyTorch" -> trtllm-pytorch; other 0.x (TensorRT engine,
-    in-flight batching) -> trtllm. vLLM: before 0.8 or marked V0 -> vllm-v0 (stock ROCm builds:
-    vllm-v0-rocm), else vllm. SGLang
-    -> sglang. llama.cpp -> llama.cpp; DeepSpeed(-MII) -> deepspeed. Anything else (lmdeploy,
-    gpt-fast, unstated) -> generic: the hardware YAMLs' own efficiencies, which were fitted on
-    exactly those static rows.
-    """
-    low = (engine_text or "").lower()
+def _family(low: str) -> str | None:
     if "tensorrt-llm" in low or "trtllm" in low or "trt-llm" in low:
-        return _trtllm_row(engine_text)
-    if "vllm" in low:
-        return _vllm_row(engine_text)
+        return "trtllm"
     if "sglang" in low:
         return "sglang"
+    if "vllm" in low:
+        return "vllm"
     if "llama.cpp" in low or "llama-bench" in low:
         return "llama.cpp"
     if "deepspeed" in low:
         return "deepspeed"
+    return None
+
+
+def engine_for_row(engine_text: str, model: str = "") -> str:
+    """The profile id that prices a measurement row, from its free-text `engine` column (and,
+    for MLPerf rows, its `model`).
+
+    The engine named before any parenthesis wins ("SGLang (... system framework: vLLM 0.6.5)"
+    is SGLang); without one, the whole text is searched. TensorRT-LLM: examples/run.py
+    (ModelRunner) static batches -> trtllm-static; static-batch gptSession runs -> generic;
+    MLPerf submissions -> trtllm-mlperf (NVIDIA's harness; DeepSeek: trtllm-pytorch); 1.x or
+    "PyTorch" -> trtllm-pytorch; other 0.x (TensorRT engine, in-flight batching) -> trtllm.
+    vLLM: before 0.8 or marked V0 -> vllm-v0 (stock ROCm builds: vllm-v0-rocm), else vllm.
+    SGLang -> sglang; llama.cpp -> llama.cpp; DeepSpeed(-MII) -> deepspeed. Anything else
+    (lmdeploy, gpt-fast, an "unknown engine", unstated) -> generic: the hardware YAMLs' own
+    efficiencies, which were fitted on exactly those static rows.
+    """
+    text = engine_text or ""
+    low = text.lower()
+    family = _family(low.split("(", 1)[0]) or _family(low)
+    if family == "trtllm":
+        return _trtllm_row(text, model)
+    if family == "vllm":
+        return _vllm_row(text)
+    if family in ("sglang", "llama.cpp", "deepspeed"):
+        return family
     return "generic"
 
 

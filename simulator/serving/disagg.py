@@ -46,7 +46,7 @@ from simulator.serving.pool import ROUTERS, Pool, kv_blocks
 from simulator.serving.records import COMPLETED, PENDING, REJECTED, Records, SimResult, cut_reason
 from simulator.serving.replica import Replica
 from simulator.serving.sched.registry import EngineConfig
-from simulator.serving.steplog import StepLog
+from simulator.serving.steplog import StepLog, TimedStepLog
 from simulator.specs.checks import SpecError, check_int
 from simulator.workloads.workload import Workload
 
@@ -148,8 +148,10 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
                     prefill_cfg: EngineConfig | None = None, decode_cfg: EngineConfig | None = None,
                     prefill_replicas: int = 1, decode_replicas: int = 1,
                     prefill_router: str = "round-robin", decode_router: str = "round-robin",
-                    progress: Callable[[int, int], None] | None = None) -> SimResult:
+                    progress: Callable[[int, int], None] | None = None, itl_times: bool = False) -> SimResult:
     """Serve `workload` on P prefill replicas handing KV to D decode replicas (module docstring).
+    `itl_times`: keep when and on which decode replica each inter-token gap was observed
+    (`SimResult.itl_timed`, as `simulate` does).
 
     The result's `meta` adds the transfer record: `kv_transfer_s` (prefill completion to
     arrival at the decode pool, queueing included), `kv_transfer_queue_s`, `kv_transfer_bytes`.
@@ -171,7 +173,7 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
     d_blocks, d_mml = kv_blocks(decode_cost, dcfg)
     mml = min(p_mml, d_mml)
     out, out_p = Records(n), Records(n)
-    plog, dlog = StepLog(), StepLog()
+    plog, dlog = StepLog(), (TimedStepLog() if itl_times else StepLog())
     events = EventQueue(np.array(workload.arrival_s, dtype=float))
     # the prefill pool emits one token per request: its copy of the workload has outputs of 1
     wl_p = replace(workload, output_len=np.ones(n, dtype=workload.output_len.dtype))
@@ -307,7 +309,9 @@ def _result(wl: Workload, out: Records, out_p: Records, xfer: dict[str, np.ndarr
     }
     return SimResult(wl.arrival_s.copy(), wl.input_len, wl.output_len, out.first_token_s, out.finish_s,
                      out.preemptions, out.replica, out.status, out.reasons, itl_v, itl_c,
-                     timeline, meta, out_p.scheduled_s)
+                     timeline, meta, out_p.scheduled_s,
+                     itl_timed=dlog.timed_itl() if isinstance(dlog, TimedStepLog) else None,
+                     merged_timed=dlog.timed_merged() if isinstance(dlog, TimedStepLog) else None)
 
 
 def transfer_summary(res: SimResult) -> dict[str, Any]:

@@ -128,6 +128,13 @@ class SimResult:
     #: client-side wait for a free concurrency slot (vLLM's client_queue_time): send time
     #: (`arrival_s`) minus scheduled time; None for an uncapped open loop
     client_queue_s: np.ndarray | None = None
+    #: every inter-token gap with when and on which replica it was observed: (time_s,
+    #: replica, value_s, count), unsorted; only when asked for (`simulate(..., itl_times=True)`,
+    #: for a time series of the run); the (value, count) pairs are those of itl_values_s/itl_counts
+    itl_timed: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+    #: with itl_timed: tokens emitted without a gap of their own (speculative decoding's
+    #: chunks beyond their first token), (time_s, replica, tokens) per step that emitted them
+    merged_timed: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def records(self) -> pd.DataFrame:
         """Tidy per-request table (one row per request), times in seconds."""

@@ -56,7 +56,7 @@ from simulator.serving.records import REJECTED, Records, SimResult, cut_reason
 from simulator.serving.replica import Replica
 from simulator.serving.sched.registry import EngineConfig
 from simulator.serving.speculative import SPECULATIVE_SCHEDULERS, SpecReplica, merged_spec_counters
-from simulator.serving.steplog import StepLog
+from simulator.serving.steplog import StepLog, TimedStepLog
 from simulator.specs.checks import SpecError, check_cost_model, check_int
 from simulator.workloads.sessions import dependencies
 from simulator.workloads.shared_prefix import request_block_hashes
@@ -83,11 +83,13 @@ def _next_release(pool: Pool, events: EventQueue) -> float:
 def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = None,
              replicas: int = 1, router: str = "round-robin",
              progress: Callable[[int, int], None] | None = None, client: ClientView | None = None,
-             speculative: SpeculativeDecoding | None = None) -> SimResult:
+             speculative: SpeculativeDecoding | None = None, itl_times: bool = False) -> SimResult:
     """Serve `workload` on `replicas` copies of the replica priced by `cost`; `client`: what
     the client sees beyond the engine core (`client_view.py`; None: nothing); `speculative`:
     speculative decoding (`serving/speculative.py`; its draft's weights and KV shrink the KV
-    capacity unless `config.kv_capacity_tokens` fixes it).
+    capacity unless `config.kv_capacity_tokens` fixes it); `itl_times`: also keep when and
+    where each inter-token gap was observed (`SimResult.itl_timed`, for a time series of the
+    run; a `TimedStepLog`, off by default so plain runs pay nothing).
 
     Deterministic: the same inputs give the same result bit for bit (no randomness here;
     all draws happen when the workload is made).
@@ -102,7 +104,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     n = workload.num_requests
     blocks, mml = kv_blocks(cost, cfg)
     out = Records(n)
-    log = StepLog()
+    log = TimedStepLog() if itl_times else StepLog()
     closed, capped = workload.concurrency, workload.max_concurrency
     arrivals = np.array(workload.arrival_s, dtype=float) if closed is None else np.full(n, np.nan)
     deps = dependencies(workload, closed if capped is None else capped)
@@ -185,7 +187,9 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
                      out.preemptions, out.replica, out.status, out.reasons, itl_v, itl_c,
                      timeline, meta, scheduled_s=out.scheduled_s,
                      cached_tokens=out.cached_tokens if cfg.enable_prefix_caching else None,
-                     client_queue_s=client_queue_s)
+                     client_queue_s=client_queue_s,
+                     itl_timed=log.timed_itl() if isinstance(log, TimedStepLog) else None,
+                     merged_timed=log.timed_merged() if isinstance(log, TimedStepLog) else None)
     return res if client is None else client.apply(res)
 
 

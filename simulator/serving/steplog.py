@@ -19,6 +19,7 @@ after the run (`utilization`) at no cost per step beyond storing the numbers.
 from __future__ import annotations
 
 import struct
+import sys
 from array import array
 
 import numpy as np
@@ -178,3 +179,101 @@ class StepLog:
         return v[starts], np.add.reduceat(c, starts)
 
 
+
+
+class TimedStepLog(StepLog):
+    """A `StepLog` that also knows when each inter-token gap was observed, and on which
+    replica: for a time series of the run (Prometheus's ITL histogram and generation-token
+    counter sampled every scrape interval). Chosen only when such a series is asked for, so
+    the plain log's hot path pays nothing.
+
+    Each `record` (once per step, or per decode run, after the gaps of that step were logged)
+    appends a mark: (time, replica, end positions of the three gap stores). The gaps between
+    two marks belong to the step of the later mark. A decode run logged as a line
+    (`segment_line`: step j lasts d0 + slope j) ends at its mark's time, so each of its steps
+    gets its own end time; a run logged as an array (`segment`: sliding-window models, static
+    batches) is given its mark's time. The exact store is never folded into the histogram
+    (the times must stay with the values), so memory grows with the run: about 32 bytes per
+    step more than the plain log's exact store."""
+
+    ITL_EXACT_LIMIT = sys.maxsize  # never fold: per-gap times need the exact values
+
+    def __init__(self, timeline_max_points: int = 200_000) -> None:
+        super().__init__(timeline_max_points)
+        self.mark_t = array("d")
+        self.mark_replica = array("q")
+        self.mark_gap = array("q")  # end positions in gap_v, lines (records) and itl_chunks
+        self.mark_line = array("q")
+        self.mark_chunk = array("q")
+        self.mark_merged = array("q")  # merged_tokens so far (speculative chunks)
+
+    def record(self, t: float, replica: int, batch: int, kv: float, queue: int, busy_s: float = 0.0,
+               steps: int = 0, decode_tokens: float = 0, stats: tuple = StepLog._NO_STATS) -> None:
+        super().record(t, replica, batch, kv, queue, busy_s, steps, decode_tokens, stats)
+        self.mark_t.append(t)
+        self.mark_replica.append(replica)
+        self.mark_gap.append(len(self.gap_v))
+        self.mark_line.append(len(self.lines) // _LINE.itemsize)
+        self.mark_chunk.append(len(self.itl_chunks))
+        self.mark_merged.append(self.merged_tokens)
+
+    def timed_itl(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every inter-token gap with when and where it was observed: (time_s, replica,
+        value_s, count) arrays, unsorted; their (value, count) pairs are `itl()`'s, ungrouped.
+        Gaps logged after the last mark (none in a finished run) take the last mark's time."""
+        mt = np.frombuffer(self.mark_t, dtype=float) if len(self.mark_t) else np.zeros(1)
+        mr = np.frombuffer(self.mark_replica, dtype=np.int64) if len(self.mark_replica) else np.zeros(1, np.int64)
+        parts = [self._timed_gaps(mt, mr), self._timed_lines(mt, mr), self._timed_chunks(mt, mr)]
+        return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))  # type: ignore[return-value]
+
+    def timed_merged(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Tokens emitted without a gap of their own (a speculative verify step's chunk beyond
+        its first token, `merged_tokens`), per step that emitted them: (time_s, replica,
+        tokens), steps with none left out."""
+        merged = np.frombuffer(self.mark_merged, dtype=np.int64) if len(self.mark_merged) else np.zeros(0, np.int64)
+        added = np.diff(merged, prepend=0)
+        keep = added > 0
+        mt = np.frombuffer(self.mark_t, dtype=float) if len(self.mark_t) else np.zeros(0)
+        mr = np.frombuffer(self.mark_replica, dtype=np.int64) if len(self.mark_replica) else np.zeros(0, np.int64)
+        return mt[keep].copy(), mr[keep].copy(), added[keep]
+
+    @staticmethod
+    def _owner(marks: array, n: int) -> np.ndarray:
+        """For items 0..n-1 of a store, the index of the mark that closed them (the first mark
+        whose end position is past the item; the last mark for items logged after it)."""
+        ends = np.frombuffer(marks, dtype=np.int64) if len(marks) else np.zeros(0, np.int64)
+        idx = np.searchsorted(ends, np.arange(n), side="right")
+        return np.minimum(idx, max(len(ends) - 1, 0))
+
+    def _timed_gaps(self, mt: np.ndarray, mr: np.ndarray) -> tuple[np.ndarray, ...]:
+        n = len(self.gap_v)
+        own = self._owner(self.mark_gap, n)
+        v = np.frombuffer(self.gap_v, dtype=float) if n else np.zeros(0)
+        c = np.frombuffer(self.gap_n, dtype=np.int64) if n else np.zeros(0, np.int64)
+        return mt[own], mr[own], v.copy(), c.copy()
+
+    def _timed_lines(self, mt: np.ndarray, mr: np.ndarray) -> tuple[np.ndarray, ...]:
+        if not self.lines:
+            return np.zeros(0), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+        lines = np.frombuffer(bytes(self.lines), dtype=_LINE)
+        own = self._owner(self.mark_line, len(lines))
+        n = lines["n"]
+        starts = np.cumsum(n) - n
+        j = np.arange(int(n.sum()), dtype=float) - np.repeat(starts, n)
+        d0, slope = np.repeat(lines["d0"], n), np.repeat(lines["slope"], n)
+        nn = np.repeat(n, n).astype(float)
+        # the run ends at its mark: step j ends (total - elapsed after j) before it, where
+        # elapsed through step j is (j + 1) d0 + slope j (j + 1) / 2
+        total = nn * d0 + slope * nn * (nn - 1) / 2
+        through = (j + 1) * d0 + slope * j * (j + 1) / 2
+        t = np.repeat(mt[own], n) - (total - through)
+        return t, np.repeat(mr[own], n), d0 + slope * j, np.repeat(lines["w"], n)
+
+    def _timed_chunks(self, mt: np.ndarray, mr: np.ndarray) -> tuple[np.ndarray, ...]:
+        if not self.itl_chunks:
+            return np.zeros(0), np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+        own = self._owner(self.mark_chunk, len(self.itl_chunks))
+        lens = np.array([len(ch) for ch in self.itl_chunks], dtype=np.int64)
+        v = np.concatenate(self.itl_chunks)
+        c = np.repeat(np.array(self.itl_weights, dtype=np.int64), lens)
+        return np.repeat(mt[own], lens), np.repeat(mr[own], lens), v, c

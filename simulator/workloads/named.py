@@ -206,6 +206,33 @@ register(NamedWorkload(
                           None))))
 
 
+# ---- MLPerf Inference v5.1 datasets (workloads/mlperf.py): one entry per dataset, its
+# statistics and their sources live there
+
+
+def _mlperf(name: str) -> Callable[[WorkloadRequest], wl.Workload]:
+    def build(req: WorkloadRequest) -> wl.Workload:
+        from simulator.workloads.mlperf import offline_query
+
+        mean = req.params.get("mean_output_tokens") or None
+        return offline_query(name, req.num_requests, seed=req.seed, output_mean=mean, rate=req.rate,
+                             burstiness=req.burstiness)
+    return build
+
+
+def _register_mlperf() -> None:
+    from simulator.workloads.mlperf import DATASETS
+
+    for ds in DATASETS.values():
+        register(NamedWorkload(ds.name, ds.help, _mlperf(ds.name), params=(
+            WorkloadParam("mean_output_tokens", 0, "MLPerf datasets: mean output tokens per sample "
+                          "(0: the reference model's published mean; a run's own mean is its Tokens/s "
+                          "over Samples/s)", 0),)))
+
+
+_register_mlperf()
+
+
 def replay(trace: wl.Workload, n: int | None, is_file: bool) -> tuple[wl.Workload, str]:
     """The trace as replayed, and a note saying how (see the module docstring)."""
     m = trace.num_requests

@@ -116,6 +116,9 @@ class SchedulerPolicy:
     #: True: admission needs blocks for the whole remaining prompt (net of prefix-cache hits)
     #: plus the watermark, not only for the tokens scheduled now (set from the parameters)
     gate_whole: bool = False
+    #: a prompt chunk cut short by the budget is rounded down to a multiple of this many
+    #: tokens (TensorRT-LLM's micro-batch scheduler: tokens_per_block); 1 for vLLM
+    chunk_unit: int = 1
 
     #: parameter name -> (default, allowed): a tuple of choices, or a (low, high) float range
     PARAMS: ClassVar[dict[str, tuple[Any, Any]]] = {}
@@ -187,7 +190,10 @@ class SchedulerPolicy:
             hit = view.prefix_hit_tokens(head) if view.prefix is not None else 0
             need = -(-(prompt - hit) // bs) + (self._watermark_blocks(view) if self.watermark else 0)
         else:
-            first = prompt if self.whole_prompts else min(prompt, cfg.max_num_batched_tokens - batch)
+            left = cfg.max_num_batched_tokens - batch
+            first = prompt if self.whole_prompts or prompt <= left else left - left % self.chunk_unit
+            if not first:
+                return True  # the leftover budget is below one chunk unit: nothing can start
             need = -(-first // bs)
         if decode_blocks is None:
             decode_blocks = len(self._decode_new_blocks(view))
@@ -221,6 +227,7 @@ class SchedulerPolicy:
         # snapshot of every seat: at low load most are empty)
         covered = None if kv.derived_counts else kv.blocks_per_slot()
         whole = self.whole_prompts
+        unit = self.chunk_unit
         tail = len(active)  # active[tail:] are preempted in this step (always the newest)
         i = 0
         taken = 0  # new blocks of the sequences in plan.running
@@ -233,8 +240,8 @@ class SchedulerPolicy:
             if remaining <= 0:
                 tokens = 1  # a decode
             else:
-                tokens = remaining if whole else min(remaining, budget)
-                if tokens > budget:
+                tokens = remaining if whole or remaining <= budget else budget - budget % unit
+                if tokens > budget or not tokens:
                     continue
             have = covered[s] if covered is not None else -(-computed[s] // bs)
             new_blocks = -(-(computed[s] + tokens) // bs) - have
@@ -265,11 +272,14 @@ class SchedulerPolicy:
         cached = view.prefix is not None
         bs = view.kv.block_size
         admit = plan.admit
+        unit = self.chunk_unit
         for r in view.waiting:
             if budget <= 0 or seats <= 0:
                 break
             prompt = view.prompt_of(r)
-            tokens = prompt if whole else min(prompt, budget)
+            tokens = prompt if whole or prompt <= budget else budget - budget % unit
+            if not tokens:
+                break
             # a whole prompt over the full budget can only be a preempted request's resumed
             # one (input + generated; longer inputs are refused at arrival): it runs alone
             # rather than being rejected after it produced tokens

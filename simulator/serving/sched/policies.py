@@ -240,6 +240,8 @@ class TrtllmCapacity(SchedulerPolicy):
 
     def next_step(self, view: ReplicaView, allow_segment: bool = True) -> StepPlan:
         if not self.no_evict:
+            # the micro-batch scheduler chunks in block units under either capacity policy
+            self._util.chunk_unit = view.kv.block_size
             return self._util.next_step(view, allow_segment)
         active, kv = view.active, view.kv
         batch = len(active)

@@ -1,0 +1,221 @@
+"""An MLPerf Inference v5.1 Offline row as the LoadGen run that reproduces it.
+
+A row of `dev_mlperf51_offline.csv` names its dataset (`workloads.mlperf.DATASETS`) and gives
+the system's `Tokens per second` or `Samples per second`. The run is rebuilt as LoadGen ran it
+(module docstring of `workloads/mlperf.py`; research note /work/notes/mlperf_datasets.md §1):
+
+* one query of `loadgen_sample_count` samples, all at t = 0: max(min_query_count,
+  1.1 x min_duration x target_qps) padded to whole passes over the dataset. `min_duration`
+  is the row's (notes); target_qps, the submitter's expected rate, is taken as the rate the
+  simulation itself reaches at saturation (a submitter tunes it to the achieved rate; using
+  the measured rate would put the answer into the question).
+* the engine instances (num_gpus / (tp x pp)) serve disjoint shares of the query and never
+  interact, so one instance is simulated with its share (ceil(samples / instances)) and the
+  system's numbers are instances x the instance's totals / its makespan. An attention-DP
+  instance (DeepSeek-R1 on TensorRT-LLM) is `tp` ranks, each scheduling its own batch with
+  the row's per-rank limits: one rank is simulated with 1/tp of the instance's share, its
+  steps priced as tp ranks in lockstep (`LockstepRanks`);
+* Tokens per second = output tokens / time of the last completion, Samples per second =
+  samples / that time (INF-RES): the drain tail counts, as it does in the measurement;
+* the workload is the synthetic dataset with the **run's own mean output per sample** (its
+  Tokens/s over its Samples/s, stated in the notes): both numbers come from the same run, the
+  makespan cancels, and what is left is how many tokens that model and quantisation generate
+  per sample, a property of the workload, not of the hardware. The dataset's reference mean is
+  used where a row does not state it. This is the row's workload description, not a fitted
+  parameter (docs/validation.md).
+* engine limits: the row's max_batch_size / max_num_tokens, with the harness's own rules
+  (`profiles.apply.mlperf_limits`: runtime budget where the CSV holds the build flag,
+  attention-DP ranks, chunked context, MAX_UTILIZATION, the KV fraction).
+
+Simulating a whole query (up to ~100,000 samples per instance) is too slow, so an instance
+serves n1 = min(its share of the minimum query, max(its seats, MIN_PILOT_SAMPLES)) samples,
+then n2 = 2 n1; a longer query's makespan is extended linearly from the two runs: an Offline
+engine at saturation completes samples at a constant rate, and the drain tail is in both runs
+and cancels in the slope. The slope also gives target_qps (instances / slope).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from simulator.analysis.measurements import SkipRow, note_facts
+from simulator.profiles.apply import client_view_for, mlperf_limits, profile_kv_tokens, row_settings
+from simulator.profiles.profile import EngineProfile
+from simulator.specs.checks import SpecError
+from simulator.workloads.mlperf import DATASETS, MlperfDataset, loadgen_sample_count, offline_query
+
+#: LoadGen's default min_duration of an Offline run (loadgen/mlperf.conf *.Offline.min_duration)
+DEFAULT_MIN_DURATION_S = 600.0
+#: NVIDIA's DeepSeek-R1 Offline config overrides min_query_count to 26328 = 6 x 4388
+#: (closed/NVIDIA/configs/B200-SXM-180GBx8/Offline/deepseek-r1.py, NV-CFG-deepseek-r1): every
+#: TensorRT-LLM DeepSeek row runs NVIDIA's harness (ASSUMED for the submitters that copy it)
+MIN_QUERY_COUNT: dict[tuple[str, str], int] = {("deepseek-r1", "trtllm"): 26328}
+#: the first simulated run of an instance serves min(its share of the minimum query, max(its
+#: seats, MIN_PILOT_SAMPLES)) samples; the second twice that; a longer query's makespan is
+#: extended linearly from the two (module docstring)
+MIN_PILOT_SAMPLES = 1000
+#: seed of every synthetic MLPerf dataset and query permutation in validation
+SEED = 0
+
+
+def is_mlperf_row(row: Mapping[str, Any]) -> bool:
+    return str(row.get("dataset") or "").strip().lower() in DATASETS
+
+
+def _min_query_count(ds: MlperfDataset, profile: EngineProfile) -> int:
+    return MIN_QUERY_COUNT.get((ds.benchmark, profile.policy), ds.min_query_count)
+
+
+def settings(profile: EngineProfile, cost: Any, row: Mapping[str, Any], ds: MlperfDataset) -> dict[str, Any]:
+    """Scenario settings of one engine instance of the row (`profiles.apply.row_settings` with
+    the harness rules of `profiles.apply.mlperf_limits`), plus `notes`."""
+    lim = mlperf_limits(profile, ds.benchmark, cost.hardware.id, cost.par.tp, row.get("max_batch_size"),
+                        row.get("max_num_tokens"))
+    r = {**row, "max_batch_size": lim["max_batch_size"], "max_num_tokens": lim["max_num_tokens"],
+         "input_len": None, "output_len": None}
+    out = row_settings(profile, cost, r, 1, offline=True)
+    if lim["kv_fraction"] is not None:
+        out["gpu_memory_utilization"] = lim["kv_fraction"]
+        out["kv_capacity_tokens"] = profile_kv_tokens(profile, cost, lim["kv_fraction"],
+                                                      out["max_num_batched_tokens"], out["max_num_seqs"])
+    params = dict(out["policy_params"])
+    if lim["capacity_policy"] is not None:
+        params["capacity_policy"] = lim["capacity_policy"]
+    if lim["chunked"] is not None and "chunked_context" in params:
+        params["chunked_context"] = lim["chunked"]
+    out["policy_params"] = params
+    out["notes"] = lim["notes"]
+    out["dp_ranks"] = lim["dp_ranks"]
+    return out
+
+
+class LockstepRanks:
+    """The cost of one attention-DP rank's step when `ranks` identical ranks step together: the
+    instance's batch statistics are `ranks` x the rank's (every statistic is a sum over
+    sequences), priced by the instance's cost model. Simulating one rank this way is the
+    instance with its sequences spread evenly over the ranks, at 1/ranks of the work."""
+
+    def __init__(self, cost: Any, ranks: int) -> None:
+        self._cost, self._k = cost, float(ranks)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cost, name)
+
+    def step_time(self, T: float, S: float, Ad: float = 0.0, Ap: float = 0.0, R: float = 0.0,
+                  Aw: float | None = None, Rw: float | None = None, Pc: float = 0.0) -> float:
+        k = self._k
+        return self._cost.step_time(k * T, k * S, k * Ad, k * Ap, k * R, None if Aw is None else k * Aw,
+                                    None if Rw is None else k * Rw, k * Pc)
+
+    def step_times(self, T: Any, S: Any, Ad: Any = 0.0, Ap: Any = 0.0, R: Any = 0.0, Aw: Any = None,
+                   Rw: Any = None, Pc: Any = 0.0) -> np.ndarray:
+        k = self._k
+        return self._cost.step_times(np.multiply(k, T), np.multiply(k, S), np.multiply(k, Ad), np.multiply(k, Ap),
+                                     np.multiply(k, R), None if Aw is None else np.multiply(k, Aw),
+                                     None if Rw is None else np.multiply(k, Rw), np.multiply(k, Pc))
+
+
+def _dp_cost(cost: Any, ranks: int) -> Any:
+    """`cost` with its tp GPUs as `ranks` data-parallel attention groups and the experts over
+    all of them (wide EP), as NVIDIA's DeepSeek-R1 harness runs it (enable_attention_dp, WIDEEP).
+    (A small touch of the chips branch: the cost side of the attention-DP ranks.)"""
+    import dataclasses
+
+    from simulator.cost.roofline import CostModel
+
+    par = cost.par
+    if par.tp % ranks or cost.model.moe is None:
+        return cost
+    dp = dataclasses.replace(par, ep=par.tp, dp_attention=ranks)
+    return CostModel(cost.model, cost.hardware, dp, cost.dtypes, link_dtype=cost.link_dtype)
+
+
+def _run(cost: Any, profile: EngineProfile, row: Mapping[str, Any], ds: MlperfDataset, limits: dict[str, Any],
+         n: int, mean_out: float | None) -> tuple[float, int, int]:
+    """(makespan s, completed samples, their output tokens) of one scheduler (an instance, or
+    one attention-DP rank of it) serving n samples."""
+    from simulator.scenario import Scenario
+    from simulator.serving.simulate import simulate
+
+    lim = {k: v for k, v in limits.items() if k not in ("notes", "num_requests", "dp_ranks")}
+    sc = Scenario(model=cost.model, hardware=cost.hardware, tp=cost.par.tp, pp=cost.par.pp,
+                  weight_dtype=row["weight_dtype"], activation_dtype=row["activation_dtype"],
+                  kv_dtype=row["kv_dtype"], replicas=1, workload="random", rate=math.inf,
+                  num_requests=n, **lim)
+    w = offline_query(ds.name, n, seed=SEED, output_mean=mean_out)
+    ranks = limits.get("dp_ranks", 1)
+    # an attention-DP rank's steps: the instance's cost model with data-parallel attention (each
+    # rank's attention on its own sequences, MoE over all ranks: Parallelism.dp_attention), fed
+    # the instance's statistics (ranks x the rank's); the KV capacity stays the rank's own
+    step_cost: Any = LockstepRanks(_dp_cost(cost, ranks), ranks) if ranks > 1 else cost
+    res = simulate(step_cost, w, sc.engine_config(cost), 1, sc.router, client=client_view_for(profile))
+    done = res.status == 1
+    if not done.all():
+        reason = next(iter(res.reasons.values()), "not completed")
+        raise SkipRow(f"{int((~done).sum())} of {n} samples not served: {reason}")
+    makespan = float(np.max(res.finish_s))
+    return makespan, int(done.sum()), int(res.output_len[done].sum())
+
+
+def predict(validator: Any, row: Mapping[str, Any]) -> tuple[float, str]:
+    """(the row's metric as the simulated LoadGen run gives it, a note of what was assumed)."""
+    metric = row["metric"]
+    if metric not in ("output_tokens_per_s", "request_throughput", "output_tokens_per_s_per_gpu"):
+        raise SkipRow(f"metric {metric} is not reported by an MLPerf Offline run")
+    ds = DATASETS[str(row["dataset"]).strip().lower()]
+    facts = note_facts(row)
+    mean_out = facts.get("run_mean_output")
+    duration = facts.get("min_duration_ms", DEFAULT_MIN_DURATION_S * 1e3) / 1e3
+    profile = validator.profile_of(row)
+    cost = validator.cost_model(row)
+    key = ("mlperf", id(cost), ds.name, row.get("max_batch_size"), row.get("max_num_tokens"), row["replicas"],
+           duration, mean_out, validator.num_requests)
+
+    def compute() -> tuple[float, float, str]:
+        try:
+            lim = settings(profile, cost, row, ds)
+            # schedulers that never interact: every engine instance, every attention-DP rank
+            instances = int(row["replicas"]) * lim["dp_ranks"]
+            minq = _min_query_count(ds, profile)
+            if validator.num_requests:  # a quick look: that many samples per instance, no LoadGen sizing
+                t, k, tok = _run(cost, profile, row, ds, lim, validator.num_requests, mean_out)
+                return instances * tok / t, instances * k / t, "; ".join([*lim["notes"], f"{k} samples per scheduler"])
+            n_min = -(-loadgen_sample_count(ds, 0.0, 0.0, minq) // instances)
+            # first run: the minimum query, at most one full batch of seats (but >= 1,000)
+            n1 = min(n_min, max(int(lim["max_num_seqs"]), MIN_PILOT_SAMPLES))
+            t1, k1, tok1 = _run(cost, profile, row, ds, lim, n1, mean_out)
+            total = max(loadgen_sample_count(ds, duration, instances * k1 / t1, minq), n_min * instances)
+            n2 = -(-total // instances)
+            if n2 <= n1:
+                t, k, tok = t1, k1, tok1
+            else:
+                m = min(n2, 2 * n1)
+                t, k, tok = _run(cost, profile, row, ds, lim, m, mean_out)
+                if m < n2:  # extend the makespan at the saturated rate (module docstring)
+                    slope = (t - t1) / (m - n1)
+                    total = max(loadgen_sample_count(ds, duration, instances / slope, minq), n_min * instances)
+                    n2 = -(-total // instances)
+                    t += (n2 - m) * slope
+                    tok = int(round(tok * n2 / m))
+                    k = n2
+            note = "; ".join([*lim["notes"], f"LoadGen query {total} samples ({k} per scheduler x {instances})"])
+            return instances * tok / t, instances * k / t, note
+        except SpecError as e:
+            raise SkipRow(str(e)) from None
+
+    tokens_s, samples_s, note = validator.cached(key, compute)
+    if mean_out is None:
+        note += f"; reference mean output {ds.output.mean:g} (the row states no run mean)"
+    if metric == "request_throughput":
+        return samples_s, note
+    if metric == "output_tokens_per_s_per_gpu":
+        return tokens_s / row["num_gpus"], note
+    return tokens_s, note
+
+
+__all__ = ["DEFAULT_MIN_DURATION_S", "MIN_PILOT_SAMPLES", "MIN_QUERY_COUNT", "SEED", "is_mlperf_row",
+           "predict", "settings"]
