@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # imported where a link is made: an aggregated run never load
     from simulator.serving.disagg import KVLink
 
 #: scenario settings a pool may override
-POOL_KEYS = ("hardware", "tp", "pp", "ep", "pp_microbatches", "expert_imbalance", "weight_dtype", "activation_dtype", "kv_dtype", "ideal", "efficiency",
+POOL_KEYS = ("hardware", "tp", "pp", "ep", "pp_microbatches", "expert_imbalance", "dp_attention", "weight_dtype", "activation_dtype", "kv_dtype", "ideal", "efficiency",
              "router", "max_num_seqs", "max_num_batched_tokens", "scheduler", "block_size",
              "gpu_memory_utilization", "max_model_len", "kv_capacity_tokens")
 LINK_KEYS = ("kind", "bandwidth_bytes_per_s", "efficiency", "latency_s", "overhead_s")

@@ -27,7 +27,8 @@ def make_cost_model(model: str | os.PathLike | ModelSpec, hardware: str | os.Pat
                     weight_dtype: str | None = None, activation_dtype: str = "bf16",
                     kv_dtype: str | None = None, ideal: bool = False,
                     efficiency: dict[str, float] | None = None, link_dtype: str | None = None, *,
-                    ep: int = 1, pp_microbatches: int = 1, expert_imbalance: float = 1.0) -> CostModel:
+                    ep: int = 1, pp_microbatches: int = 1, expert_imbalance: float = 1.0,
+                    dp_attention: int = 1, pp_interleaved: bool = False) -> CostModel:
     """Convenience constructor from plain values (the CLI and notebooks use this).
 
     `model` / `hardware`: a spec, catalog id, alias or file path (str or pathlib.Path); every
@@ -41,7 +42,8 @@ def make_cost_model(model: str | os.PathLike | ModelSpec, hardware: str | os.Pat
     w = weight_dtype or m.default_weight_dtype
     # vLLM keeps --kv-cache-dtype separate from the compute dtype: KV stays 16-bit unless asked
     kv = kv_dtype or "bf16"
-    par = Parallelism(tp, pp, ep=ep, pp_microbatches=pp_microbatches, expert_imbalance=expert_imbalance)
+    par = Parallelism(tp, pp, ep=ep, pp_microbatches=pp_microbatches, expert_imbalance=expert_imbalance,
+                      dp_attention=dp_attention, pp_interleaved=pp_interleaved)
     return CostModel(m, hw, par, DTypes(w, activation_dtype, kv),
                      ideal=ideal, efficiency=efficiency, link_dtype=link_dtype)
 

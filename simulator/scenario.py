@@ -113,6 +113,7 @@ class Scenario:
     ep: int = 1  # expert parallelism of MoE layers (divides tp; parallel.py)
     pp_microbatches: int = 1  # micro-batches in flight through the pipeline stages
     expert_imbalance: float = 1.0  # busiest EP rank's load over the mean (1: uniform routing)
+    dp_attention: int = 1  # data-parallel attention groups inside the replica (divides tp)
     weight_dtype: str | None = None
     activation_dtype: str = "bf16"
     kv_dtype: str | None = None
@@ -174,7 +175,7 @@ class Scenario:
         def is_num(v: Any) -> bool:
             return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
 
-        for name in ("tp", "pp", "ep", "pp_microbatches", "replicas", "num_requests", "input_len", "output_len",
+        for name in ("tp", "pp", "ep", "dp_attention", "pp_microbatches", "replicas", "num_requests", "input_len", "output_len",
                      "max_num_seqs", "max_num_batched_tokens", "block_size"):
             check_int(name, getattr(self, name))
         need(self.num_requests <= MAX_SIM_REQUESTS, "num_requests", f"must be at most {MAX_SIM_REQUESTS:,}")
@@ -376,15 +377,18 @@ class Scenario:
         hw: Any = self.hardware
         model: Any = self.model
         link_dtype = None
+        interleaved = False
         if self.engine is not None:
             profile = load_engine(self.engine)
             hw = profile_hardware(load_hardware(hw), profile)
             model = profile_model(load_model(model), profile)
             link_dtype = profile.link_dtype
+            interleaved = profile.kernels.pipeline == "interleaved"
         return make_cost_model(model, hw, self.tp, self.pp, self.weight_dtype,
                                self.activation_dtype, self.kv_dtype or DEFAULT_KV_DTYPE, self.ideal,
                                self.efficiency or None, ep=self.ep, pp_microbatches=self.pp_microbatches,
-                               expert_imbalance=self.expert_imbalance, link_dtype=link_dtype)
+                               expert_imbalance=self.expert_imbalance, link_dtype=link_dtype,
+                               dp_attention=self.dp_attention, pp_interleaved=interleaved)
 
     def speculative(self, cost: CostModel | None = None) -> SpeculativeDecoding | None:
         """Speculative decoding on this scenario's replica (None when off): the draft priced on

@@ -182,3 +182,16 @@ def test_public_api():
 
     assert llmsim.calibrate_hardware is calibrate.calibrate
     assert llmsim.make_plan is plan.plan and llmsim.run_whatif is whatif.whatif
+
+
+def test_catalog_doc_is_current():
+    """docs/catalog.md is what docs/render_catalog.py writes from the YAMLs (rerun it after a
+    catalog or profile change)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("render_catalog", ROOT / "docs" / "render_catalog.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert (ROOT / "docs" / "catalog.md").read_text(encoding="utf-8") == mod.render()
+    assert (ROOT / "docs" / "limits.md").read_text(encoding="utf-8") == mod.limits_text()

@@ -244,3 +244,23 @@ def test_cli_plan_moe_shows_ep_column(tmp_path):
     assert csv_header[3:5] == ["tp", "ep"]
     saved = json.loads((tmp_path / "p" / "plan.json").read_text())
     assert {c["ep"] for c in saved["candidates"]} == {1, 2}
+
+
+def test_cli_whatif_kv_dtype_pair_setting():
+    """A PAIR setting of dev_llm_inference_bench.csv (Llama-3-8B fp16 on H100 under vLLM V0,
+    1024/1024): the fp8 cache doubles the capacity, and the same batch steps slower (vLLM V0
+    has no native fp8 attention on Hopper: the measured fp8/fp16 latency is 1.02-1.19 at this
+    length), so the output says the gain can only come from the admitted batch."""
+    res = _run(["whatif", "kv-dtype", "-m", "llama-3-8b", "-H", "h100-sxm", "--engine", "vllm-v0",
+                "--weight-dtype", "fp16", "--activation-dtype", "fp16", "--input-len", "1024",
+                "--output-len", "1024", "--values", "fp16,fp8", "--static-only", "-q", "--json"])
+    r = json.loads(res.output)
+    fp8 = r["values"][1]
+    assert fp8["ratios"]["kv_capacity_tokens"] == pytest.approx(2.0, rel=0.01)
+    assert 1.0 < fp8["ratios"]["tpot_ms_batch1"] < 1.05  # slower, a little, at batch 1
+    assert fp8["ratios"]["tpot_ms_reference_batch"] > 1.1  # much slower at the same large batch
+    assert "no native fp8 attention" in fp8["attention_path"]
+    text = _run(["whatif", "kv-dtype", "-m", "llama-3-8b", "-H", "h100-sxm", "--engine", "vllm-v0",
+                 "--weight-dtype", "fp16", "--activation-dtype", "fp16", "--input-len", "1024",
+                 "--output-len", "1024", "--values", "fp16,fp8", "--static-only", "-q"]).output
+    assert "capacity x2.00" in text and "admitted batch" in text and "not from bandwidth" in text

@@ -75,15 +75,18 @@ def test_inferencemax_all_rows_priced() -> None:
 
 def test_engine_strings_map_to_profiles() -> None:
     cases = {
-        ("TensorRT-LLM (MLPerf v5.1 submission; system framework: TensorRT 10.11, CUDA 12.9)", "llama-3.1-405b"): "trtllm",
+        ("TensorRT-LLM (MLPerf v5.1 submission; system framework: TensorRT 10.11, CUDA 12.9)", "llama-3.1-405b"):
+            "trtllm-mlperf",
         ("TensorRT-LLM (MLPerf v5.1 submission; system framework: TensorRT 10.11, CUDA 12.9)", "deepseek-v3"):
             "trtllm-pytorch",
         ("SGLang (MLPerf v5.1 submission; system framework: vLLM 0.6.5.dev964+mlperf50, Pytorch 2.7.0a0)", ""): "sglang",
         ("vLLM (MLPerf v5.1 submission; system framework: vLLM 0.6.5.dev964+mlperf50, ROCm 6.3.1)", ""): "vllm-v0",
         ("vLLM (MLPerf v5.1 submission; system framework: vLLM 0.10.0, RHEL 9.6)", ""): "vllm",
         ("unknown engine (MLPerf v5.1 submission; system framework: Mango LLMBoost, ROCm 6.12.12)", ""): "generic",
-        ("llama.cpp llama-bench -pg (commit unpinned, 2024)", ""): "generic",
-        ("TensorRT-LLM v0.11.0 examples/run.py ModelRunner (static batch)", ""): "generic",
+        ("llama.cpp llama-bench -pg (commit unpinned, 2024)", ""): "llama.cpp",
+        ("TensorRT-LLM v0.11.0 examples/run.py ModelRunner (static batch)", ""): "trtllm-static",
+        ("vLLM v0.6.1 (ROCm, Dockerfile.rocm) LLM.generate static batch", ""): "vllm-v0-rocm",
+        ("DeepSpeed-MII mii.pipeline (deepspeed>=0.15.0)", ""): "deepspeed",
         ("TensorRT-LLM v0.14.0 trtllm-bench throughput (engine, in-flight batching)", ""): "trtllm",
         ("vLLM 0.11.2 (image vllm/vllm-openai:v0.11.2)", ""): "vllm",
     }

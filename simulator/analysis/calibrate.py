@@ -44,7 +44,7 @@ from simulator.analysis.fitting import _source_weights, fit
 from simulator.analysis.measurements import STATIC_METRICS, SkipRow
 from simulator.analysis.validate import Validator, error_stats, validate
 from simulator.cost.roofline import CostModel, allreduce_time_s, gemm_time_s
-from simulator.cost.stepbatch import prefill_step
+from simulator.cost.stepbatch import prefill_steps
 from simulator.specs.catalog import load_hardware
 from simulator.specs.checks import SpecError, check_choice, check_path, show
 from simulator.specs.dtypes import DTYPE_BYTES
@@ -89,16 +89,25 @@ def apply_params(hw: HardwareSpec, params: Mapping[str, float]) -> HardwareSpec:
 
 
 class StaticFitSet:
-    """Static-batch rows of one hardware id, decomposed for fast re-pricing.
+    """Static-batch rows (of any hardware and engine), decomposed for fast re-pricing.
 
-    step time = sum_ops max((C + T0 R) / eta_c + A / eta_att, M / eta_m)
-                + k_launch L + ring / eta_link + latency N_ar + step_overhead
-    where C, R, A, M, L, ring, N_ar are the op terms at unit efficiencies, read from
+    step time = sum_ops max((C + T0 R) / eta_c + A / eta_att + f D / r,  (M + (f - 1) K) / eta_m)
+                + k_launch L + ring / eta_link + latency N_ar + step_overhead + seq_overhead S
+    with f = 1 + (g - 1)(1 - s) the KV re-read factor of a kernel that shares a GQA group's
+    KV to the fraction s (`Efficiency.gqa_kv_sharing`) and r the KV conversion rate of a kernel
+    without a native path for a KV cache narrower than the activations (no r: D unused). C, R,
+    A, M, K, D, L, ring, N_ar are the op terms at unit efficiencies, read from
     `CostModel.linear_terms()` (exact: every term of `CostModel` is linear in one of these
-    parameters or in its inverse).
+    parameters or in its inverse). A row's `max_num_tokens` (when stated) splits its prefill
+    (`stepbatch.prefill_steps`), as `predict_static` does.
+
+    `predict(p)` takes every parameter as a number or as an array over `n_settings` (one value
+    per priced setting: `setting_rows` maps them back to rows), so parameters that belong to
+    a chip or an engine can be fitted jointly over many chips and engines.
     """
 
-    def __init__(self, rows: Sequence[Mapping[str, Any]], validator: Validator) -> None:
+    def __init__(self, rows: Sequence[Mapping[str, Any]], validator: Validator,
+                 decode_nodes: int = DECODE_NODES) -> None:
         self.rows: list[Mapping[str, Any]] = []
         self.skipped: list[dict] = []
         cols: list[dict[str, np.ndarray]] = []
@@ -106,6 +115,7 @@ class StaticFitSet:
         cache: dict[tuple, int] = {}
         decomp: dict[tuple, dict[str, Any]] = {}
         self.row_setting: list[int] = []
+        self.setting_rows: list[Mapping[str, Any]] = []  # the first row of each setting
         for row in rows:
             if row["scenario"] != "static_batch" or row["metric"] not in STATIC_METRICS:
                 continue
@@ -114,14 +124,17 @@ class StaticFitSet:
             except SkipRow as e:
                 self.skipped.append({"id": row["id"], "reason": str(e)})
                 continue
-            ck = (cost.model.id, cost.par, cost.dtypes)
-            key = (ck, B, I, O)
+            chunk = row.get("max_num_tokens")
+            ck = (cost.model.id, cost.hardware.id, cost.par, cost.dtypes, cost.link_dtype)
+            key = (ck, validator.engine_of(row), B, I, O, chunk)
             if key not in cache:
                 if ck not in decomp:
                     decomp[ck] = _decompose(cost)
                 cache[key] = len(meta)
-                cols.append(_static_columns(cost, decomp[ck], B, I, O, len(meta)))
-                meta.append((B, I, O))
+                cols.append(_static_columns(cost, decomp[ck], B, I, O, len(meta), chunk, decode_nodes))
+                narrow = DTYPE_BYTES[cost.dtypes.kv] < DTYPE_BYTES[cost.dtypes.activation]
+                meta.append((B, I, O, decomp[ck]["group"], narrow))
+                self.setting_rows.append(row)
             self.row_setting.append(cache[key])
             self.rows.append(row)
         self.n_settings = len(meta)
@@ -129,13 +142,15 @@ class StaticFitSet:
         if not self.rows:
             return
         nops = max(c["C"].shape[0] for c in cols)
-        for name in ("C", "R", "A", "M"):
+        for name in ("C", "R", "A", "M", "K", "D"):
             self.arrays[name] = np.concatenate([_pad(c[name], nops) for c in cols], axis=1)
-        for name in ("L", "ring", "lat", "one", "w", "seg", "pre"):
+        for name in ("L", "ring", "lat", "one", "S", "w", "seg", "pre"):
             self.arrays[name] = np.concatenate([c[name] for c in cols])
         self.B = np.array([m[0] for m in meta], dtype=float)
         self.I = np.array([m[1] for m in meta], dtype=float)
         self.O = np.array([m[2] for m in meta], dtype=float)
+        self.group = np.array([m[3] for m in meta], dtype=float)
+        self.narrow_kv = np.array([m[4] for m in meta], dtype=bool)
         self.idx = np.array(self.row_setting, dtype=int)
         self.metric = [r["metric"] for r in self.rows]
         self.measured = np.array([r["value"] for r in self.rows], dtype=float)
@@ -143,16 +158,34 @@ class StaticFitSet:
         self.num_gpus = np.array([r["num_gpus"] for r in self.rows], dtype=float)
         self.sources = [r["source"] for r in self.rows]
 
-    def predict(self, p: Mapping[str, float]) -> np.ndarray:
-        """Predicted metric value of every row at parameters `p` (all of ALL_PARAMS)."""
+    def step_times(self, p: Mapping[str, Any]) -> np.ndarray:
+        """Every column's step time at parameters `p` (numbers or arrays over settings)."""
         a = self.arrays
-        ec, em = p["compute_efficiency"], p["memory_efficiency"]
-        ea = p["attention_efficiency"]
-        comp = (a["C"] + p["gemm_ramp_tokens"] * a["R"]) / ec + a["A"] / ea
-        t = np.maximum(comp, a["M"] / em).sum(axis=0)
-        t += (p["kernel_overhead_s"] * a["L"] + a["ring"] / p["link_efficiency"]
-              + p["link_latency_s"] * a["lat"] + p["step_overhead_s"] * a["one"])
-        tw = t * a["w"]
+        seg = a["seg"]
+
+        def col(name: str, default: float) -> Any:
+            v = p.get(name, default)
+            return np.asarray(v, dtype=float)[seg] if np.ndim(v) else float(v)
+
+        ec, em, ea = col("compute_efficiency", 1.0), col("memory_efficiency", 1.0), col("attention_efficiency", 1.0)
+        comp = (a["C"] + col("gemm_ramp_tokens", 0.0) * a["R"]) / ec + a["A"] / ea
+        f = 1.0 + (self.group[seg] - 1.0) * (1.0 - col("gqa_kv_sharing", 1.0))
+        rate = col("kv_dequant_rate", 0.0)
+        if np.any(rate):
+            inv = np.where(self.narrow_kv[seg] & (rate > 0), 1.0 / np.where(rate > 0, rate, 1.0), 0.0)
+            comp = comp + a["D"] * f * inv
+        mem = (a["M"] + (f - 1.0) * a["K"]) / em
+        t = np.maximum(comp, mem).sum(axis=0)
+        t += (col("kernel_overhead_s", 0.0) * a["L"] + a["ring"] / col("link_efficiency", 1.0)
+              + col("link_latency_s", 0.0) * a["lat"] + col("step_overhead_s", 0.0) * a["one"]
+              + col("sequence_overhead_s", 0.0) * a["S"])
+        return t
+
+    def predict(self, p: Mapping[str, Any]) -> np.ndarray:
+        """Predicted metric value of every row at parameters `p` (ALL_PARAMS; optional
+        gqa_kv_sharing, kv_dequant_rate, sequence_overhead_s), numbers or arrays over settings."""
+        a = self.arrays
+        tw = self.step_times(p) * a["w"]
         pre = a["pre"]
         ttft = np.bincount(a["seg"][pre], weights=tw[pre], minlength=self.n_settings)
         dec = np.bincount(a["seg"][~pre], weights=tw[~pre], minlength=self.n_settings)
@@ -188,28 +221,34 @@ def _decompose(cost: CostModel) -> dict[str, Any]:
     """Per-op linear forms at unit efficiencies, split by the parameter that scales them."""
     t = cost.linear_terms()
     return {"C": t.compute_s, "R": t.ramp_s_per_token, "A": t.attention_s, "M": t.memory_s,
+            "K": t.kv_read_s, "D": t.kv_elements, "group": t.gqa_group,
             "L": t.launches, "ring": t.link_s, "lat": t.latencies, "cost": cost}
 
 
-def _static_columns(cost: CostModel, d: dict, B: int, I: int, O: int, seg: int) -> dict[str, np.ndarray]:  # noqa: E741
-    """Feature columns of one static batch: the prefill step and the (weighted) decode steps."""
+def _static_columns(cost: CostModel, d: dict, B: int, I: int, O: int, seg: int,  # noqa: E741
+                    chunk: int | None = None, nodes: int = DECODE_NODES) -> dict[str, np.ndarray]:
+    """Feature columns of one static batch: the prefill steps and the (weighted) decode steps."""
     m = cost.model
     unit = d["cost"]
     window = m.sliding_window.window if m.sliding_window else None
-    pre = prefill_step(m, B, I)
-    xs = [unit.features(pre.T, pre.S, pre.Ad, pre.Ap, pre.R,
-                         pre.Ad + pre.Ap if pre.Aw is None else pre.Aw, pre.R if pre.Rw is None else pre.Rw,
-                         getattr(pre, "Pc", 0.0))[:, None]]
-    w = [np.ones(1)]
+    xs, w = [], []
+    for pre, mult in prefill_steps(m, B, I, chunk):
+        xs.append(unit.features(pre.T, pre.S, pre.Ad, pre.Ap, pre.R,
+                                pre.Ad + pre.Ap if pre.Aw is None else pre.Aw, pre.R if pre.Rw is None else pre.Rw,
+                                pre.Pc)[:, None])
+        w.append(np.full(1, float(mult)))
+    n_pre = len(xs)
     K = O - 1
+    k: np.ndarray
+    wk: np.ndarray
     if K >= 1:
-        if K <= DECODE_EXACT_STEPS:
+        if K <= min(DECODE_EXACT_STEPS, nodes - 1):
             k = np.arange(1, K + 1, dtype=float)
             wk = np.ones(K)
         else:  # sum_k f(k) = integral of f over [0.5, K + 0.5] for piecewise-linear f
-            k = np.linspace(0.5, K + 0.5, DECODE_NODES)
-            h = (k[-1] - k[0]) / (DECODE_NODES - 1)
-            wk = np.full(DECODE_NODES, h)
+            k = np.linspace(0.5, K + 0.5, nodes)
+            h = (k[-1] - k[0]) / (nodes - 1)
+            wk = np.full(nodes, h)
             wk[[0, -1]] = h / 2
         p = I + k - 1
         Bf = float(B)
@@ -223,9 +262,10 @@ def _static_columns(cost: CostModel, d: dict, B: int, I: int, O: int, seg: int) 
     wv = np.concatenate(w)
     n = X.shape[1]
     preflag = np.zeros(n, dtype=bool)
-    preflag[0] = True
-    return {"C": d["C"] @ X, "R": d["R"] @ X, "A": d["A"] @ X, "M": d["M"] @ X,
-            "L": d["L"] @ X, "ring": d["ring"] @ X, "lat": d["lat"] @ X, "one": X[0].copy(),
+    preflag[:n_pre] = True
+    return {"C": d["C"] @ X, "R": d["R"] @ X, "A": d["A"] @ X, "M": d["M"] @ X, "K": d["K"] @ X,
+            "D": d["D"] @ X, "L": d["L"] @ X, "ring": d["ring"] @ X, "lat": d["lat"] @ X,
+            "one": X[0].copy(), "S": X[2].copy(),
             "w": wv, "seg": np.full(n, seg, dtype=int), "pre": preflag}
 
 
@@ -328,6 +368,38 @@ def fit_ops(path: str | Path, hw: HardwareSpec, objective: str = "msle") -> dict
     return {"params": {k: p[k] for k in names}, "loss": loss, "points": len(y),
             "models": sorted(pts["model"].unique().tolist()),
             "before": error_stats((before - y) / y * 100), "after": error_stats((after - y) / y * 100)}
+
+
+def gpu_run_gemm_points(path: str | Path, dtype: str = "bf16", mode: str = "cuda_graph") -> Any:
+    """GEMM times of one `benchmarks/gpu/measure_gpu.py` run (`gemm.csv`): T (= M), n_in (= K),
+    n_out (= N), time_s of one dtype and timing mode (CUDA graphs: weights rotated past the L2,
+    no launch gaps; what an engine's decode graph sees)."""
+    df = _read_csv(path, ["M", "K", "N", "dtype", "mode", "time_s", "status"], numeric=["M", "K", "N", "time_s"])
+    df = df[(df["dtype"] == dtype) & (df["mode"] == mode) & (df["status"] == "ok")]
+    out = df[["M", "K", "N", "time_s"]].astype(float).rename(columns={"M": "T", "K": "n_in", "N": "n_out"})
+    return out[np.isfinite(out["time_s"]) & (out["time_s"] > 0)].reset_index(drop=True)
+
+
+def fit_gemm_run(path: str | Path, hw: HardwareSpec, dtype: str = "bf16", objective: str = "msle") -> dict[str, Any] | None:
+    """Fit eta_c, eta_m, gemm_ramp_tokens, kernel_overhead_s of `dtype` GEMMs to a GPU run's
+    `gemm.csv` (the roofline GEMM time `gemm_time_s`, weights and activations of `dtype`).
+    None when the file has no rows of that dtype."""
+    pts = gpu_run_gemm_points(path, dtype)
+    if pts.empty:
+        return None
+    T, n_in, n_out, y = (pts[c].to_numpy(float) for c in ("T", "n_in", "n_out", "time_s"))
+    names = ("compute_efficiency", "memory_efficiency", "gemm_ramp_tokens", "kernel_overhead_s")
+    start = {**params_of(hw), "compute_efficiency": 0.7, "memory_efficiency": 0.8,
+             "gemm_ramp_tokens": 64.0, "kernel_overhead_s": 3e-6}
+
+    def pred(p: dict[str, float]) -> np.ndarray:
+        return gemm_time(hw, p, T, n_in, n_out, dtype)
+
+    p, loss = fit(pred, y, start, names, objective=objective, tie_attention=False,
+                  starts=[{"gemm_ramp_tokens": 300.0, "kernel_overhead_s": 1e-6}])
+    after = pred(p)
+    return {"params": {k: p[k] for k in names}, "loss": loss, "points": len(y), "dtype": dtype,
+            "after": error_stats((after - y) / y * 100)}
 
 
 def allreduce_points(path: str | Path, hardware_id: str) -> Any:
@@ -608,7 +680,9 @@ __all__ = [
     "calibrate",
     "efficiency_block",
     "fit_allreduce",
+    "fit_gemm_run",
     "fit_ops",
+    "gpu_run_gemm_points",
     "gemm_time",
     "overlay_yaml",
     "params_of",

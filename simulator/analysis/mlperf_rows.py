@@ -119,6 +119,21 @@ class LockstepRanks:
                                      None if Rw is None else np.multiply(k, Rw), np.multiply(k, Pc))
 
 
+def _dp_cost(cost: Any, ranks: int) -> Any:
+    """`cost` with its tp GPUs as `ranks` data-parallel attention groups and the experts over
+    all of them (wide EP), as NVIDIA's DeepSeek-R1 harness runs it (enable_attention_dp, WIDEEP).
+    (A small touch of the chips branch: the cost side of the attention-DP ranks.)"""
+    import dataclasses
+
+    from simulator.cost.roofline import CostModel
+
+    par = cost.par
+    if par.tp % ranks or cost.model.moe is None:
+        return cost
+    dp = dataclasses.replace(par, ep=par.tp, dp_attention=ranks)
+    return CostModel(cost.model, cost.hardware, dp, cost.dtypes, link_dtype=cost.link_dtype)
+
+
 def _run(cost: Any, profile: EngineProfile, row: Mapping[str, Any], ds: MlperfDataset, limits: dict[str, Any],
          n: int, mean_out: float | None) -> tuple[float, int, int]:
     """(makespan s, completed samples, their output tokens) of one scheduler (an instance, or
@@ -133,7 +148,10 @@ def _run(cost: Any, profile: EngineProfile, row: Mapping[str, Any], ds: MlperfDa
                   num_requests=n, **lim)
     w = offline_query(ds.name, n, seed=SEED, output_mean=mean_out)
     ranks = limits.get("dp_ranks", 1)
-    step_cost: Any = LockstepRanks(cost, ranks) if ranks > 1 else cost  # priced as CostModel is
+    # an attention-DP rank's steps: the instance's cost model with data-parallel attention (each
+    # rank's attention on its own sequences, MoE over all ranks: Parallelism.dp_attention), fed
+    # the instance's statistics (ranks x the rank's); the KV capacity stays the rank's own
+    step_cost: Any = LockstepRanks(_dp_cost(cost, ranks), ranks) if ranks > 1 else cost
     res = simulate(step_cost, w, sc.engine_config(cost), 1, sc.router, client=client_view_for(profile))
     done = res.status == 1
     if not done.all():

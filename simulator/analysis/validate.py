@@ -167,7 +167,9 @@ class Validator:
             model = profile_model(self.model(row["model"]), profile)
             hw = apply_profile(self.hardware(row["hardware"]), profile)
             try:
-                cost = CostModel(model, hw, Parallelism(row["tp"], row["pp"]),
+                # an engine that keeps pipeline micro-batches in flight (profile kernels.pipeline)
+                par = Parallelism(row["tp"], row["pp"], pp_interleaved=profile.kernels.pipeline == "interleaved")
+                cost = CostModel(model, hw, par,
                                  DTypes(row["weight_dtype"], row["activation_dtype"], row["kv_dtype"]),
                                  link_dtype=profile.link_dtype)
             except SpecError as e:
@@ -220,16 +222,18 @@ class Validator:
 
         metric = row["metric"]
         cost, _, _, out_len, note = self.static_setting(row)
-        key = ("static", id(cost), row["batch_size"], row["input_len"], out_len)
+        # a static row's max_num_tokens is the engine's prompt tokens per forward pass
+        # (llama-bench -b): the prefill runs in pieces of it
+        chunk = row.get("max_num_tokens")
+        key = ("static", id(cost), row["batch_size"], row["input_len"], out_len, chunk)
         if key not in self._pred:
             try:
-                self._pred[key] = predict_static(cost, row["batch_size"], row["input_len"], out_len)
+                self._pred[key] = predict_static(cost, row["batch_size"], row["input_len"], out_len,
+                                                 prefill_chunk_tokens=chunk)
             except SpecError as e:
                 raise SkipRow(str(e)) from None
         pred = self._pred[key]
-        chunk = row.get("max_num_tokens")
         if chunk and chunk < row["batch_size"] * row["input_len"]:
-            pred = self.cached(("chunked", key, chunk), lambda: _chunked_prefill(cost, pred, chunk))
             note = "; ".join(x for x in (note, f"prefill in chunks of {chunk} tokens (max_num_tokens)") if x)
         v = float(pred[metric])
         if metric == "output_tokens_per_s":
@@ -325,26 +329,6 @@ def _bench_lengths(row: Mapping[str, Any], n: int, concurrency: int | None) -> A
     inp = g_in.integers(max(1, int(li * r)), li + 1, size=n)
     out = g_out.integers(max(1, int(lo * r)), lo + 1, size=n)
     return Workload(np.zeros(n), inp, out, name=f"bench_serving random r={r:g} {li}/{lo}", concurrency=concurrency)
-
-
-def _chunked_prefill(cost: Any, pred: Mapping[str, Any], chunk: int) -> dict[str, Any]:
-    """A static prediction whose prefill runs as forward passes of at most `chunk` prompt
-    tokens (llama.cpp's n_batch, the rows' max_num_tokens): the batch's prompts, in order, in
-    chunks of `chunk` tokens, each pass over the KV cache of the chunks before it; only the
-    last pass emits tokens. TTFT becomes the sum of the passes; E2E and the throughputs follow."""
-    B, I, O = pred["batch_size"], pred["input_len"], pred["output_len"]  # noqa: E741
-    q_seq = []  # (new tokens, cached tokens) of each pass, sequence by sequence
-    for _ in range(B):
-        q_seq += [(min(chunk, I - p), p) for p in range(0, I, chunk)]
-    q = np.array([a for a, _ in q_seq], dtype=float)
-    p = np.array([b for _, b in q_seq], dtype=float)
-    S = np.zeros_like(q)
-    S[-1] = B
-    ttft_s = float(cost.step_times(q, S, 0.0, q * (p + q / 2), p + q, None, None, p).sum())
-    decode_s = (pred["e2e_ms"] - pred["ttft_ms"]) / 1e3
-    e2e_s = ttft_s + decode_s
-    return {**pred, "ttft_ms": ttft_s * 1e3, "e2e_ms": e2e_s * 1e3, "prefill_tokens_per_s": B * I / ttft_s,
-            "output_tokens_per_s": B * O / e2e_s, "output_tokens_per_s_per_gpu": B * O / e2e_s / cost.par.num_gpus}
 
 
 def _fallback_ok(wanted: str, got: str) -> bool:

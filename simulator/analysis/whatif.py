@@ -7,8 +7,13 @@ exactly what they mean in `llmsim predict`, `simulate` and `sweep`:
 * `kv_dtype_whatif(base, ["bf16", "fp8", "int4"])`: KV-cache quantization. Per format: KV
   capacity (tokens), concurrent sequences of the workload's mean length, batch-1 TPOT,
   TPOT and decode throughput at the capacity-limited batch, saturation rate and SLO
-  capacity, each also as a ratio to the first format. Under load most of the gain is
-  capacity (more sequences decode together), not fewer bytes per step.
+  capacity, each also as a ratio to the first format, and the throughput gain split into the
+  batch the larger capacity admits and the step time at the same batch. Under load the gain
+  is capacity (more sequences decode together), not fewer bytes per step: an engine without a
+  native fp8-attention kernel on the chip converts every KV element it reads
+  (`Efficiency.kv_dequant_rate_by_kv_dtype`, fitted per engine and chip family), so the same
+  batch steps slower, as measured (fp8/fp16 latency 1.0-1.3 on H100 and 1.2-4.9 on A100 under
+  vLLM V0).
 * `speculative_whatif(base, speculative_config)`: speculative decoding simulated in the engine
   (`serving/speculative.py`: drafts priced per step, gamma+1 tokens verified per sequence,
   per-position acceptance drawn per request) against concurrency: per-user speed (1000 / mean
@@ -96,7 +101,13 @@ def kv_dtype_whatif(base: Scenario, values: Sequence[str] = ("bf16", "fp8", "int
         bcap = max(1, min(sc.max_num_seqs, mem.max_concurrent_sequences))
         bc = predict_static(cost, bcap, I, O, sc.gpu_memory_utilization)
         row.update(tpot_ms_batch1=b1["tpot_ms"], capacity_batch=bcap, tpot_ms_capacity_batch=bc["tpot_ms"],
-                   decode_tokens_per_s_capacity_batch=bcap * 1e3 / bc["tpot_ms"] if is_number(bc["tpot_ms"]) else None)
+                   decode_tokens_per_s_capacity_batch=bcap * 1e3 / bc["tpot_ms"] if is_number(bc["tpot_ms"]) else None,
+                   attention_path=_attention_path(cost, v))
+        # the step time at the first format's batch: the kernel's own change, apart from the
+        # larger batch the capacity admits
+        ref_batch = rows[0].get("capacity_batch", bcap) if rows else bcap
+        same = bc if ref_batch == bcap else predict_static(cost, ref_batch, I, O, sc.gpu_memory_utilization)
+        row.update(reference_batch=ref_batch, tpot_ms_reference_batch=same["tpot_ms"])
         rows.append(row)
     infos = _sweep_infos(base, "kv_dtype", fitting, executor, progress, slo_target, tol) if load else {}
     for row in rows:
@@ -109,15 +120,41 @@ def kv_dtype_whatif(base: Scenario, values: Sequence[str] = ("bf16", "fp8", "int
         row["warnings"] = list(info["warnings"]) if info else []
     ref = rows[0]
     keys = ("kv_capacity_tokens", "max_concurrent_sequences", "tpot_ms_batch1", "tpot_ms_capacity_batch",
-            "decode_tokens_per_s_capacity_batch", "offline_max_throughput", "saturation_rate", "slo_capacity_rate")
+            "decode_tokens_per_s_capacity_batch", "offline_max_throughput", "saturation_rate", "slo_capacity_rate",
+            "capacity_batch", "tpot_ms_reference_batch")
     for row in rows:
         row["ratios"] = {k: _ratio(row.get(k), ref.get(k)) for k in keys}
+        row["gain"] = _gain_split(row["ratios"])
     return {
         "whatif": "kv-dtype", "model": base.model, "hardware": base.hardware, "tp": base.tp,
         "workload": str(base.workload), "mean_input_tokens": I, "mean_output_tokens": O, "seq_len": L,
         "goodput_slos_ms": dict(base.goodput), "slo_target": slo_target, "reference": values[0],
         "scenario": base.as_dict(), "values": rows,
     }
+
+
+def _attention_path(cost: Any, kv_dtype: str) -> str:
+    """How the decode attention reads a `kv_dtype` cache on this chip and engine: natively (the
+    smaller read), or converted to the activation format by a kernel without a native path."""
+    eff = cost.hardware.efficiency
+    if DTYPE_BYTES[kv_dtype] >= DTYPE_BYTES[cost.dtypes.activation]:
+        return "native (the activation format)"
+    rate = eff.dequant_rate_for(kv_dtype)
+    if rate is None:
+        return (f"read as {DTYPE_BYTES[kv_dtype]:g}-byte elements with no conversion priced (a native "
+                f"{kv_dtype} attention path: the engine profile gives no kv_dequant_rate for this chip family)")
+    return (f"no native {kv_dtype} attention: every KV element read is converted to "
+            f"{cost.dtypes.activation} at {rate:.3g} elements/s (kv_dequant_rate)")
+
+
+def _gain_split(q: dict[str, float | None]) -> dict[str, float | None]:
+    """Decode throughput at the capacity batch over the first format's, split into its two
+    factors: the batch the larger capacity admits (x batch ratio) and the step time at the
+    same batch (x 1 / TPOT ratio at the first format's batch: bandwidth saved or conversion
+    paid). Their product is the throughput ratio up to the context growth of the larger batch."""
+    b, t = q.get("capacity_batch"), q.get("tpot_ms_reference_batch")
+    return {"from_admitted_batch": b, "from_step_time_same_batch": (1.0 / t) if t else None,
+            "total": q.get("decode_tokens_per_s_capacity_batch")}
 
 
 # --------------------------------------------------------------------------- speculative decoding

@@ -68,6 +68,8 @@ def show_cmd(ref: str, as_json: bool) -> None:
         derived: dict[str, Any] = {f"ridge_point_{d}_flop_per_byte": round(spec.ridge_point(d), 2)
                    for d in ("bf16", "fp8")}
         derived["fp8_gemms_run_at"] = spec.gemm_dtype("fp8")
+        derived["efficiency_status"] = spec.efficiency_status()
+        derived["validation"] = spec.efficiency_notice() or "efficiencies fitted to measurements (see efficiency.sources)"
     else:
         kind, derived = "model", spec.describe()
     out = {"kind": kind, "spec": spec_to_dict(spec), "derived": derived}
@@ -87,8 +89,8 @@ def show_cmd(ref: str, as_json: bool) -> None:
 @click.option("--gpu-memory-utilization", type=float, default=0.9, show_default=True,
               help="Fraction of HBM the engine may use (vLLM's setting).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full prediction as JSON.")
-def predict(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | None, activation_dtype: str,
-            kv_dtype: str | None, ideal: bool, efficiency: tuple[str, ...], batch_size: int,
+def predict(model: str, hardware: str, tp: int, pp: int, ep: int, dp_attention: int, weight_dtype: str | None,
+            activation_dtype: str, kv_dtype: str | None, ideal: bool, efficiency: tuple[str, ...], batch_size: int,
             input_len: int, output_len: int, gpu_memory_utilization: float, as_json: bool) -> None:
     """Roofline prediction for a static batch: TTFT, TPOT, throughput, memory fit, top ops.
 
@@ -97,7 +99,8 @@ def predict(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | Non
     """
     from simulator.cost.predict import predict_static
 
-    cost = opt.build_cost(model, hardware, tp, pp, weight_dtype, activation_dtype, kv_dtype, ideal, efficiency)
+    cost = opt.build_cost(model, hardware, tp, pp, weight_dtype, activation_dtype, kv_dtype, ideal, efficiency,
+                          ep=ep, dp_attention=dp_attention)
     r = predict_static(cost, batch_size, input_len, output_len, gpu_memory_utilization)
     if not r["memory"]["fits"]:
         raise SpecError(r["memory"]["message"])
@@ -113,8 +116,8 @@ def predict(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | Non
 @click.option("--input-len", "-i", type=int, default=1024, show_default=True,
               help="Prompt tokens (prefill step) and cached context (decode step).")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Image file to write (.png, .svg, .pdf).")
-def roofline(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | None, activation_dtype: str,
-             kv_dtype: str | None, ideal: bool, efficiency: tuple[str, ...], batch_size: int,
+def roofline(model: str, hardware: str, tp: int, pp: int, ep: int, dp_attention: int, weight_dtype: str | None,
+             activation_dtype: str, kv_dtype: str | None, ideal: bool, efficiency: tuple[str, ...], batch_size: int,
              input_len: int, out: str) -> None:
     """Write a log-log roofline chart with the prefill and decode ops placed on it."""
     from pathlib import Path
@@ -125,7 +128,8 @@ def roofline(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | No
         if v < 1:
             raise SpecError(f"{name}: {v!r} must be an integer >= 1")
     check_out_file(out)
-    cost = opt.build_cost(model, hardware, tp, pp, weight_dtype, activation_dtype, kv_dtype, ideal, efficiency)
+    cost = opt.build_cost(model, hardware, tp, pp, weight_dtype, activation_dtype, kv_dtype, ideal, efficiency,
+                          ep=ep, dp_attention=dp_attention)
     fmt = Path(out).suffix.lstrip(".").lower() or "png"
     try:
         data = roofline_bytes(cost, batch_size, input_len, fmt)

@@ -23,6 +23,9 @@ def cost_options(fn: Any) -> Any:
         click.option("--hardware", "-H", "-g", required=True, help="Hardware id or YAML path (-g is an alias)."),
         click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
         click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
+        click.option("--ep", type=int, default=1, show_default=True, help="MoE expert-parallel degree (divides --tp)."),
+        click.option("--dp-attention", type=int, default=1, show_default=True,
+                     help="Data-parallel attention groups inside the replica (divides --tp; see simulate --help)."),
         click.option("--weight-dtype", type=dt, default=None, help="Weight format [default: the model's]."),
         click.option("--activation-dtype", type=dt, default="bf16", show_default=True),
         click.option("--kv-dtype", "--kv-cache-dtype", "kv_dtype", default=None,
@@ -40,7 +43,7 @@ def cost_options(fn: Any) -> Any:
 
 def build_cost(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | None,
                 activation_dtype: str, kv_dtype: str | None, ideal: bool,
-                efficiency: tuple[str, ...]) -> Any:
+                efficiency: tuple[str, ...], ep: int = 1, dp_attention: int = 1) -> Any:
     from simulator.resolve import make_cost_model
     from simulator.specs.catalog import load_hardware
     from simulator.specs.hardware import parse_efficiency_overrides
@@ -55,7 +58,7 @@ def build_cost(model: str, hardware: str, tp: int, pp: int, weight_dtype: str | 
     kv = kv_cache_dtype(kv_dtype, activation_dtype) if kv_dtype is not None else DEFAULT_KV_DTYPE
     return make_cost_model(model, hw, tp=tp, pp=pp, weight_dtype=weight_dtype,
                            activation_dtype=activation_dtype, kv_dtype=kv,
-                           efficiency=overrides or None)
+                           efficiency=overrides or None, ep=ep, dp_attention=dp_attention)
 
 
 def _rate_type(value: Any) -> float:
@@ -72,6 +75,7 @@ SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--ep",), {"type": int, "help": "MoE expert-parallel degree (divides --tp; docs/deployments.md). [default: 1]"}),
     (("--pp-microbatches",), {"type": int, "help": "Micro-batches in flight through the --pp stages. [default: 1]"}),
     (("--expert-imbalance",), {"type": float, "help": "Busiest EP rank's tokens over the mean, >= 1. [default: 1]"}),
+    (("--dp-attention",), {"type": int, "help": "Data-parallel attention groups inside the replica (divides --tp): each group of tp/N GPUs runs attention on its own sequences and keeps their KV; MoE layers span all --tp GPUs (--ep = --tp: wide expert parallelism). vLLM --data-parallel-size D --tensor-parallel-size T --enable-expert-parallel is --tp D*T --dp-attention D --ep D*T; SGLang --enable-dp-attention --dp D. [default: 1]"}),
     (("--weight-dtype",), {"help": "Weight format (default: the model's own)."}),
     (("--activation-dtype",), {"help": "Activation format. [default: bf16]"}),
     (("--kv-dtype", "--kv-cache-dtype"), {"help": "KV-cache format (vLLM: --kv-cache-dtype, whose names it takes too: auto = the model dtype, fp8, fp8_e4m3, fp8_e5m2, ...), independent of --activation-dtype. [default: bf16]"}),

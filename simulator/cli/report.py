@@ -95,6 +95,22 @@ def fmt_num(x: float, unit: str = "") -> str:
     return f"{x:.3g} {unit}".rstrip()
 
 
+def echo_hardware_notices(hardware: Any) -> None:
+    """One line per chip whose efficiencies were copied from another (no measurement of it):
+    "<id>: efficiencies copied from X, unvalidated". Every report that prices a chip prints it."""
+    from simulator.specs.catalog import load_hardware
+    from simulator.specs.checks import SpecError
+
+    ids = [hardware] if isinstance(hardware, str) else list(hardware)
+    for hw in dict.fromkeys(str(h) for h in ids if h):
+        try:
+            notice = load_hardware(hw).efficiency_notice()
+        except SpecError:
+            continue
+        if notice:
+            click.echo(f"note: {notice}")
+
+
 def print_prediction(r: dict[str, Any]) -> None:
     import math
 
@@ -285,6 +301,7 @@ def print_sweep(result: dict[str, Any]) -> None:
         return format(v, fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else "-"
 
     sc = result["scenario"]
+    echo_hardware_notices(result["hardware"])
     click.echo(f"{result['model']} on {result['hardware']}  workload {result['workload']}  "
                f"{sc['num_requests']} requests per point"
                + (f"  SLOs {' '.join(f'{k}:{v:g}ms' for k, v in result['goodput_slos_ms'].items())}"
@@ -395,6 +412,7 @@ def _ep(c: dict[str, Any]) -> str:
 
 def print_plan(r: dict[str, Any]) -> None:
     slos = " ".join(f"{k}:{v:g}ms" for k, v in r["goodput_slos_ms"].items())
+    echo_hardware_notices(c["hardware"] for c in r.get("candidates", []) if isinstance(c, dict))
     click.echo(f"plan: {r['model']} at {r['rate']:g} req/s of {r['workload']} "
                f"(mean {r['mean_input_tokens']:.0f} in / {r['mean_output_tokens']:.0f} out tokens), "
                f"SLOs {slos} for >= {r['slo_target']:g} of requests, headroom {r['headroom']:.0%}, "
@@ -468,6 +486,7 @@ def print_validation(result: dict[str, Any], file: str, out_dir: str | None) -> 
             click.echo("\n" + table(metric_table(result)))
     for line in skip_summary(result["skipped"]):
         click.echo(line)
+    echo_hardware_notices(result.get("by_hardware", {}))
     if out_dir:
         click.echo(f"wrote {out_dir}/validation.csv, scatter.png")
 
@@ -512,8 +531,22 @@ def print_calibration(res: dict[str, Any], file: str, out: str, ops: str | None)
     click.echo(f"wrote {out}")
 
 
+def _kv_gain_words(g: dict[str, Any]) -> str:
+    """Where a KV format's throughput change comes from, in words."""
+    step, total = g["from_step_time_same_batch"], g.get("total")
+    if step <= 1.0:
+        slower = f"the same batch steps {(1.0 / step - 1.0) * 100:.1f} % slower: no bandwidth gain"
+        if total is not None and total < 1.0:
+            return (f"a net loss here: the admitted batch grows x{g['from_admitted_batch']:.2f} but {slower}; "
+                    "any gain would come from the admitted batch (more sequences), not from bandwidth")
+        return f"the gain comes from the admitted batch, not from bandwidth ({slower})"
+    return (f"the gain comes from the admitted batch and from the smaller KV read (the same batch steps "
+            f"{(1.0 - 1.0 / step) * 100:.1f} % faster)")
+
+
 def print_kv_whatif(r: dict[str, Any], static_only: bool, out_dir: str | None) -> None:
     """`llmsim whatif kv-dtype`: one row per KV-cache format, ratios to the first."""
+    echo_hardware_notices(r["hardware"])
     click.echo(f"KV-cache format what-if: {r['model']} on {r['hardware']} tp={r['tp']}, {r['workload']} "
                f"(mean {r['mean_input_tokens']} in / {r['mean_output_tokens']} out; sequences of {r['seq_len']} tokens)")
     rows = []
@@ -530,6 +563,18 @@ def print_kv_whatif(r: dict[str, Any], static_only: bool, out_dir: str | None) -
                      "x   ": fmt(q["slo_capacity_rate"], ".2f")})
     click.echo(table(rows))
     click.echo("(x = ratio to the first format; batch = min(max_num_seqs, concurrent sequences))")
+    ref = r["values"][0]
+    for v in r["values"][1:]:
+        g, q = v.get("gain") or {}, v["ratios"]
+        if g.get("from_admitted_batch") is None or g.get("from_step_time_same_batch") is None:
+            continue
+        click.echo(f"{v['kv_dtype']} vs {ref['kv_dtype']}: capacity x{fmt(q['kv_capacity_tokens'], '.2f')}; "
+                   f"latency (TPOT) x{fmt(q['tpot_ms_batch1'], '.3f')} at batch 1 and "
+                   f"x{fmt(q['tpot_ms_reference_batch'], '.3f')} at batch {v['reference_batch']}; decode throughput "
+                   f"x{fmt(g['total'], '.2f')} = admitted batch x{fmt(g['from_admitted_batch'], '.2f')} "
+                   f"({ref.get('capacity_batch')} -> {v.get('capacity_batch')}) and step time at the same batch "
+                   f"x{fmt(g['from_step_time_same_batch'], '.2f')}: {_kv_gain_words(g)}. "
+                   f"Attention: {v.get('attention_path')}")
     for v in r["values"]:
         if v.get("reason"):
             click.echo(f"{v['kv_dtype']}: {v['reason']}")
@@ -544,6 +589,7 @@ def print_kv_whatif(r: dict[str, Any], static_only: bool, out_dir: str | None) -
 def print_speculative_whatif(r: dict[str, Any], out_dir: str | None) -> None:
     """`llmsim whatif speculative`: per-user speed and total throughput against concurrency,
     plain and speculative, the crossover marked."""
+    echo_hardware_notices(r["hardware"])
     rates = ", ".join(f"{a:.3g}" for a in r["acceptance"])
     click.echo(f"speculative decoding what-if: {r['model']} on {r['hardware']} tp={r['tp']}, {r['method']} "
                f"k={r['num_speculative_tokens']} (draft tp={r['draft_tp']}), conditional acceptance [{rates}] -> "
@@ -580,6 +626,7 @@ def print_speculative_whatif(r: dict[str, Any], out_dir: str | None) -> None:
 def print_hardware_whatif(r: dict[str, Any], out_dir: str | None) -> None:
     """`llmsim whatif hardware`: one row per accelerator (fit, latency, capacity, cost)."""
     rate = r.get("rate")
+    echo_hardware_notices(h["hardware"] for h in r["hardware"] if isinstance(h, dict))
     click.echo(f"hardware what-if: {r['model']} tp={r['tp']}, {r['workload']}"
                + (f" at {rate:g} req/s" if rate else " (trace timing)"))
     click.echo(table([{"hardware": h["hardware"], "fits": "yes" if h.get("fits") else "no",

@@ -6,7 +6,12 @@ profiling, `docs/performance_model.md` "Memory"):
     weights/GPU  = (N_params / t + replicated K/V projections) * b_w / pp
     reserve      = T_max (4 H + 2 I / t) b_a + min(S_max, T_max) V / t * 4 + 0.5 GB
     KV budget    = C_hbm * u - weights/GPU - reserve
-    KV tokens    = KV budget / (KV bytes per token / (t' * pp)),   t' = min(t, n_kv) (1 for MLA)
+    KV tokens    = KV budget / (KV bytes per token / (t' * d * pp)),   t' = min(t / d, n_kv) (1 for MLA)
+
+with d the data-parallel attention groups (`Parallelism.dp_attention`, 1 without); a
+sliding-window layer's share of the KV bytes per token scaled by min(1, window / seq_len)
+(`kv_bytes_per_gpu_token`); routed experts in the run's weight dtype, other weights in the
+model's unquantised dtype when it quantises experts only (`weights_bytes_per_gpu`)
 
 with b_w, b_a the weight and activation bytes per element, T_max the step token budget
 (max_num_batched_tokens), S_max the sequence cap (max_num_seqs), V the vocabulary, C_hbm the HBM
@@ -47,25 +52,42 @@ class MemoryPlan:
         return dataclasses.asdict(self)
 
 
-def kv_bytes_per_gpu_token(model: ModelSpec, par: Parallelism, kv_dtype: str) -> float:
+def kv_bytes_per_gpu_token(model: ModelSpec, par: Parallelism, kv_dtype: str, seq_len: int | None = None) -> float:
     """KV-cache bytes one token leaves on one GPU: the model's KV bytes per token over the
-    GPUs its KV is sharded on (KV heads over tp, `ModelSpec.kv_shards`) and the pipeline
-    stages that split its layers (pp). The one formula every KV budget and transfer uses."""
-    return model.kv_bytes_per_token(kv_dtype) / (model.kv_shards(par.tp) * par.pp)
+    GPUs its KV is sharded on (KV heads over the attention group's tp / dp_attention GPUs,
+    `ModelSpec.kv_shards`; the dp_attention groups each keep their own sequences) and the
+    pipeline stages that split its layers (pp). The one formula every KV budget and transfer uses.
+
+    With `seq_len` and sliding-window layers, those layers keep only the last `window` tokens
+    of a sequence (vLLM's hybrid KV-cache manager frees the blocks that slide out; engines that
+    attend over the whole context drop the window from the model first, `profile_model`): their
+    share of a token's bytes is scaled by min(1, window / seq_len), the average over a sequence
+    of seq_len tokens."""
+    per_token = model.kv_bytes_per_token(kv_dtype)
+    sw = model.sliding_window
+    if seq_len and sw is not None and sw.window < seq_len:
+        sliding = per_token * sw.num_layers / model.num_layers
+        per_token -= sliding * (1.0 - sw.window / seq_len)
+    return per_token / (model.kv_shards(par.attention_tp) * par.dp_attention * par.pp)
 
 
 def weights_bytes_per_gpu(model: ModelSpec, par: Parallelism, dtypes: DTypes) -> float:
-    """Weight bytes one GPU holds: all parameters / (tp * pp), K/V projections replicated
-    when tp exceeds the KV heads, MoE experts sharded by TP."""
+    """Weight bytes one GPU holds. Routed experts: all of them over the tp GPUs (whole experts
+    under expert parallelism, slices under TP: the same bytes). Everything else over the
+    attention group's tp / dp_attention GPUs (= tp without data-parallel attention), with
+    K/V projections replicated when that exceeds the KV heads. Routed experts take the run's
+    weight dtype; the rest its unquantised dtype (`ModelSpec.unquantized_dtype`). All / pp."""
     bw = DTYPE_BYTES[dtypes.weight]
-    t = par.tp
-    total = model.param_count
+    bu = DTYPE_BYTES[model.unquantized_dtype(dtypes.weight)]
+    t, ta = par.tp, par.attention_tp
+    experts = model.routed_expert_param_count
+    rest = model.param_count - experts
     replicated = 0.0
-    if model.mla is None and t > model.num_kv_heads:
+    if model.mla is None and ta > model.num_kv_heads:
         kv_proj = 2 * model.hidden_size * model.num_kv_heads * model.d_head * model.num_layers
         # each GPU holds one full KV head's projection instead of n_kv/t of them
-        replicated = kv_proj * (1.0 / model.kv_shards(t) - 1.0 / t)
-    return (total / t + replicated) * bw / par.pp
+        replicated = kv_proj * (1.0 / model.kv_shards(ta) - 1.0 / ta)
+    return (experts / t * bw + (rest / ta + replicated) * bu) / par.pp
 
 
 def activation_reserve_bytes(model: ModelSpec, par: Parallelism, dtypes: DTypes,
@@ -100,9 +122,9 @@ def memory_plan(model: ModelSpec, hardware: HardwareSpec, par: Parallelism, dtyp
     usable = hardware.hbm_capacity_bytes * gpu_memory_utilization
     budget = usable - w - reserve
     kv_tok = model.kv_bytes_per_token(dtypes.kv)
-    kv_tok_gpu = kv_bytes_per_gpu_token(model, par, dtypes.kv)
-    tokens = int(max(budget, 0.0) // kv_tok_gpu)
     L = seq_len or min(model.max_context, 4096)
+    kv_tok_gpu = kv_bytes_per_gpu_token(model, par, dtypes.kv, L)
+    tokens = int(max(budget, 0.0) // kv_tok_gpu)
     seqs = tokens // L
     fits = budget > 0 and tokens >= 16
     smallest = None
@@ -114,7 +136,7 @@ def memory_plan(model: ModelSpec, hardware: HardwareSpec, par: Parallelism, dtyp
             p2 = Parallelism(tp, par.pp)
             b2 = usable - weights_bytes_per_gpu(model, p2, dtypes) - activation_reserve_bytes(
                 model, p2, dtypes, max_num_batched_tokens, max_num_seqs)
-            if b2 > 0 and b2 / kv_bytes_per_gpu_token(model, Parallelism(tp, par.pp), dtypes.kv) >= 16:
+            if b2 > 0 and b2 / kv_bytes_per_gpu_token(model, p2, dtypes.kv, L) >= 16:
                 smallest = tp
                 break
         hint = f"; smallest TP that fits: {smallest}" if smallest else "; no TP up to 128 fits (try pp or a narrower weight dtype)"

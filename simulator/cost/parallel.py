@@ -23,7 +23,10 @@ micro-batches that flow through pp stages. With stage times s_1..s_pp per micro-
     t_step = sum_i s_i + (M - 1) max_i s_i        (steady state: one micro-batch per max s_i)
 
 and for balanced stages s = t_model(x / M) / pp:  t_step = (M + pp - 1) s, bubble fraction
-(pp - 1) / (M + pp - 1). M = 1 is the stages run one after another (t_model(x)).
+(pp - 1) / (M + pp - 1). M = 1 is the stages run one after another (t_model(x)). An engine that
+keeps micro-batches in flight from step to step (TensorRT-LLM in-flight batching, vLLM's virtual
+engines; `Parallelism.pp_interleaved`) has no fill or drain: t_step = M s = t_model(x / pp) at
+M = pp.
 
 Node crossings (`network.py`). A TP/EP group of g GPUs within gpus_per_node runs on NVLink;
 a larger one is bound by the scale-out NIC (a ring's slowest hop). Of the pp - 1 pipeline
@@ -86,12 +89,14 @@ __all__ = [
 
 
 def pipelined(step_time: Callable[..., Any], step_times: Callable[..., Any], pp: int,
-              microbatches: int) -> tuple[Callable[..., Any], Callable[..., Any]]:
+              microbatches: int, drain: bool = True) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """Step-time functions of a replica whose step is split into M micro-batches over pp
     balanced stages: (M + pp - 1) / pp x t_model(x / M), x the batch statistics (module
-    docstring); the per-step constant terms are paid by each micro-batch."""
+    docstring); the per-step constant terms are paid by each micro-batch. `drain=False`: the
+    engine keeps micro-batches in flight across steps (no fill or drain): M / pp x t_model(x / M),
+    t_model(x / pp) at M = pp (each stage busy with one micro-batch at a time)."""
     M = float(microbatches)
-    f = (microbatches + pp - 1) / pp
+    f = (microbatches + pp - 1) / pp if drain else microbatches / pp
 
     def one(T: Any, S: Any, Ad: Any = 0.0, Ap: Any = 0.0, R: Any = 0.0, Aw: Any = None, Rw: Any = None,
             Pc: Any = 0.0) -> Any:

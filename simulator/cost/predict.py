@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from simulator.cost.roofline import CostModel
-from simulator.cost.stepbatch import decode_step, prefill_step
+from simulator.cost.stepbatch import decode_step, prefill_step, prefill_steps
 from simulator.specs.checks import MAX_BATCH, MAX_TOKENS, SpecError, check_int
 
 #: decode steps priced per numpy call: memory stays ~20 MB whatever the output length
@@ -39,8 +39,10 @@ def decode_step_arrays(batch: int, input_len: int, output_len: int, first: int =
 
 
 def predict_static(cost: CostModel, batch_size: int, input_len: int, output_len: int,
-                   gpu_memory_utilization: float = 0.9) -> dict[str, Any]:
-    """A static batch: B prompts of I tokens prefilled in one step, then O-1 decode steps.
+                   gpu_memory_utilization: float = 0.9, prefill_chunk_tokens: int | None = None) -> dict[str, Any]:
+    """A static batch: B prompts of I tokens prefilled in one step (or, under a per-step token
+    budget `prefill_chunk_tokens`, in the steps `stepbatch.prefill_steps` lays out), then O-1
+    decode steps.
 
     Returns vLLM/SCHEMA metric names: ttft_ms, tpot_ms, e2e_ms, throughputs, per-phase
     breakdowns and the memory plan.
@@ -50,12 +52,13 @@ def predict_static(cost: CostModel, batch_size: int, input_len: int, output_len:
     check_int("batch_size", batch_size, maximum=MAX_BATCH)
     for name, v in (("input_len", input_len), ("output_len", output_len)):
         check_int(name, v, maximum=MAX_TOKENS, note="tokens")
+    check_int("prefill_chunk_tokens", prefill_chunk_tokens, maximum=MAX_TOKENS, optional=True, note="tokens")
     m = cost.model
     B, I, O = batch_size, input_len, output_len  # noqa: E741 (the paper's symbols)
     window = m.sliding_window.window if m.sliding_window else None
-    pre = prefill_step(m, B, I)
-    prefill = cost.breakdown(pre)
-    ttft_s = prefill["time_ms"] / 1e3
+    steps = prefill_steps(m, B, I, prefill_chunk_tokens)
+    prefill = cost.breakdown(steps[-1][0] if len(steps) > 1 else prefill_step(m, B, I))
+    ttft_s = sum(cost.time(b) * k for b, k in steps) if len(steps) > 1 else prefill["time_ms"] / 1e3
     if O > 1:
         decode_s = _decode_time_s(cost, B, I, O, window)
         tpot_s = decode_s / (O - 1)

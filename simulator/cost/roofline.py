@@ -41,8 +41,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from simulator.cost.memory import MemoryPlan, memory_plan
-from simulator.cost.network import scaleout_link, scaleup_link
-from simulator.cost.parallel import alltoall_time_s, pipelined, pp_sends, tp_link
+from simulator.cost.network import group_link, scaleout_link, scaleup_link
+from simulator.cost.parallel import alltoall_time_s, pipelined, pp_sends
 from simulator.cost.stepbatch import StepBatch
 from simulator.specs.checks import SpecError
 from simulator.specs.dtypes import DTYPE_BYTES, DTypes
@@ -84,7 +84,7 @@ class Op:
 class Rates:
     """The hardware rates and fixed costs the op forms divide by or add, efficiencies applied."""
 
-    gemm_flops_per_s: float  # P_gemm = peak[gemm dtype] eta_c[gemm dtype]
+    gemm_flops_per_s: float  # P_gemm = peak[gemm dtype] eta_c[gemm dtype] (x dequant factor if weight-only)
     attention_flops_per_s: float  # P_attn = peak[activation dtype] eta_att[kv dtype]
     vector_flops_per_s: float  # P_vec = peak[activation dtype] eta_c
     hbm_bytes_per_s: float  # bw eta_m
@@ -92,21 +92,52 @@ class Rates:
     kernel_overhead_s: float
     link_bytes_per_s: float  # link_bw eta_link
     link_latency_s: float
+    expert_gemm_flops_per_s: float = 0.0  # the routed experts' GEMMs (0: the same as gemm_flops_per_s)
+    expert_ramp_tokens: float = -1.0  # their T0 (< 0: the same as ramp_tokens)
+    sequence_overhead_s: float = 0.0  # per sequence per step
+    gqa_kv_sharing: float = 1.0  # 1: each KV head read once; 0: once per query head
+    kv_dequant_elements_per_s: float = 0.0  # 0: a native path for the KV format (no conversion)
 
     @classmethod
     def of(cls, hw: HardwareSpec, gemm_dtype: str, attention_dtype: str, kv_dtype: str, eff: Efficiency,
-           link_latency_s: float) -> Rates:
+           link_latency_s: float, *, weight_only: float = 1.0, expert_gemm_dtype: str | None = None,
+           expert_weight_only: float = 1.0, dequant_kv: bool = False) -> Rates:
         """The rates of `hw` at efficiencies `eff`; GEMM efficiency and ramp per GEMM format and
-        attention efficiency per KV format where `eff` gives them, else its single values."""
+        attention efficiency per KV format where `eff` gives them, else its single values.
+        `weight_only` < 1: the (dense) GEMMs dequantise weights of that many bytes per activation
+        byte (0.25 for W4A16): rate x dequant_gemm_efficiency, ramp T0 x that x
+        dequant_ramp_relative;
+        `expert_gemm_dtype` / `expert_weight_only`: the same for the routed experts' GEMMs when
+        they differ; `dequant_kv`: the KV cache is narrower than the activations, so a kernel
+        without a native path for it converts it at eff's rate for `kv_dtype`."""
+        def gemm_rate(dtype: str, dequant: float) -> float:
+            return hw.flops(dtype) * eff.compute_for(dtype) * (eff.dequant_gemm_efficiency if dequant < 1 else 1.0)
+
+        def ramp(dtype: str, dequant: float) -> float:
+            # a dequantising GEMM's small-M compute floor f T0 / P: T0 x dequant_ramp_relative
+            # (Marlin-style kernels reach the narrower weights' read at small M: ~ the bytes
+            # ratio; 1 = the activation format's floor) x dequant_gemm_efficiency (the floor does
+            # not move when the large-M rate drops)
+            if dequant >= 1:
+                return eff.ramp_for(dtype)
+            return eff.ramp_for(dtype) * eff.dequant_ramp_relative * eff.dequant_gemm_efficiency
+
+        edt = gemm_dtype if expert_gemm_dtype is None else expert_gemm_dtype
+        rate = eff.dequant_rate_for(kv_dtype) if dequant_kv else None
         return cls(
-            gemm_flops_per_s=hw.flops(gemm_dtype) * eff.compute_for(gemm_dtype),
+            gemm_flops_per_s=gemm_rate(gemm_dtype, weight_only),
             attention_flops_per_s=hw.flops(attention_dtype) * eff.attention_for(kv_dtype),
             vector_flops_per_s=hw.flops(attention_dtype) * eff.compute_efficiency,
             hbm_bytes_per_s=hw.hbm_bandwidth_bytes_per_s * eff.memory_efficiency,
-            ramp_tokens=eff.ramp_for(gemm_dtype),
+            ramp_tokens=ramp(gemm_dtype, weight_only),
             kernel_overhead_s=eff.kernel_overhead_s,
             link_bytes_per_s=hw.link_bandwidth_bytes_per_s * eff.link_efficiency,
             link_latency_s=link_latency_s,
+            expert_gemm_flops_per_s=gemm_rate(edt, expert_weight_only),
+            expert_ramp_tokens=ramp(edt, expert_weight_only),
+            sequence_overhead_s=eff.sequence_overhead_s,
+            gqa_kv_sharing=eff.gqa_kv_sharing,
+            kv_dequant_elements_per_s=rate or 0.0,
         )
 
 
@@ -130,6 +161,13 @@ class LinearTerms:
     launches: np.ndarray  # L: kernel launches
     link_s: np.ndarray  # W: link transfer time at eta_link = 1
     latencies: np.ndarray  # N: link latencies paid
+    # the parts of M and of the attention compute that the GQA sharing s and a KV conversion
+    # rate r scale (both absent from the step time above: s = 1, native KV path):
+    #   M_op += (g - 1)(1 - s) K;  compute_op += (1 + (g - 1)(1 - s)) D / r
+    kv_read_s: np.ndarray | None = None  # K: the attention ops' KV read at eta_m = 1, s = 1
+    kv_elements: np.ndarray | None = None  # D: KV elements those ops read, s = 1
+    gqa_group: float = 1.0  # g: query heads per KV head (1 for MLA)
+    sequences: np.ndarray | None = None  # the per-sequence overhead's feature (S)
 
 
 class StepCost(Protocol):
@@ -162,16 +200,40 @@ def _add_communication(add: Callable[..., None], m: ModelSpec, par: Parallelism,
     """The link ops of a step. Tensor parallel: a ring all-reduce of H b_a bytes per token after
     attention and after the MLP (once with parallel attention), 2 (t-1)/t msg / link + latency
     (`allreduce_time_s`); with ep > 1 the MoE layers' second one is an all-to-all dispatch +
-    combine (`parallel.alltoall_time_s`). Pipeline parallel: pp - 1 sends of H b_a bytes per
+    combine (`parallel.alltoall_time_s`). Data-parallel attention (d groups of ta = tp / d GPUs):
+    the attention-side all-reduces run inside a group (ta GPUs) on its 1/d of the tokens; every
+    MoE layer moves the step's tokens to the experts and back: an all-to-all over ep = tp
+    ranks, else (experts sharded as under TP) an all-gather and a reduce-scatter over the tp
+    GPUs (the bytes of one ring all-reduce). Pipeline parallel: pp - 1 sends of H b_a bytes per
     token. Groups and sends that cross nodes run on the scale-out link (`parallel.py`)."""
     H, L, t = m.hidden_size, m.num_layers, par.tp
     # a link's rate keeps the efficiency in `rates` (linear_terms prices at unit efficiency)
     up, out = scaleup_link(hw), scaleout_link(hw)
     link, lat = rates.link_bytes_per_s, rates.link_latency_s
     out_rate = link * out.bandwidth_bytes_per_s / up.bandwidth_bytes_per_s
-    tp_rate, tp_lat = (link, lat) if tp_link(hw, par).kind == "nvlink" else (out_rate, out.latency_s)
-    if t > 1:
-        per_layer = 1 if m.parallel_attention else 2
+
+    def rate_of(group: int) -> tuple[float, float]:
+        return (link, lat) if group_link(hw, group).kind == "nvlink" else (out_rate, out.latency_s)
+
+    tp_rate, tp_lat = rate_of(t)
+    per_layer = 1 if m.parallel_attention else 2
+    if par.dp_attention > 1:
+        ta, d = par.attention_tp, par.dp_attention
+        if ta > 1:  # attention (and dense MLP) all-reduces inside one group, on its tokens
+            g_rate, g_lat = rate_of(ta)
+            n_ar = L + (m.num_dense_layers if per_layer == 2 else 0)
+            ring = allreduce_time_s(ta, H * ba, g_rate) / d
+            add("allreduce", "comm", n_ar, np.zeros(_NF), a=np.zeros(_NF), link=_vec(T=ring),
+                latency=_vec(one=g_lat), launches=_vec())
+        if m.moe is not None:
+            assert m.moe is not None
+            if par.ep == t:
+                per_tok = alltoall_time_s(1.0, m.moe.experts_per_token, H, ba, t, tp_rate, 0.0, par.expert_imbalance)
+            else:
+                per_tok = allreduce_time_s(t, H * ba, tp_rate)
+            add("moe_alltoall", "comm", m.num_moe_layers, np.zeros(_NF), a=np.zeros(_NF), link=_vec(T=per_tok),
+                latency=_vec(one=2.0 * tp_lat), launches=_vec())
+    elif t > 1:
         a2a_layers = m.num_moe_layers if (par.ep > 1 and m.moe is not None and per_layer == 2) else 0
         ring = allreduce_time_s(t, H * ba, tp_rate)  # per token; the latency is its own term
         add("allreduce", "comm", L * per_layer - a2a_layers, np.zeros(_NF), a=np.zeros(_NF), link=_vec(T=ring),
@@ -193,6 +255,50 @@ def _add_communication(add: Callable[..., None], m: ModelSpec, par: Parallelism,
 def _zeros_for_none(*forms: np.ndarray | None) -> list[np.ndarray]:
     """The forms with None replaced by the zero form (an op without that term)."""
     return [np.zeros(_NF) if v is None else v for v in forms]
+
+
+def _mla_projections(gemm: Callable[..., None], add: Callable[..., None], m: ModelSpec, ta: int,
+                     P_gemm: float, side: np.ndarray | None) -> float:
+    """MLA's low-rank projections (per GPU of an attention group of ta GPUs); returns the
+    o_proj input width per GPU."""
+    assert m.mla is not None
+    ml, L, H, nh = m.mla, m.num_layers, m.hidden_size, m.num_heads
+    qk = ml.qk_nope_head_dim + ml.qk_rope_head_dim
+    if ml.q_lora_rank:
+        gemm("q_proj", L, H, ml.q_lora_rank + 0.0, scale=side)
+        gemm("q_up_proj", L, ml.q_lora_rank, nh * qk / ta, scale=side)
+    else:
+        gemm("q_proj", L, H, nh * qk / ta, scale=side)
+    gemm("kv_down_proj", L, H, ml.kv_lora_rank + ml.qk_rope_head_dim, scale=side)
+    gemm("kv_up_proj", L, ml.kv_lora_rank, nh * (ml.qk_nope_head_dim + ml.v_head_dim) / ta, scale=side)
+    # prefill chunks on cached context decompress the cached latents to K/V (vLLM's MLA
+    # prefill path): a GEMM over the Pc cached tokens; the latents' bytes are already counted
+    # as the attention's KV read
+    f_ctx = 2.0 * ml.kv_lora_rank * nh * (ml.qk_nope_head_dim + ml.v_head_dim) / ta
+    add("kv_up_proj_context", "gemm", L, _vec(Pc=f_ctx), comp=_vec(Pc=f_ctx / P_gemm), launches=_vec(), scale=side)
+    return nh * ml.v_head_dim / ta
+
+
+def _moe_ops(gemm: Callable[..., None], add: Callable[..., None], m: ModelSpec, par: Parallelism, n_mat: int,
+             bw_exp: float, ba: float, P_exp: float, T0_exp: float, side: np.ndarray | None) -> None:
+    """The MoE layers: router, routed experts (over all tp GPUs), shared experts."""
+    assert m.moe is not None
+    moe, nl, H, t = m.moe, m.num_moe_layers, m.hidden_size, par.tp
+    gemm("moe_router", nl, H, moe.num_experts, scale=side)
+    Ie = moe.expert_intermediate_size / t
+    f_tok = 2.0 * n_mat * H * Ie * moe.experts_per_token
+    # per-expert GEMMs see T k / U rows: time f (T k + T0 U) / (P eta_c)
+    f_exp = 2.0 * n_mat * H * Ie
+    rho = par.expert_imbalance  # the busiest EP rank's tokens over the mean (parallel.py)
+    add("moe_experts", "gemm", nl, _vec(T=f_tok * rho),
+        w=_vec(U=n_mat * H * Ie * bw_exp),
+        a=_vec(T=rho * moe.experts_per_token * (2 * H + n_mat * Ie) * ba),
+        comp=_vec(T=rho * f_tok / P_exp), ramp=_vec(U=f_exp * T0_exp / P_exp),
+        launches=_vec(one=1.0))
+    if moe.num_shared_experts:
+        Is = moe.shared_intermediate / par.attention_tp
+        gemm("moe_shared_gate_up", nl, H, (n_mat - 1) * Is, scale=side)
+        gemm("moe_shared_down", nl, Is, H, scale=side)
 
 
 # ---------------------------------------------------------------------- single-op closed forms
@@ -284,23 +390,31 @@ class CostModel:
             raise SpecError(f"pp: {par.pp} does not divide num_layers ({m.num_layers})")
         if m.num_heads % par.tp:
             raise SpecError(f"tp: {par.tp} does not divide num_heads ({m.num_heads}) of {m.id}")
-        self.gemm_dtype = hw.gemm_dtype(self.dtypes.gemm)
+        # the routed experts' GEMMs run at the run's GEMM format; a model that quantises its
+        # experts only keeps every other GEMM at its unquantised weights (gpt-oss: MXFP4 experts)
+        dense = DTypes(m.unquantized_dtype(self.dtypes.weight), self.dtypes.activation, self.dtypes.kv)
+        self.expert_gemm_dtype = hw.gemm_dtype(self.dtypes.gemm)
+        self.gemm_dtype = hw.gemm_dtype(dense.gemm)
         self.attention_dtype = hw.gemm_dtype(self.dtypes.activation)
         self.notes: list[str] = []
-        if self.gemm_dtype != self.dtypes.gemm:
-            self.notes.append(
-                f"{hw.id} has no {self.dtypes.gemm} tensor rate: GEMMs priced at its {self.gemm_dtype} rate"
-            )
+        for want, got in ((dense.gemm, self.gemm_dtype), (self.dtypes.gemm, self.expert_gemm_dtype)):
+            note = f"{hw.id} has no {want} tensor rate: GEMMs priced at its {got} rate"
+            if got != want and note not in self.notes:
+                self.notes.append(note)
         if self.attention_dtype != self.dtypes.activation:
             self.notes.append(
                 f"{hw.id} has no {self.dtypes.activation} rate: attention priced at {self.attention_dtype}"
             )
-        self.ops = self._build_ops(Rates.of(hw, self.gemm_dtype, self.attention_dtype, self.dtypes.kv, hw.efficiency,
-                                            hw.link_latency_s))
+        notice = hardware.efficiency_notice()  # the catalog entry's provenance, before --ideal/--efficiency
+        if notice:
+            self.notes.append(notice)
+        self.ops = self._build_ops(self._rates(hw.efficiency, hw.link_latency_s))
         self._C = np.array([op.compute_s for op in self.ops])
         self._M = np.array([op.memory_s for op in self.ops])
         self._P = np.sum([op.extra_s for op in self.ops], axis=0)
         self._P[_I["one"]] += hw.efficiency.step_overhead_s
+        self._P[_I["S"]] += hw.efficiency.sequence_overhead_s
+        self._P[_I["one"]] += self._moe_layers_dequant() * hw.efficiency.moe_layer_overhead_s
         if not (np.isfinite(self._C).all() and np.isfinite(self._M).all() and np.isfinite(self._P).all()):
             # spec ranges keep every coefficient finite; a guard, so no inf reaches the compiled code
             raise SpecError(f"{m.id} on {hw.id}: step-time coefficients overflow float range; "
@@ -308,36 +422,68 @@ class CostModel:
         self.step_time = self._compile_scalar()
         if par.ep > 1 and m.moe is None:
             raise SpecError(f"ep: {par.ep} applies to MoE models only; {m.id} is dense")
-        if par.pp_microbatches > 1:
+        if par.pp > 1 and par.pp_interleaved:
+            # micro-batches in flight from step to step: M = pp, no fill or drain
+            self.step_time, self.step_times = pipelined(  # type: ignore[method-assign]
+                self.step_time, self.step_times, par.pp, max(par.pp_microbatches, par.pp), drain=False)
+        elif par.pp_microbatches > 1:
             # the pipelined forms replace both paths (the engine calls either)
             self.step_time, self.step_times = pipelined(  # type: ignore[method-assign]
                 self.step_time, self.step_times, par.pp, par.pp_microbatches)
 
     # ------------------------------------------------------------------ building the ops
+    def _moe_layers_dequant(self) -> int:
+        """MoE layers whose experts run a dequantising (weight-only) kernel: they pay
+        `moe_layer_overhead_s` each step (0 for unquantised or W8A8/W4A4 experts)."""
+        dt = self.dtypes
+        return self.model.num_moe_layers if DTYPE_BYTES[dt.weight] < DTYPE_BYTES[dt.activation] else 0
+
+    def _rates(self, eff: Efficiency, link_latency_s: float) -> Rates:
+        """This model's rates at efficiencies `eff`: weight-only GEMMs (weights narrower than
+        activations) at the dequantising efficiency, a KV cache narrower than the activations
+        converted at eff's rate where the kernel has no native path for it."""
+        m, dt = self.model, self.dtypes
+        w_dense = DTYPE_BYTES[m.unquantized_dtype(dt.weight)]
+        ba = DTYPE_BYTES[dt.activation]
+        return Rates.of(self.hardware, self.gemm_dtype, self.attention_dtype, dt.kv, eff, link_latency_s,
+                        weight_only=min(w_dense / ba, 1.0),
+                        expert_gemm_dtype=self.expert_gemm_dtype,
+                        expert_weight_only=min(DTYPE_BYTES[dt.weight] / ba, 1.0),
+                        dequant_kv=DTYPE_BYTES[dt.kv] < ba)
+
     def _build_ops(self, rates: Rates) -> list[Op]:
         m, par, dt = self.model, self.par, self.dtypes
-        t = par.tp
-        bw, ba, bkv = DTYPE_BYTES[dt.weight], DTYPE_BYTES[dt.activation], DTYPE_BYTES[dt.kv]
+        # data-parallel attention: d groups of ta GPUs, each on 1/d of the step's sequences
+        d, ta = par.dp_attention, par.attention_tp
+        bw_exp, ba, bkv = DTYPE_BYTES[dt.weight], DTYPE_BYTES[dt.activation], DTYPE_BYTES[dt.kv]
+        bw = DTYPE_BYTES[m.unquantized_dtype(dt.weight)]  # weights outside the routed experts
         P_gemm, P_attn, P_vec = rates.gemm_flops_per_s, rates.attention_flops_per_s, rates.vector_flops_per_s
+        P_exp = rates.expert_gemm_flops_per_s or P_gemm
         mem = rates.hbm_bytes_per_s
         T0 = rates.ramp_tokens
-        H, nh, nkv, d = m.hidden_size, m.num_heads, m.num_kv_heads, m.d_head
-        t_kv = m.kv_shards(t)
+        T0_exp = T0 if rates.expert_ramp_tokens < 0 else rates.expert_ramp_tokens
+        H, nh, nkv, dh = m.hidden_size, m.num_heads, m.num_kv_heads, m.d_head
+        t_kv = m.kv_shards(ta)
         kv_elem = m.kv_elements_per_token_per_layer
         n_full = m.num_layers - m.num_sliding_layers
         n_slide = m.num_sliding_layers
         ops: list[Op] = []
+        # attention-side forms see one group's share of every per-token statistic
+        per_group = _vec(one=1.0) + (1.0 / d) * (np.ones(_NF) - _vec(one=1.0) - _vec(emit=1.0)) + _vec(emit=1.0)
 
         def add(name: str, kind: str, count: float, flops: np.ndarray, *, w: np.ndarray | None = None,
                 a: np.ndarray | None = None, kr: np.ndarray | None = None, kw: np.ndarray | None = None,
                 comp: np.ndarray | None = None, ramp: np.ndarray | None = None, link: np.ndarray | None = None,
-                latency: np.ndarray | None = None, launches: np.ndarray | None = None) -> None:
+                latency: np.ndarray | None = None, launches: np.ndarray | None = None,
+                scale: np.ndarray | None = None) -> None:
             if count <= 0:
                 return
             w, a, kr, kw, ramp, link, latency = _zeros_for_none(w, a, kr, kw, ramp, link, latency)
             if comp is None:
                 rate = {"gemm": P_gemm, "attention": P_attn, "vector": P_vec}.get(kind)
                 comp = flops / rate if rate else np.zeros(_NF)
+            if scale is not None:  # a dp-attention group's share of the step
+                flops, w, a, kr, kw, comp, ramp = (v * scale for v in (flops, w, a, kr, kw, comp, ramp))
             memory = (w + a + kr + kw) / mem
             launch = (_vec(one=1.0) if launches is None else launches) * rates.kernel_overhead_s
             # comp and ramp, link and latency have disjoint features: their sums are exact
@@ -345,7 +491,8 @@ class CostModel:
                           count * (comp + ramp), count * memory, count * (link + latency + launch),
                           count * ramp, count * launch, count * link, count * latency))
 
-        def gemm(name: str, count: float, n_in: float, n_out: float, tokens: str = "T") -> None:
+        def gemm(name: str, count: float, n_in: float, n_out: float, tokens: str = "T",
+                 scale: np.ndarray | None = None) -> None:
             """A GEMM over `tokens` rows: [rows, n_in] x [n_in, n_out] (per-GPU dims)."""
             f = 2.0 * n_in * n_out
             flops = _vec(**{tokens: f})
@@ -359,30 +506,22 @@ class CostModel:
                 w = _vec(one=n_in * n_out * bw)
                 launches = None
             add(name, "gemm", count, flops, w=w, a=_vec(**{tokens: (n_in + n_out) * ba}), comp=comp,
-                ramp=ramp, launches=launches)
+                ramp=ramp, launches=launches, scale=scale)
 
+        side = per_group if d > 1 else None
         # --- attention projections
         L = m.num_layers
+
         if m.mla is not None:
-            ml = m.mla
-            qk = ml.qk_nope_head_dim + ml.qk_rope_head_dim
-            if ml.q_lora_rank:
-                gemm("q_proj", L, H, ml.q_lora_rank + 0.0)
-                gemm("q_up_proj", L, ml.q_lora_rank, nh * qk / t)
-            else:
-                gemm("q_proj", L, H, nh * qk / t)
-            gemm("kv_down_proj", L, H, ml.kv_lora_rank + ml.qk_rope_head_dim)
-            gemm("kv_up_proj", L, ml.kv_lora_rank, nh * (ml.qk_nope_head_dim + ml.v_head_dim) / t)
-            # prefill chunks on cached context decompress the cached latents to K/V (vLLM's
-            # MLA prefill path): a GEMM over the Pc cached tokens; the latents' bytes are
-            # already counted as the attention's KV read
-            f_ctx = 2.0 * ml.kv_lora_rank * nh * (ml.qk_nope_head_dim + ml.v_head_dim) / t
-            add("kv_up_proj_context", "gemm", L, _vec(Pc=f_ctx), comp=_vec(Pc=f_ctx / P_gemm),
-                launches=_vec())
-            o_in = nh * ml.v_head_dim / t
+            o_in = _mla_projections(gemm, add, m, ta, P_gemm, side)
+            group = 1.0  # one latent serves every head (FlashMLA-style kernels read it once)
         else:
-            gemm("qkv_proj", L, H, (nh / t + 2 * nkv / t_kv) * d)
-            o_in = nh * d / t
+            gemm("qkv_proj", L, H, (nh / ta + 2 * nkv / t_kv) * dh, scale=side)
+            o_in = nh * dh / ta
+            group = nh / nkv
+        # a kernel that reads the KV once per query head reads 1 + (g - 1)(1 - s) times the cache
+        reread = 1.0 + (group - 1.0) * (1.0 - rates.gqa_kv_sharing)
+        dq = rates.kv_dequant_elements_per_s
 
         # --- attention (flash: scores stay on chip; bytes are the KV cache)
         def attention(name: str, count: int, A_d: str, A_p: str, Rk: str) -> None:
@@ -390,58 +529,45 @@ class CostModel:
                 ml = m.mla
                 # decode: absorbed up-projections, per pair per head 2(r+rope) + 2r FLOPs;
                 # prefill: materialised K/V, per pair per head 2(nope+rope) + 2 v_head FLOPs
-                fd = nh / t * (4 * ml.kv_lora_rank + 2 * ml.qk_rope_head_dim)
-                fp = nh / t * 2 * (ml.qk_nope_head_dim + ml.qk_rope_head_dim + ml.v_head_dim)
+                fd = nh / ta * (4 * ml.kv_lora_rank + 2 * ml.qk_rope_head_dim)
+                fp = nh / ta * 2 * (ml.qk_nope_head_dim + ml.qk_rope_head_dim + ml.v_head_dim)
                 flops = _vec(**{A_d: fd}) + _vec(**{A_p: fp})
             else:
-                f = 4.0 * nh * d / t  # per query-key pair, QK^T and PV
+                f = 4.0 * nh * dh / ta  # per query-key pair, QK^T and PV
                 # sliding layers carry decode and prefill pairs in one feature (Aw): count it once
                 flops = _vec(**{A_d: f}) if A_d == A_p else _vec(**{A_d: f}) + _vec(**{A_p: f})
             kv_tok = kv_elem * bkv / t_kv
-            add(name, "attention", count, flops, kr=_vec(**{Rk: kv_tok}), kw=_vec(T=kv_tok),
-                a=_vec(T=2 * nh * d / t * ba))
+            comp = flops / P_attn
+            if dq > 0:  # no native path: every KV element read is converted to 16 bits first
+                comp = comp + _vec(**{Rk: kv_elem / t_kv * reread / dq})
+            add(name, "attention", count, flops, kr=_vec(**{Rk: kv_tok * reread}), kw=_vec(T=kv_tok),
+                a=_vec(T=2 * nh * dh / ta * ba), comp=comp, scale=side)
 
         if m.sliding_window is not None and n_slide:
             attention("attention", n_full, "Ad", "Ap", "R")
             attention("attention_sliding", n_slide, "Aw", "Aw", "Rw")
         else:
             attention("attention", L, "Ad", "Ap", "R")
-        gemm("o_proj", L, o_in, H)
+        gemm("o_proj", L, o_in, H, scale=side)
 
         # --- MLP / MoE
         n_mat = 3 if m.mlp == "gated" else 2
         if m.num_dense_layers:
-            I_ = m.intermediate_size / t
-            gemm("mlp_gate_up", m.num_dense_layers, H, (n_mat - 1) * I_)
-            gemm("mlp_down", m.num_dense_layers, I_, H)
+            I_ = m.intermediate_size / ta
+            gemm("mlp_gate_up", m.num_dense_layers, H, (n_mat - 1) * I_, scale=side)
+            gemm("mlp_down", m.num_dense_layers, I_, H, scale=side)
         if m.moe is not None:
-            moe = m.moe
-            nl = m.num_moe_layers
-            gemm("moe_router", nl, H, moe.num_experts)
-            Ie = moe.expert_intermediate_size / t
-            f_tok = 2.0 * n_mat * H * Ie * moe.experts_per_token
-            # per-expert GEMMs see T k / U rows: time f (T k + T0 U) / (P eta_c)
-            f_exp = 2.0 * n_mat * H * Ie
-            rho = par.expert_imbalance  # the busiest EP rank's tokens over the mean (parallel.py)
-            add("moe_experts", "gemm", nl, _vec(T=f_tok * rho),
-                w=_vec(U=n_mat * H * Ie * bw),
-                a=_vec(T=rho * moe.experts_per_token * (2 * H + n_mat * Ie) * ba),
-                comp=_vec(T=rho * f_tok / P_gemm), ramp=_vec(U=f_exp * T0 / P_gemm),
-                launches=_vec(one=1.0))
-            if moe.num_shared_experts:
-                Is = moe.shared_intermediate / t
-                gemm("moe_shared_gate_up", nl, H, (n_mat - 1) * Is)
-                gemm("moe_shared_down", nl, Is, H)
+            _moe_ops(gemm, add, m, par, n_mat, bw_exp, ba, P_exp, T0_exp, side)
 
         # --- norms, residuals, activation function: memory-bound element-wise work
-        add("norm_act", "vector", L, _vec(T=10.0 * H), a=_vec(T=4.0 * H * ba))
+        add("norm_act", "vector", L, _vec(T=10.0 * H), a=_vec(T=4.0 * H * ba), scale=side)
 
         _add_communication(add, m, par, rates, ba if self.link_dtype is None else DTYPE_BYTES[self.link_dtype],
                            self.hardware)
 
         # --- once per step: embedding gather and LM head (only for emitting sequences)
-        add("embedding", "gather", 1, np.zeros(_NF), w=_vec(T=H * bw), a=_vec(T=H * ba))
-        gemm("lm_head", 1, H, m.vocab_size / t, tokens="S")
+        add("embedding", "gather", 1, np.zeros(_NF), w=_vec(T=H * bw), a=_vec(T=H * ba), scale=side)
+        gemm("lm_head", 1, H, m.vocab_size / ta, tokens="S", scale=side)
         return ops
 
     # ------------------------------------------------------------------ evaluation
@@ -505,21 +631,27 @@ class CostModel:
         `LinearTerms`): the ops priced once at unit efficiencies, T0 = 1, k_launch = 1 s,
         link latency 1 s, and their parts read off. Calibration re-prices with these."""
         unit = Efficiency(gemm_ramp_tokens=1.0, kernel_overhead_s=1.0)
-        ops = self._build_ops(Rates.of(self.hardware, self.gemm_dtype, self.attention_dtype, self.dtypes.kv, unit, 1.0))
+        ops = self._build_ops(self._rates(unit, 1.0))
         n = len(ops)
-        C, R, A, M = (np.zeros((n, _NF)) for _ in range(4))
+        C, R, A, M, K, D = (np.zeros((n, _NF)) for _ in range(6))
         launches, link, lat = np.zeros(_NF), np.zeros(_NF), np.zeros(_NF)
+        m = self.model
+        kv_elem = m.kv_elements_per_token_per_layer / m.kv_shards(self.par.attention_tp)
+        bkv = DTYPE_BYTES[self.dtypes.kv]
         for j, op in enumerate(ops):
             M[j] = op.memory_s
             if op.kind == "attention":
                 A[j] = op.compute_s
+                K[j] = op.kv_read_bytes / self.hardware.hbm_bandwidth_bytes_per_s  # at eta_m = 1
+                D[j] = op.kv_read_bytes / bkv if kv_elem else 0.0
             else:
                 C[j] = op.compute_s - op.ramp_s  # disjoint features: exact
                 R[j] = op.ramp_s
             launches += op.launch_s
             link += op.link_s
             lat += op.latency_s
-        return LinearTerms(C, R, A, M, launches, link, lat)
+        group = 1.0 if m.mla is not None else m.num_heads / m.num_kv_heads
+        return LinearTerms(C, R, A, M, launches, link, lat, K, D, group, _vec(S=1.0))
 
     def _compile_scalar(self) -> Any:
         """Generate an unrolled pure-Python step_time: constants inlined, one max per op.
@@ -602,8 +734,9 @@ class CostModel:
                 "time_ms": (max(c, mm) + ex) * 1e3,
                 "bound": bound,
             })
-        step_overhead = self.hardware.efficiency.step_overhead_s
-        tot["overhead"] += step_overhead
+        eff = self.hardware.efficiency
+        tot["overhead"] += (eff.step_overhead_s + eff.sequence_overhead_s * float(batch.S)
+                            + self._moe_layers_dequant() * eff.moe_layer_overhead_s)
         total = sum(tot.values())
         bound = max(("compute", "memory", "communication"), key=lambda k: tot[k])
         return {

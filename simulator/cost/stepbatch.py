@@ -66,6 +66,38 @@ def prefill_step(model: ModelSpec, batch_size: int, input_len: int) -> StepBatch
                      Rw=B * min(n, window) if window else None)
 
 
+def prefill_steps(model: ModelSpec, batch_size: int, input_len: int,
+                  chunk: int | None = None) -> list[tuple[StepBatch, int]]:
+    """The prefill of `batch_size` fresh prompts of `input_len` tokens under a per-step token
+    budget `chunk` (None: one step), as (step, how many such steps):
+
+    * the whole batch fits: one step (`prefill_step`);
+    * a prompt fits: whole prompts, floor(chunk / input_len) a step (vLLM V0 without chunked
+      prefill), the remainder in one last step;
+    * a prompt does not fit: each prompt in pieces of `chunk` tokens, one sequence after
+      another (llama.cpp's n_batch: piece j attends to the j * chunk tokens before it); only
+      the last piece emits a token.
+    """
+    B, n = batch_size, input_len
+    if chunk is None or B * n <= chunk:
+        return [(prefill_step(model, B, n), 1)]
+    window = model.sliding_window.window if model.sliding_window else None
+    if n <= chunk:
+        k = chunk // n
+        out = [(prefill_step(model, k, n), B // k)]
+        if B % k:
+            out.append((prefill_step(model, B % k, n), 1))
+        return out
+    out = []
+    for start in range(0, n, chunk):
+        q = min(chunk, n - start)
+        b = StepBatch.from_sequences([(q, start)], window=window)
+        if start + q < n:  # an intermediate piece emits no token
+            b = StepBatch(b.T, 0.0, b.Ad, b.Ap, b.R, b.Aw, b.Rw, b.Pc)
+        out.append((b, B))
+    return out
+
+
 def decode_step(model: ModelSpec, batch_size: int, cached: float) -> StepBatch:
     """One decode step of `batch_size` sequences, each with `cached` tokens in its KV cache."""
     B, p = batch_size, float(cached)

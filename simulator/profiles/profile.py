@@ -50,13 +50,41 @@ POLICY_PARAMS: dict[str, tuple[str, ...]] = {
                "schedule_conservativeness", "retraction", "overlap_scheduler"),
 }
 
-#: chip families for per-family kernel factors (a user's own hardware id matches none: no factor)
+#: chip families for per-family kernel factors (a user's own hardware id matches none: no factor).
+#: An engine's kernels are built per architecture (CUDA sm_80/sm_90/sm_100, ROCm gfx90a/gfx942/
+#: gfx950, ...), so its deviations from a chip's best kernels are kept per family.
 CHIP_CLASSES: dict[str, tuple[str, ...]] = {
-    "hopper": ("h100-sxm", "h100-pcie", "h200-sxm"),
+    "hopper": ("h100-sxm", "h100-pcie", "h200-sxm", "h200-nvl", "gh200"),
     "ada": ("l40s", "l4"),
     "ampere": ("a100-sxm-80gb", "a100-sxm-40gb", "a100-pcie-80gb", "a10g"),
-    "blackwell": ("b200", "gb200"),
+    "blackwell": ("b200", "gb200", "gb300"),
+    "blackwell-rtx": ("rtx-pro-6000",),
+    "cdna2": ("mi250",),
+    "cdna3": ("mi300x", "mi325x"),
+    "cdna4": ("mi355x",),
+    "gaudi": ("gaudi2", "gaudi3"),
+    "xe-hpc": ("max1550",),
 }
+
+#: the per-family kernel numbers a profile may give (`kernels.by_chip_class.<family>.<name>`)
+#: and what each does to the chip's efficiencies (`apply_profile`)
+CLASS_FACTORS = {
+    "compute_relative": "x the chip's GEMM efficiency (every format; the GEMM ramp T0 scales with it)",
+    "memory_relative": "x the chip's HBM efficiency",
+    "attention_relative": "x the chip's attention efficiency (every KV format)",
+    "gqa_kv_sharing": "replaces the chip's gqa_kv_sharing (decode attention's KV re-reads)",
+    "kv_dequant_rate_fp8": "an fp8 KV cache has no native attention path: KV elements/s converted",
+    "dequant_gemm_efficiency": "replaces the chip's weight-only (dequantising) GEMM efficiency",
+    "dequant_ramp_relative": "replaces the ramp factor of weight-only GEMMs (their small-M floor)",
+    "step_overhead_s": "replaces the step overhead on this family",
+    "kernel_overhead_s": "replaces the chip's per-kernel launch overhead (graph launch, tail effects)",
+    "moe_layer_overhead_s": "per MoE layer per step with weight-only (dequantising) experts: that path's fixed kernels",
+    "allreduce_latency_s": "replaces the per all-reduce latency on this family (the collective library's)",
+}
+_FRACTION_FACTORS = ("gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative")
+#: relative factors: an engine may reach more than the chip's reference engines (the chip's
+#: efficiencies were fitted on dev.csv's 2023 static engines); the product stays <= 1
+_RELATIVE_FACTORS = ("compute_relative", "memory_relative", "attention_relative")
 
 
 def chip_class(hardware_id: str) -> str | None:
@@ -162,6 +190,7 @@ class OverheadsSection:
     """Runtime costs the hardware YAML does not hold (None values: the hardware's own)."""
 
     step_overhead_s: Tunable = field(default_factory=Tunable)
+    sequence_overhead_s: Tunable = field(default_factory=Tunable)
     per_request_s: Tunable = field(default_factory=Tunable)
     runtime_reserve_bytes: Tunable = field(default_factory=Tunable)
     cpu_overlap_fraction: Tunable = field(default_factory=Tunable)
@@ -172,11 +201,16 @@ class KernelsSection:
     """Kernel and communication deviations from the hardware YAML."""
 
     fp8_efficiency_relative: dict = field(default_factory=dict)  # chip class -> Tunable
+    by_chip_class: dict = field(default_factory=dict)  # chip class -> {CLASS_FACTORS name: Tunable}
     allreduce_dtype: str = field(default="activation", metadata={"choices": ALLREDUCE_DTYPES})
     allreduce_impl: str = field(default="nccl_ring", metadata={"choices": ("nccl_ring", "custom_allreduce")})
     allreduce_latency_s: Tunable = field(default_factory=Tunable)
     pcie_link_efficiency: Tunable = field(default_factory=Tunable)
     attention_window: str = field(default="model", metadata={"choices": ("model", "full")})
+    # pipeline parallelism: "drain" = one batch passes the stages in turn each step; "interleaved"
+    # = pp micro-batches in flight, no fill/drain (TensorRT-LLM in-flight batching, vLLM's
+    # virtual engines): a step of x tokens costs the model's time on x / pp (parallel.pipelined)
+    pipeline: str = field(default="drain", metadata={"choices": ("drain", "interleaved")})
 
     def __post_init__(self) -> None:
         _check_fields(self, "")
@@ -190,6 +224,33 @@ class KernelsSection:
                 raise SpecError(f"fp8_efficiency_relative.{k}.value: {t.value!r} must be in (0, 1]")
             fixed[k] = t
         object.__setattr__(self, "fp8_efficiency_relative", fixed)
+        classes = {}
+        for k, factors in self.by_chip_class.items():
+            if k not in CHIP_CLASSES:
+                raise SpecError(f"by_chip_class.{k}: unknown chip class{_did_you_mean(str(k), CHIP_CLASSES)}; "
+                                f"allowed: {', '.join(CHIP_CLASSES)}")
+            if not isinstance(factors, dict):
+                raise SpecError(f"by_chip_class.{k}: {factors!r} is not a mapping of factor names")
+            one = {}
+            for name, v in factors.items():
+                where = f"by_chip_class.{k}.{name}"
+                if name not in CLASS_FACTORS:
+                    raise SpecError(f"{where}: unknown factor{_did_you_mean(str(name), CLASS_FACTORS)}; "
+                                    f"allowed: {', '.join(CLASS_FACTORS)}")
+                t = v if isinstance(v, Tunable) else build(Tunable, v, where)
+                if t.value is not None and name in _FRACTION_FACTORS and not 0 <= t.value <= 1:
+                    raise SpecError(f"{where}.value: {t.value!r} must be in [0, 1]")
+                if t.value is not None and name != "gqa_kv_sharing" and name in _FRACTION_FACTORS and t.value == 0:
+                    raise SpecError(f"{where}.value: 0 must be > 0")
+                if t.value is not None and name in _RELATIVE_FACTORS and not 0 < t.value <= 2:
+                    raise SpecError(f"{where}.value: {t.value!r} must be in (0, 2]")
+                if t.value is not None and name.endswith("_s") and not t.value <= 1.0:
+                    raise SpecError(f"{where}.value: {t.value!r} must be <= 1 s")
+                if t.value is not None and name == "kv_dequant_rate_fp8" and not 1e6 <= t.value <= 1e16:
+                    raise SpecError(f"{where}.value: {t.value!r} must be in [1e6, 1e16] elements/s")
+                one[name] = t
+            classes[k] = one
+        object.__setattr__(self, "by_chip_class", classes)
         le = self.pcie_link_efficiency.value
         if le is not None and not 0 < le <= 1:
             raise SpecError(f"pcie_link_efficiency.value: {le!r} must be in (0, 1]")
@@ -248,6 +309,11 @@ class EngineProfile:
         t = self.kernels.fp8_efficiency_relative.get(chip_class(hardware_id) or "")
         return None if t is None else t.value
 
+    def class_factors(self, hardware_id: str) -> dict[str, float]:
+        """The kernel numbers this profile gives the chip's family (`CLASS_FACTORS`), values only."""
+        got = self.kernels.by_chip_class.get(chip_class(hardware_id) or "", {})
+        return {k: t.value for k, t in got.items() if t.value is not None}
+
     def tunables(self) -> dict[str, Tunable]:
         """Every fittable number by dotted path (for fitting and reports)."""
         out = {f"overheads.{f.name}": getattr(self.overheads, f.name) for f in dataclasses.fields(self.overheads)}
@@ -255,6 +321,9 @@ class EngineProfile:
         out["kernels.pcie_link_efficiency"] = self.kernels.pcie_link_efficiency
         for k, t in self.kernels.fp8_efficiency_relative.items():
             out[f"kernels.fp8_efficiency_relative.{k}"] = t
+        for k, factors in self.kernels.by_chip_class.items():
+            for name, t in factors.items():
+                out[f"kernels.by_chip_class.{k}.{name}"] = t
         return out
 
 
@@ -391,6 +460,8 @@ def _version(text: str) -> tuple[int, int] | None:
 
 def _trtllm_row(text: str, model: str = "") -> str:
     low = text.lower()
+    if "examples/run.py" in low or "modelrunner" in low:
+        return "trtllm-static"  # examples/run.py's static batch (Argonne's harness)
     if "static batch" in low or "gptsession" in low:
         return "generic"  # the pre-executor static-batch runtime: no in-flight batching
     if _ROUND.search(text):
@@ -398,7 +469,8 @@ def _trtllm_row(text: str, model: str = "") -> str:
         # v5.1 harness serves TensorRT engines through the C++ executor, except DeepSeek-R1,
         # which runs the PyTorch backend (moe_backend WIDEEP, enable_attention_dp: options of
         # the PyTorch LLM API; NV-CFG-deepseek-r1 in /work/notes/mlperf_datasets.md)
-        return "trtllm-pytorch" if model.lower().startswith("deepseek") else "trtllm"
+        # (trtllm-mlperf: the harness's own overheads and kernel factors, fitted on these rows)
+        return "trtllm-pytorch" if model.lower().startswith("deepseek") else "trtllm-mlperf"
     v = _version(text)
     if "pytorch" in low or (v is not None and v >= (1, 0)):
         return "trtllm-pytorch"
@@ -407,11 +479,14 @@ def _trtllm_row(text: str, model: str = "") -> str:
 
 def _vllm_row(text: str) -> str:
     low = text.lower()
-    if re.search(r"\bv0 engine\b|vllm_use_v1=0", low):
-        return "vllm-v0"
     v = _version(text)
     # V1 became the default in 0.8.0; earlier releases only had V0
-    return "vllm-v0" if v is not None and v < (0, 8) else "vllm"
+    v0 = bool(re.search(r"\bv0 engine\b|vllm_use_v1=0", low)) or (v is not None and v < (0, 8))
+    if v0 and "rocm" in low and "mlperf" not in low:
+        # the stock ROCm builds (Dockerfile.rocm) of V0: their own kernels (paged attention v1/v2,
+        # untuned hipBLASLt GEMMs); an MLPerf submitter's tuned fork is not that engine
+        return "vllm-v0-rocm"
+    return "vllm-v0" if v0 else "vllm"
 
 
 def _family(low: str) -> str | None:
@@ -421,6 +496,10 @@ def _family(low: str) -> str | None:
         return "sglang"
     if "vllm" in low:
         return "vllm"
+    if "llama.cpp" in low or "llama-bench" in low:
+        return "llama.cpp"
+    if "deepspeed" in low:
+        return "deepspeed"
     return None
 
 
@@ -429,11 +508,13 @@ def engine_for_row(engine_text: str, model: str = "") -> str:
     for MLPerf rows, its `model`).
 
     The engine named before any parenthesis wins ("SGLang (... system framework: vLLM 0.6.5)"
-    is SGLang); without one, the whole text is searched. TensorRT-LLM: static-batch gptSession
-    runs -> generic; MLPerf submissions -> trtllm (DeepSeek: trtllm-pytorch); 1.x or "PyTorch"
-    -> trtllm-pytorch; other 0.x (TensorRT engine, in-flight batching) -> trtllm. vLLM: before
-    0.8 or marked V0 -> vllm-v0, else vllm. SGLang -> sglang. Anything else (lmdeploy, gpt-fast,
-    llama.cpp, DeepSpeed, an "unknown engine", unstated) -> generic: the hardware YAMLs' own
+    is SGLang); without one, the whole text is searched. TensorRT-LLM: examples/run.py
+    (ModelRunner) static batches -> trtllm-static; static-batch gptSession runs -> generic;
+    MLPerf submissions -> trtllm-mlperf (NVIDIA's harness; DeepSeek: trtllm-pytorch); 1.x or
+    "PyTorch" -> trtllm-pytorch; other 0.x (TensorRT engine, in-flight batching) -> trtllm.
+    vLLM: before 0.8 or marked V0 -> vllm-v0 (stock ROCm builds: vllm-v0-rocm), else vllm.
+    SGLang -> sglang; llama.cpp -> llama.cpp; DeepSpeed(-MII) -> deepspeed. Anything else
+    (lmdeploy, gpt-fast, an "unknown engine", unstated) -> generic: the hardware YAMLs' own
     efficiencies, which were fitted on exactly those static rows.
     """
     text = engine_text or ""
@@ -443,8 +524,8 @@ def engine_for_row(engine_text: str, model: str = "") -> str:
         return _trtllm_row(text, model)
     if family == "vllm":
         return _vllm_row(text)
-    if family == "sglang":
-        return "sglang"
+    if family in ("sglang", "llama.cpp", "deepspeed"):
+        return family
     return "generic"
 
 
@@ -455,10 +536,39 @@ def _is_pcie(hw: HardwareSpec) -> bool:
     return hw.form_factor.lower().startswith("pcie")
 
 
+def _class_changes(eff: Any, f: dict[str, float]) -> dict[str, Any]:
+    """Efficiency fields changed by a profile's family factors (`CLASS_FACTORS`)."""
+    out: dict[str, Any] = {}
+    if "compute_relative" in f:
+        # the engine's GEMMs reach r of the chip's large-GEMM rate; the ramp T0 scales with it so
+        # the small-GEMM floor f T0 / (P eta_c) stays where the chip's is (bandwidth-bound decode)
+        r = f["compute_relative"]
+        out["compute_efficiency"] = min(eff.compute_efficiency * r, 1.0)
+        out["compute_efficiency_by_dtype"] = {k: min(v * r, 1.0) for k, v in eff.compute_efficiency_by_dtype.items()}
+        out["gemm_ramp_tokens"] = eff.gemm_ramp_tokens * r
+        out["gemm_ramp_tokens_by_dtype"] = {k: v * r for k, v in eff.gemm_ramp_tokens_by_dtype.items()}
+    if "memory_relative" in f:
+        out["memory_efficiency"] = min(eff.memory_efficiency * f["memory_relative"], 1.0)
+    if "attention_relative" in f:
+        r = f["attention_relative"]
+        out["attention_efficiency"] = min(eff.attention_efficiency * r, 1.0)
+        out["attention_efficiency_by_kv_dtype"] = {k: min(v * r, 1.0)
+                                                   for k, v in eff.attention_efficiency_by_kv_dtype.items()}
+    for name in ("gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative", "step_overhead_s",
+                 "kernel_overhead_s", "moe_layer_overhead_s"):
+        if name in f:
+            out[name] = f[name]
+    if "kv_dequant_rate_fp8" in f:
+        out["kv_dequant_rate_by_kv_dtype"] = {**eff.kv_dequant_rate_by_kv_dtype, "fp8": f["kv_dequant_rate_fp8"]}
+    return out
+
+
 def apply_profile(hw: HardwareSpec, profile: EngineProfile) -> HardwareSpec:
     """`hw` with the profile's overheads and kernel deviations applied (`dataclasses.replace`):
 
         step_overhead_s       <- overheads.step_overhead_s            (when given)
+        sequence_overhead_s   <- overheads.sequence_overhead_s        (when given)
+        family factors        <- kernels.by_chip_class[family]        (CLASS_FACTORS; after the above)
         link_latency_s        <- kernels.allreduce_latency_s          (per all-reduce call)
         link_efficiency       <- kernels.pcie_link_efficiency         (PCIe form factors only)
         eta_c[fp8], eta_att[fp8 KV] <- r * the chip's own values, r = kernels.fp8_efficiency_relative[class]
@@ -470,6 +580,9 @@ def apply_profile(hw: HardwareSpec, profile: EngineProfile) -> HardwareSpec:
     changes: dict[str, Any] = {}
     if profile.step_overhead_s is not None:
         changes["step_overhead_s"] = profile.step_overhead_s
+    seq = profile.overheads.sequence_overhead_s.value
+    if seq is not None:
+        changes["sequence_overhead_s"] = seq
     link_eff = profile.kernels.pcie_link_efficiency.value
     if link_eff is not None and _is_pcie(hw):
         changes["link_efficiency"] = link_eff
@@ -479,8 +592,9 @@ def apply_profile(hw: HardwareSpec, profile: EngineProfile) -> HardwareSpec:
                                                   "fp8": min(eff.compute_for("fp8") * rel, 1.0)}
         changes["attention_efficiency_by_kv_dtype"] = {**eff.attention_efficiency_by_kv_dtype,
                                                        "fp8": min(eff.attention_for("fp8") * rel, 1.0)}
+    changes.update(_class_changes(dataclasses.replace(eff, **changes), profile.class_factors(hw.id)))
     out = dataclasses.replace(hw, efficiency=dataclasses.replace(eff, **changes)) if changes else hw
-    latency = profile.kernels.allreduce_latency_s.value
+    latency = profile.class_factors(hw.id).get("allreduce_latency_s", profile.kernels.allreduce_latency_s.value)
     if latency is not None:
         out = dataclasses.replace(out, link_latency_s=latency)
     return out

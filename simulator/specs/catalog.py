@@ -561,21 +561,15 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
     fields["intermediate_size"] = inter
     fields["max_context"] = _first(cfg, "max_position_embeddings", "n_positions", "seq_length", default=4096)
     fields["tie_word_embeddings"] = bool(cfg.get("tie_word_embeddings", False))
-    fields["attention_bias"] = bool(_first(cfg, "attention_bias", "bias", "qkv_bias", default=False))
+    # Qwen2 / Qwen2-MoE put a bias on q/k/v by architecture: their configs have no such key
+    fields["attention_bias"] = bool(_first(cfg, "attention_bias", "bias", "qkv_bias",
+                                           default=mt in ("qwen2", "qwen2_moe")))
     fields["mlp_bias"] = bool(cfg.get("mlp_bias", False)) or mt == "gptj"
     fields["parallel_attention"] = bool(cfg.get("parallel_attn", False)) or mt == "gptj"
     if mt == "falcon" and cfg.get("new_decoder_architecture"):
         fields["parallel_attention"] = True
 
-    moe_spec = _hf_moe(cfg)
-    if moe_spec is not None:
-        fields["moe"] = moe_spec
-    mla_spec = _hf_mla(cfg)
-    if mla_spec is not None:
-        fields["mla"] = mla_spec
-    window_spec = _hf_sliding_window(cfg, fields["num_layers"])
-    if window_spec is not None:
-        fields["sliding_window"] = window_spec
+    _hf_structure(cfg, fields, mt)
     q = cfg.get("quantization_config") or {}
     method = str(q.get("quant_method", "")).lower() if isinstance(q, dict) else ""
     if method == "fp8":
@@ -585,6 +579,22 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
     if arch not in _SUPPORTED_ARCHS:
         fields["notes"] = f"imported from an unrecognised architecture {show(arch)}: check the figures"
     return build(ModelSpec, fields)
+
+
+def _hf_structure(cfg: dict, fields: dict[str, Any], mt: str) -> None:
+    """The MoE, MLA and windowed-attention parts of an HF config into `fields`."""
+    if mt == "llama4_text":
+        # dense layers use intermediate_size_mlp; intermediate_size is the experts' width
+        fields["intermediate_size"] = cfg.get("intermediate_size_mlp", fields["intermediate_size"])
+    moe_spec = _hf_moe(cfg)
+    if moe_spec is not None:
+        fields["moe"] = moe_spec
+    mla_spec = _hf_mla(cfg)
+    if mla_spec is not None:
+        fields["mla"] = mla_spec
+    window_spec = _hf_chunked_attention(cfg, fields["num_layers"]) or _hf_sliding_window(cfg, fields["num_layers"])
+    if window_spec is not None:
+        fields["sliding_window"] = window_spec
 
 
 def _hf_moe(cfg: dict) -> MoESpec | None:
@@ -602,6 +612,14 @@ def _hf_moe(cfg: dict) -> MoESpec | None:
         "num_shared_experts": _count(cfg.get("n_shared_experts")),
         "first_dense_layers": _count(cfg.get("first_k_dense_replace")),
     }
+    if str(cfg.get("model_type", "")).lower() == "llama4_text":
+        # Llama4TextMoe: one shared expert as wide as a routed one; MoE on every
+        # interleave_moe_layer_step-th layer, the others dense (placed first: counts, FLOPs and
+        # bytes exact, pipeline stage balance not)
+        moe["num_shared_experts"] = 1
+        step = _count(cfg.get("interleave_moe_layer_step", 1)) or 1
+        layers = _count(cfg.get("num_hidden_layers")) or 0
+        moe["first_dense_layers"] = layers - layers // step if isinstance(step, int) and isinstance(layers, int) else 0
     if cfg.get("shared_expert_intermediate_size") and isinstance(moe["num_shared_experts"], int):
         moe["num_shared_experts"] = max(1, moe["num_shared_experts"])
         moe["shared_expert_intermediate_size"] = cfg["shared_expert_intermediate_size"]
@@ -625,6 +643,19 @@ def _hf_mla(cfg: dict) -> MLASpec | None:
         if v is None and k2 != "q_lora_rank":
             raise SpecError(f"{k2}: missing; MLA attention (kv_lora_rank set) needs it")
     return build(MLASpec, mla, "mla")
+
+
+def _hf_chunked_attention(cfg: dict, num_layers: Any) -> SlidingWindowSpec | None:
+    """Llama-4's chunked local attention (attention_chunk_size) on the RoPE layers, modelled as a
+    sliding window of the chunk size (KV bound right; FLOPs up to 2x high at long context):
+    every layer but each 4th (no_rope_layers, or Llama-4's default 3 of 4 when the list is
+    empty or absent). None without attention_chunk_size."""
+    chunk = cfg.get("attention_chunk_size")
+    if not chunk or not isinstance(num_layers, int):
+        return None
+    nope = cfg.get("no_rope_layers")
+    n = sum(1 for x in nope if x) if isinstance(nope, list) and nope else num_layers - num_layers // 4
+    return build(SlidingWindowSpec, {"window": chunk, "num_layers": n}, "sliding_window") if n else None
 
 
 def _hf_sliding_window(cfg: dict, num_layers: Any) -> SlidingWindowSpec | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,8 @@ from simulator.specs.fields import _check_fields, _check_range, _did_you_mean, _
 #: physically meaningful ranges (issue 17): beyond them no step time is finite or meaningful
 _EFF_RANGE = {"min": 1e-3, "max": 1.0}
 _RAMP_RANGE = {"min": 0.0, "max": 1e6, "unit": "tokens"}
+#: KV elements dequantised per second by an attention kernel (1 M/s .. 10 P/s)
+_DEQUANT_RANGE = {"min": 1e6, "max": 1e16, "unit": "elements/s"}
 PEAK_FLOPS_RANGE = (1e9, 1e19)
 
 
@@ -40,11 +43,30 @@ class Efficiency:
     `step_overhead_s` once per engine step (scheduler, sampling, host sync).
     `link_efficiency` is the fraction of link bandwidth an all-reduce achieves.
 
+    `sequence_overhead_s` is paid once per sequence in a step (host work that grows with the
+    batch: per-sequence scheduling, sampling and detokenisation in a Python engine loop).
+    `gqa_kv_sharing` (s in [0, 1]) says how much of a GQA group's KV the decode attention kernel
+    reads once: 1 = each KV head once per step (FlashAttention/FlashInfer-style kernels), 0 = once
+    per query head (a kernel with one thread block per query head, vLLM's paged_attention
+    v1/v2 grid(num_heads, num_seqs), whose re-reads miss the cache); the KV read is multiplied by
+    1 + (g - 1)(1 - s), g = query heads per KV head. `dequant_gemm_efficiency` scales the GEMM
+    efficiency of weight-only quantised GEMMs (weights narrower than activations: Marlin-style
+    kernels dequantise in the main loop); `dequant_ramp_relative` scales their GEMM ramp T0 (1:
+    the small-GEMM floor of the activation format; ~ the bytes ratio, 0.25 for W4A16: a kernel
+    that reaches the narrower weights' read at small M, as Marlin does). `moe_layer_overhead_s` is
+    paid once per MoE layer per step when the experts run a dequantising (weight-only) kernel:
+    that path's routing, token sort/align, bias and activation kernels, whose time does not
+    shrink with the batch or the tensor-parallel degree (0 for 16-bit or W8A8/W4A4 experts).
+
     Optional per-format values (absent: every format uses the single value above):
     `compute_efficiency_by_dtype` and `gemm_ramp_tokens_by_dtype` map a GEMM's tensor-core format
     (the rate it runs at, after fallback) to its eta_c and T0, e.g. fp8 GEMMs reaching less of
     their (twice as high) peak than bf16; `attention_efficiency_by_kv_dtype` maps the KV-cache
-    format to the attention efficiency (an fp8 KV cache is dequantised inside the kernel).
+    format to the attention efficiency (an fp8 KV cache is dequantised inside the kernel);
+    `kv_dequant_rate_by_kv_dtype` maps a KV format the attention kernel has NO native path for to
+    the rate (KV elements per second) at which it converts that cache to 16 bits: the conversion
+    is compute the kernel overlaps with its loads (inside the roofline max), paid per element it
+    reads. Absent: a native path (the smaller read, no conversion cost).
     """
 
     compute_efficiency: float = _pos(1.0, **_EFF_RANGE)
@@ -54,26 +76,35 @@ class Efficiency:
     kernel_overhead_s: float = _nonneg(0.0, max=1.0, unit="s")
     step_overhead_s: float = _nonneg(0.0, max=10.0, unit="s")
     link_efficiency: float = _pos(1.0, **_EFF_RANGE)
+    sequence_overhead_s: float = _nonneg(0.0, max=0.1, unit="s")
+    gqa_kv_sharing: float = _nonneg(1.0, max=1.0)
+    dequant_gemm_efficiency: float = _pos(1.0, **_EFF_RANGE)
+    dequant_ramp_relative: float = _pos(1.0, **_EFF_RANGE)
+    moe_layer_overhead_s: float = _nonneg(0.0, max=0.01, unit="s")
     compute_efficiency_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     gemm_ramp_tokens_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     attention_efficiency_by_kv_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
+    kv_dequant_rate_by_kv_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     sources: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check_fields(self, "efficiency")
-        for name, at_most_one in (("compute_efficiency_by_dtype", True), ("gemm_ramp_tokens_by_dtype", False),
-                                  ("attention_efficiency_by_kv_dtype", True)):
+        for name, rng in (("compute_efficiency_by_dtype", _EFF_RANGE), ("gemm_ramp_tokens_by_dtype", _RAMP_RANGE),
+                          ("attention_efficiency_by_kv_dtype", _EFF_RANGE),
+                          ("kv_dequant_rate_by_kv_dtype", _DEQUANT_RANGE)):
             for k, v in getattr(self, name).items():
                 where = f"efficiency.{name}.{k}"
                 if k not in DTYPE_BYTES:
                     raise SpecError(f"{where}: unknown dtype{_did_you_mean(str(k), DTYPES)}; allowed: {', '.join(DTYPES)}")
+                at_most_one = rng is _EFF_RANGE
                 try:
-                    ok = is_number(v) and math.isfinite(v) and ((0 < v <= 1) if at_most_one else v >= 0)
+                    ok = is_number(v) and math.isfinite(v) and ((0 < v <= 1) if at_most_one else v >= rng["min"])
                 except OverflowError:  # an integer beyond float range
                     ok = False
                 if not ok:
-                    raise SpecError(f"{where}: {show(v)} must be a number {'in (0, 1]' if at_most_one else '>= 0'}")
-                _check_range(where, v, _EFF_RANGE if at_most_one else _RAMP_RANGE)
+                    allowed = "in (0, 1]" if at_most_one else f">= {rng['min']:g}"
+                    raise SpecError(f"{where}: {show(v)} must be a number {allowed}")
+                _check_range(where, v, rng)
 
     def compute_for(self, gemm_dtype: str) -> float:
         """eta_c of GEMMs run at `gemm_dtype`'s tensor rate (the single value when not given)."""
@@ -87,15 +118,29 @@ class Efficiency:
         """Attention efficiency with a `kv_dtype` KV cache (the single value when not given)."""
         return float(self.attention_efficiency_by_kv_dtype.get(kv_dtype, self.attention_efficiency))
 
+    def dequant_rate_for(self, kv_dtype: str) -> float | None:
+        """KV elements per second the attention kernel dequantises when it has no native path
+        for a `kv_dtype` cache (None: a native path, no dequantisation cost)."""
+        v = self.kv_dequant_rate_by_kv_dtype.get(kv_dtype)
+        return None if v is None else float(v)
+
     @classmethod
     def ideal(cls) -> Efficiency:
         """Pure roofline: efficiencies 1, overheads 0."""
         return cls()
 
 
+#: the efficiency fields whose provenance `HardwareSpec.efficiency_status` reports
+CORE_EFFICIENCY_FIELDS = ("compute_efficiency", "memory_efficiency")
+_COPIED = re.compile(r"^copied from ([\w.+-]+)", re.IGNORECASE)
+#: a copy checked against measurements of this chip (the same die; its errors are reported)
+_VALIDATED = re.compile(r"\bvalidated on\b", re.IGNORECASE)
+
 #: the Efficiency fields that are one number (settable with `--efficiency KEY=VALUE`)
 SCALAR_EFFICIENCY_FIELDS = ("compute_efficiency", "memory_efficiency", "attention_efficiency", "gemm_ramp_tokens",
-                            "kernel_overhead_s", "step_overhead_s", "link_efficiency")
+                            "kernel_overhead_s", "step_overhead_s", "link_efficiency", "sequence_overhead_s",
+                            "gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative",
+                            "moe_layer_overhead_s")
 
 
 def parse_efficiency_overrides(items: list[str] | tuple[str, ...]) -> dict[str, float]:
@@ -188,3 +233,32 @@ class HardwareSpec:
     def ideal(self) -> HardwareSpec:
         """A copy with pure-roofline efficiencies (1) and no overheads."""
         return dataclasses.replace(self, efficiency=Efficiency.ideal())
+
+    def efficiency_status(self) -> dict[str, str]:
+        """What is fitted and what is copied, from the efficiency `sources`: {field: "fitted" |
+        "copied from X" | "copied from X, validated" (a copy from the same die whose source says
+        "validated on" this chip's measurements) | "set"} for the fields that decide a
+        prediction (compute, memory)."""
+        out = {}
+        for name in CORE_EFFICIENCY_FIELDS:
+            text = str(self.efficiency.sources.get(name, "")).strip()
+            m = _COPIED.match(text)
+            if m and _VALIDATED.search(text):
+                out[name] = f"copied from {m.group(1)}, validated"
+            elif m:
+                out[name] = f"copied from {m.group(1)}"
+            elif text and not text.lower().startswith(("assum", "none", "not fitted")):
+                out[name] = "fitted"
+            else:
+                out[name] = "set"
+        return out
+
+    def efficiency_notice(self) -> str | None:
+        """"<id>: efficiencies copied from X, unvalidated" when the chip's compute and memory
+        efficiencies were copied from another chip (no measurement of this one), else None;
+        every report that prices the chip prints it."""
+        copied = {v[len("copied from "):] for v in self.efficiency_status().values()
+                  if v.startswith("copied from ") and not v.endswith(", validated")}
+        if not copied:
+            return None
+        return f"{self.id}: efficiencies copied from {', '.join(sorted(copied))}, unvalidated"

@@ -99,6 +99,10 @@ class ModelSpec:
     # token counts of text workloads (ShareGPT) come from it
     tokenizer: str = ""
     default_weight_dtype: str = field(default="bf16", metadata={"choices": DTYPES})
+    # which weights a narrower run weight dtype quantises: "all", or "experts" (the routed
+    # experts only, the rest stays default_weight_dtype: gpt-oss's MXFP4 checkpoint, FP8 MoE
+    # checkpoints that leave attention in 16 bits)
+    quantized_weights: str = field(default="all", metadata={"choices": ("all", "experts")})
     sources: tuple[str, ...] = ()
     notes: str = ""
 
@@ -238,9 +242,26 @@ class ModelSpec:
         head = self.vocab_size * self.hidden_size
         return total + head + self.hidden_size
 
+    @property
+    def routed_expert_param_count(self) -> int:
+        """Parameters of all routed experts (0 for a dense model)."""
+        return 0 if self.moe is None else self.num_moe_layers * self.moe.num_experts * self.expert_params
+
+    def unquantized_dtype(self, dtype: str) -> str:
+        """The dtype of the weights a run in weight dtype `dtype` leaves unquantised: `dtype`
+        itself when every weight takes it, else (quantized_weights: experts, and `dtype`
+        narrower than the model's own) the model's `default_weight_dtype`."""
+        if self.quantized_weights == "experts" and self.moe is not None and \
+                DTYPE_BYTES[dtype] < DTYPE_BYTES[self.default_weight_dtype]:
+            return self.default_weight_dtype
+        return dtype
+
     def weight_bytes(self, dtype: str | None = None) -> float:
-        """Bytes of all weights stored in `dtype` (default: the model's own)."""
-        return self.param_count * DTYPE_BYTES[dtype or self.default_weight_dtype]
+        """Bytes of all weights stored in `dtype` (default: the model's own); with
+        quantized_weights: experts only the routed experts take a narrower `dtype`."""
+        d = dtype or self.default_weight_dtype
+        experts = self.routed_expert_param_count
+        return experts * DTYPE_BYTES[d] + (self.param_count - experts) * DTYPE_BYTES[self.unquantized_dtype(d)]
 
     # ---- KV cache
     @property

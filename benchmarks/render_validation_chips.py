@@ -1,0 +1,174 @@
+"""Write the issue-22 tables of docs/validation.md: median APE by chip x engine x dtype on the
+new measurement files, with the leave-one-hardware-out and leave-one-source-out errors of the fits.
+
+    python benchmarks/render_validation_chips.py [--points-dir DIR] [--rerun]
+
+Inputs (all produced by scripts of this folder, kept in `benchmarks/results/chips/`):
+
+* `points_<file>.csv`: every priced row of each development file (`analyze_new_data.py FILE
+  --points`; `--rerun` runs it here first, about 10 minutes for the four files);
+* `fit_static.json` (`fit_chips.py --loo --json`), `fit_gptoss.json`
+  (`fit_serving_chips.py --loo --json`), `fit_mlperf.json` (`fit_mlperf.py --json`): the fitted
+  numbers and their leave-one-out errors.
+
+The section between `<!-- chips-results:begin -->` and `<!-- chips-results:end -->` is
+replaced; nothing in it is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "chips"
+DATA = Path("/work/shared/reference/measurements")
+FILES = ("dev_llm_inference_bench.csv", "dev_inferencemax_gptoss.csv", "dev_mlperf51_offline.csv",
+         "dev.csv", "dev_throughput.csv", "dev_serving.csv")
+BEGIN, END = "<!-- chips-results:begin -->", "<!-- chips-results:end -->"
+
+
+def points_path(name: str) -> Path:
+    return RESULTS / f"points_{Path(name).stem}.csv"
+
+
+def rerun(files: tuple[str, ...]) -> None:
+    for f in files:
+        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "analyze_new_data.py"), str(DATA / f),
+                        "--points", str(points_path(f))], check=True, stdout=subprocess.DEVNULL)
+
+
+def read_points(name: str) -> list[dict[str, Any]]:
+    import pandas as pd
+
+    p = points_path(name)
+    if not p.is_file():
+        return []
+    return pd.read_csv(p).to_dict("records")
+
+
+def med(x: list[float]) -> float:
+    return float(np.median(np.abs(x))) if x else float("nan")
+
+
+def fmt(x: Any) -> str:
+    return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:.1f}"
+
+
+def load_json(name: str) -> dict[str, Any]:
+    p = RESULTS / name
+    return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
+
+
+def loho_map(fit: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for r in fit.get("leave_one_hardware_out", []) if isinstance(fit.get("leave_one_hardware_out"), list) else []:
+        out[r["held_out"]] = r["median_ape"]
+    loho = fit.get("leave_one_hardware_out")
+    if isinstance(loho, dict):
+        out.update({k: v["median_ape"] for k, v in loho.items()})
+    return out
+
+
+def by_chip_table(name: str, pts: list[dict[str, Any]], loho: dict[str, float]) -> list[str]:
+    g: dict[str, list[float]] = defaultdict(list)
+    for p in pts:
+        g[p["hardware"]].append(p["error_pct"])
+    out = [f"| {name} | chip | rows | median APE % | leave-one-hardware-out % |", "|---|---|---|---|---|"]
+    for hw in sorted(g):
+        out.append(f"| | {hw} | {len(g[hw])} | {fmt(med(g[hw]))} | {fmt(loho.get(hw))} |")
+    return out
+
+
+def cross_table(pts_by_file: dict[str, list[dict[str, Any]]]) -> list[str]:
+    g: dict[tuple, list[float]] = defaultdict(list)
+    lat: dict[tuple, list[float]] = defaultdict(list)
+    for f, pts in pts_by_file.items():
+        for p in pts:
+            k = (Path(f).stem.replace("dev_", ""), p["hardware"], p.get("family", "-"), p.get("dtype", "-"))
+            g[k].append(p["error_pct"])
+            lat[k].append(p.get("lat_err", float("nan")))
+    out = ["| file | chip | engine | weights/KV | rows | median APE % | median latency error % |",
+           "|---|---|---|---|---|---|---|"]
+    for k in sorted(g):
+        out.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {len(g[k])} | {fmt(med(g[k]))} | "
+                   f"{fmt(float(np.nanmedian(lat[k])) if lat[k] else None)} |")
+    return out
+
+
+def batch_table(pts: list[dict[str, Any]], hw: str) -> list[str]:
+    g: dict[tuple, list[float]] = defaultdict(list)
+    for p in pts:
+        if p["hardware"] == hw and p.get("batch") == p.get("batch"):  # not NaN
+            g[(p.get("family", "-"), int(p["batch"]))].append(p["error_pct"])
+    out = ["| engine | batch | rows | median APE % |", "|---|---|---|---|"]
+    for k in sorted(g):
+        out.append(f"| {k[0]} | {k[1]} | {len(g[k])} | {fmt(med(g[k]))} |")
+    return out
+
+
+def loo_list(fit: dict[str, Any], key: str) -> list[str]:
+    rows = fit.get(key) or []
+    if isinstance(rows, dict):
+        rows = [{"held_out": k, **v} for k, v in rows.items()]
+    return [f"| {r['held_out']} | {r.get('rows', '-')} | {fmt(r.get('median_ape'))} |" for r in rows]
+
+
+def render() -> str:
+    date = datetime.date.today().isoformat()
+    pts = {f: read_points(f) for f in FILES}
+    static, gpt, mlp = load_json("fit_static.json"), load_json("fit_gptoss.json"), load_json("fit_mlperf.json")
+    lines = [BEGIN, "", f"Generated {date} by `python benchmarks/render_validation_chips.py` from the points and fit "
+             "files in `benchmarks/results/chips/` (commands in that script's docstring). error % = (predicted - "
+             "measured) / measured x 100; *latency error* turns a throughput row's error e into 1/(1+e) - 1 so "
+             "that negative means predicted too fast for every metric.", ""]
+    new = ("dev_llm_inference_bench.csv", "dev_inferencemax_gptoss.csv", "dev_mlperf51_offline.csv")
+    for f, fit in zip(new, (static, gpt, mlp), strict=True):
+        if pts[f]:
+            lines += ["", *by_chip_table(Path(f).stem, pts[f], loho_map(fit)), ""]
+    lines += ["### By chip x engine x dtype", "", *cross_table({f: pts[f] for f in FILES if pts[f]}), ""]
+    if pts["dev_llm_inference_bench.csv"]:
+        lines += ["### MI300X static rows by batch (the error no longer grows with batch)", "",
+                  *batch_table(pts["dev_llm_inference_bench.csv"], "mi300x"), ""]
+    for title, fit in (("static fit (fit_chips.py)", static), ("gpt-oss fit (fit_serving_chips.py)", gpt),
+                       ("MLPerf fit (fit_mlperf.py)", mlp)):
+        if not fit:
+            continue
+        lines += [f"### Leave-one-out, {title}", "", "| held out | rows | median APE % |", "|---|---|---|",
+                  *loo_list(fit, "leave_one_hardware_out"), *loo_list(fit, "leave_one_source_out"), ""]
+    for f in ("dev.csv", "dev_throughput.csv", "dev_serving.csv"):
+        if pts[f]:
+            lines.append(f"Unchanged files: `{f}` {len(pts[f])} rows, median APE {fmt(med([p['error_pct'] for p in pts[f]]))} %.")
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rerun", action="store_true", help="price every file again first (analyze_new_data.py)")
+    args = ap.parse_args(argv)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.rerun:
+        rerun(FILES)
+    md = ROOT / "docs" / "validation.md"
+    text = md.read_text(encoding="utf-8")
+    section = render()
+    if BEGIN in text and END in text:
+        text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip() + "\n\n## The chips and models people buy now (issue 22)\n\n" + section + "\n"
+    md.write_text(text, encoding="utf-8")
+    print(f"wrote {md.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""The physics issue 22 added: per-sequence step overhead, GQA KV re-reads, KV conversion
+without a native path, weight-only (dequantising) GEMMs, experts-only quantisation, prefill in
+token-budget pieces, data-parallel attention with wide expert parallelism, sliding-window KV,
+engine factors per chip family.
+
+Every reference number is worked out by hand from the model fields (see each test's comment).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from simulator.analysis.calibrate import StaticFitSet
+from simulator.analysis.validate import Validator
+from simulator.cost.memory import kv_bytes_per_gpu_token, weights_bytes_per_gpu
+from simulator.cost.predict import predict_static
+from simulator.cost.roofline import CostModel
+from simulator.cost.stepbatch import StepBatch, decode_step, prefill_step, prefill_steps
+from simulator.profiles.profile import apply_profile, engine_from_dict, load_engine
+from simulator.specs.catalog import load_hardware, load_model
+from simulator.specs.checks import SpecError
+from simulator.specs.dtypes import DTypes
+from simulator.specs.hardware import Efficiency
+from simulator.specs.parallelism import Parallelism
+
+# Llama-3-8B: H 4096, L 32, 32 query heads, 8 KV heads, d 128 -> KV 2*8*128 = 2048 elements per
+# token per layer, 4096 bytes in fp16, 2048 in fp8; g = 32 / 8 = 4 query heads per KV head.
+L3 = "llama-3-8b"
+H100 = "h100-sxm"
+
+
+def ideal_hw(**eff: object) -> object:
+    hw = load_hardware(H100)
+    return dataclasses.replace(hw, efficiency=dataclasses.replace(Efficiency(), **eff))
+
+
+def op(cost: CostModel, batch: StepBatch, name: str) -> dict:
+    return next(o for o in cost.breakdown(batch)["ops"] if o["name"] == name)
+
+
+def test_sequence_overhead_is_paid_per_sequence() -> None:
+    """s per sequence per step: a decode step of 64 sequences costs 64 s more."""
+    m = load_model(L3)
+    base = CostModel(m, ideal_hw(), dtypes=DTypes("fp16", "fp16", "fp16"))
+    seq = CostModel(m, ideal_hw(sequence_overhead_s=1e-4), dtypes=DTypes("fp16", "fp16", "fp16"))
+    b = decode_step(m, 64, 1000)
+    assert seq.time(b) - base.time(b) == pytest.approx(64 * 1e-4, rel=1e-9)
+
+
+@pytest.mark.parametrize("sharing,factor", [(1.0, 1.0), (0.0, 4.0), (0.5, 2.5)])
+def test_gqa_kv_reads(sharing: float, factor: float) -> None:
+    """Decode attention reads the KV 1 + (g - 1)(1 - s) times: g = 4 for Llama-3-8B.
+    One sequence at 1000 cached tokens: R = 1001 tokens x 32 layers x 4096 B = 131.2 MB."""
+    m = load_model(L3)
+    c = CostModel(m, ideal_hw(gqa_kv_sharing=sharing), dtypes=DTypes("fp16", "fp16", "fp16"))
+    o = op(c, decode_step(m, 1, 1000), "attention")
+    assert o["kv_read_bytes"] == pytest.approx(1001 * 32 * 4096 * factor, rel=1e-12)
+
+
+def test_kv_conversion_without_native_path() -> None:
+    """fp8 KV with a conversion rate r: the attention compute gains elements / r. One sequence,
+    1000 cached: 1001 x 32 x 2048 = 65.6 M elements; at r = 1e10/s that is 6.56 ms, far above
+    the 65.6 MB fp8 read (19.6 us at 3.35 TB/s): the op is conversion-bound. Without a rate
+    (native path) the op is the smaller read; an fp16 cache ignores the rate."""
+    m = load_model(L3)
+    b = decode_step(m, 1, 1000)
+    native = CostModel(m, ideal_hw(), dtypes=DTypes("fp16", "fp16", "fp8"))
+    conv = CostModel(m, ideal_hw(kv_dequant_rate_by_kv_dtype={"fp8": 1e10}), dtypes=DTypes("fp16", "fp16", "fp8"))
+    fp16 = CostModel(m, ideal_hw(kv_dequant_rate_by_kv_dtype={"fp8": 1e10}), dtypes=DTypes("fp16", "fp16", "fp16"))
+    elems = 1001 * 32 * 2048
+    # bytes: the read, one token's write and the q / output activations (2 x 4096 x 2 B) per layer
+    def nbytes(b_kv: int) -> int:
+        return 32 * (1002 * 2048 * b_kv + 2 * 4096 * 2)
+
+    assert op(conv, b, "attention")["time_ms"] == pytest.approx(elems / 1e10 * 1e3, rel=1e-3)
+    assert op(native, b, "attention")["time_ms"] == pytest.approx(nbytes(1) / 3.35e12 * 1e3, rel=1e-9)
+    assert op(fp16, b, "attention")["time_ms"] == pytest.approx(nbytes(2) / 3.35e12 * 1e3, rel=1e-9)
+
+
+def test_weight_only_gemm_rate_and_ramp() -> None:
+    """W4A16 (int4 weights, bf16 activations) on an ideal H100 with dequant efficiency 0.5, ramp
+    factor 0.25 and T0 = 64: the GEMM runs at 989e12 x 0.5 FLOP/s and its ramp T0 is 64 x 0.25 x
+    0.5 = 8, so at T = 4096 the q/k/v projection (4096 x 6144 per layer) takes
+    2 x 4096 x 6144 x (4096 + 8) / (0.5 x 989e12) per layer."""
+    m = load_model(L3)
+    c = CostModel(m, ideal_hw(dequant_gemm_efficiency=0.5, dequant_ramp_relative=0.25, gemm_ramp_tokens=64.0),
+                  dtypes=DTypes("int4", "bf16", "bf16"))
+    o = op(c, StepBatch(T=4096, S=1, Ap=4096 * 2048.0, R=4096), "qkv_proj")
+    ref = 32 * 2 * 4096 * 6144 * (4096 + 8) / (0.5 * 989e12)
+    assert o["time_ms"] / 1e3 == pytest.approx(ref, rel=1e-9)
+
+
+def test_experts_only_quantisation_bytes() -> None:
+    """gpt-oss-120b in fp4: the 36 x 128 routed experts (3 x 2880 x 2880 each, plus biases
+    2 x 2880 + 2880... as the model counts them) take 0.5 B, everything else bf16."""
+    m = load_model("gpt-oss-120b")
+    experts = m.routed_expert_param_count
+    assert experts == 36 * 128 * m.expert_params
+    w = weights_bytes_per_gpu(m, Parallelism(2), DTypes("fp4", "bf16", "bf16"))
+    assert w == pytest.approx((experts * 0.5 + (m.param_count - experts) * 2.0) / 2, rel=1e-12)
+    assert m.weight_bytes("fp4") == pytest.approx(experts * 0.5 + (m.param_count - experts) * 2.0)
+    c = CostModel(m, ideal_hw(), dtypes=DTypes("fp4", "bf16", "bf16"))
+    assert c.gemm_dtype == "bf16" and c.expert_gemm_dtype == "bf16"
+    # a dense model quantises every weight
+    llama = load_model(L3)
+    assert llama.weight_bytes("fp4") == pytest.approx(llama.param_count * 0.5)
+
+
+def test_prefill_steps_layout() -> None:
+    """A 1000-token prompt under a 64-token budget: 15 pieces of 64 and one of 40; piece j
+    attends to the 64 j tokens before it; only the last one emits. Under a 4096 budget, 10
+    prompts of 1000 take 2 steps of 4 prompts and one of 2."""
+    m = load_model(L3)
+    steps = prefill_steps(m, 1, 1000, 64)
+    assert [b.T for b, _ in steps] == [64.0] * 15 + [40.0]
+    assert [b.S for b, _ in steps] == [0.0] * 15 + [1.0]
+    assert steps[3][0].Ap == pytest.approx(64 * (192 + 32))
+    whole = prefill_steps(m, 10, 1000, 4096)
+    assert [(b.T, k) for b, k in whole] == [(4000.0, 2), (2000.0, 1)]
+    assert prefill_steps(m, 2, 100, None)[0][0] == prefill_step(m, 2, 100)
+
+
+def test_predict_static_prefill_chunks_add_up() -> None:
+    """predict_static with a budget: TTFT = the sum of the pieces' step times."""
+    m = load_model(L3)
+    c = CostModel(m, load_hardware(H100), dtypes=DTypes("fp16", "fp16", "fp16"))
+    r = predict_static(c, 1, 256, 8, prefill_chunk_tokens=64)
+    ref = sum(c.time(b) * k for b, k in prefill_steps(m, 1, 256, 64))
+    assert r["ttft_ms"] == pytest.approx(ref * 1e3, rel=1e-12)
+    assert r["ttft_ms"] > predict_static(c, 1, 256, 8)["ttft_ms"]
+
+
+def test_dp_attention_kv_and_weights() -> None:
+    """DeepSeek-V3 on 8 GPUs. TP attention: every GPU keeps every token's 576-element latent
+    (61 layers, fp8: 35,136 B per token per GPU). DP attention over 8 groups: each token lives on
+    one GPU (4,392 B per GPU token on average). Weights: routed experts / 8 either way; the rest
+    / 8 under TP, whole on every GPU under DP attention."""
+    m = load_model("deepseek-v3")
+    tp = Parallelism(8, ep=8)
+    dp = Parallelism(8, ep=8, dp_attention=8)
+    assert kv_bytes_per_gpu_token(m, tp, "fp8") == pytest.approx(61 * 576)
+    assert kv_bytes_per_gpu_token(m, dp, "fp8") == pytest.approx(61 * 576 / 8)
+    dt = DTypes("fp8", "fp8", "fp8")
+    e = m.routed_expert_param_count
+    assert weights_bytes_per_gpu(m, tp, dt) == pytest.approx(m.param_count / 8)
+    assert weights_bytes_per_gpu(m, dp, dt) == pytest.approx(e / 8 + (m.param_count - e))
+
+
+def test_dp_attention_step_prices_a_group_share() -> None:
+    """Under DP attention the attention op of 8 groups sees 1/8 of the decode batch's KV; with
+    ep = tp the MoE layers are an all-to-all (no attention all-reduce at attention tp 1)."""
+    m = load_model("deepseek-v3")
+    hw = ideal_hw()
+    dt = DTypes("fp8", "fp8", "fp8")
+    b = decode_step(m, 64, 2000)
+    one = CostModel(m, hw, Parallelism(1), dt)
+    dp = CostModel(m, hw, Parallelism(8, ep=8, dp_attention=8), dt)
+    assert op(dp, b, "attention")["kv_read_bytes"] == pytest.approx(op(one, b, "attention")["kv_read_bytes"] / 8)
+    names = {o["name"] for o in dp.breakdown(b)["ops"]}
+    assert "moe_alltoall" in names and "allreduce" not in names
+    with pytest.raises(SpecError, match="dp_attention"):
+        Parallelism(8, dp_attention=3)
+
+
+def test_sliding_window_kv_shrinks() -> None:
+    """gpt-oss-120b: 18 of 36 layers keep only 128 tokens. At 8192-token sequences a token
+    costs the full layers' bytes plus the sliding layers' x 128/8192."""
+    m = load_model("gpt-oss-120b")
+    per = m.kv_bytes_per_token("bf16")
+    full = kv_bytes_per_gpu_token(m, Parallelism(1), "bf16")
+    short = kv_bytes_per_gpu_token(m, Parallelism(1), "bf16", 8192)
+    assert full == pytest.approx(per)
+    assert short == pytest.approx(per / 2 + per / 2 * 128 / 8192)
+
+
+def test_profile_family_factors() -> None:
+    """kernels.by_chip_class: compute x 0.5 (ramp x 0.5 too), sharing and fp8 conversion rate
+    set, only on chips of that family."""
+    data = {"id": "t", "name": "t", "versions": "t", "scheduler": {"policy": "vllm"},
+            "limits": {"max_num_seqs": 8, "max_num_batched_tokens": 64, "chunked_prefill": True,
+                       "block_size_tokens": 16, "prefix_caching": False, "kv_memory_rule": "total_fraction",
+                       "kv_memory_fraction": 0.9, "max_tokens_if_unset": 16},
+            "kernels": {"by_chip_class": {"hopper": {
+                "compute_relative": {"value": 0.5, "status": "assumed"},
+                "gqa_kv_sharing": {"value": 0.0, "status": "assumed"},
+                "kv_dequant_rate_fp8": {"value": 1e11, "status": "assumed"}}}},
+            "sources": {"limits": "test", "kernels": "test"}}
+    prof = engine_from_dict(data)
+    hw = load_hardware(H100)
+    out = apply_profile(hw, prof).efficiency
+    assert out.compute_efficiency == pytest.approx(hw.efficiency.compute_efficiency * 0.5)
+    assert out.gemm_ramp_tokens == pytest.approx(hw.efficiency.gemm_ramp_tokens * 0.5)
+    assert out.gqa_kv_sharing == 0.0 and out.kv_dequant_rate_by_kv_dtype == {"fp8": 1e11}
+    a100 = load_hardware("a100-sxm-80gb")
+    assert apply_profile(a100, prof).efficiency == a100.efficiency
+    bad = dict(data, kernels={"by_chip_class": {"hopper": {"compute_relative": {"value": 3.0, "status": "assumed"}}}})
+    with pytest.raises(SpecError, match="compute_relative"):
+        engine_from_dict(bad)
+
+
+def test_static_fit_set_matches_predict_static() -> None:
+    """The calibration decomposition re-prices rows exactly as predict_static does, with the
+    new terms (sequence overhead, GQA re-reads, fp8 conversion) and a chunked prefill."""
+    hw = load_hardware(H100)
+    eff = dict(sequence_overhead_s=5e-5, gqa_kv_sharing=0.3, kv_dequant_rate_by_kv_dtype={"fp8": 3e11})
+    hw2 = dataclasses.replace(hw, efficiency=dataclasses.replace(hw.efficiency, **eff))
+    rows = []
+    for i, (kv, chunk) in enumerate([("fp16", None), ("fp8", None), ("fp16", 64)]):
+        rows.append({"id": f"r{i}", "source": "s", "model": L3, "hardware": H100, "num_gpus": 1, "tp": 1, "pp": 1,
+                     "replicas": 1, "engine": "", "weight_dtype": "fp16", "activation_dtype": "fp16",
+                     "kv_dtype": kv, "scenario": "static_batch", "batch_size": 16, "input_len": 300,
+                     "output_len": 50, "max_num_tokens": chunk, "metric": "e2e_ms", "value": 1.0})
+    v = Validator(hardware_specs={H100: hw2})
+    fs = StaticFitSet(rows, v)
+    e = hw2.efficiency
+    p = {"compute_efficiency": e.compute_efficiency, "memory_efficiency": e.memory_efficiency,
+         "attention_efficiency": e.attention_efficiency, "gemm_ramp_tokens": e.gemm_ramp_tokens,
+         "kernel_overhead_s": e.kernel_overhead_s, "link_efficiency": e.link_efficiency,
+         "link_latency_s": hw2.link_latency_s, "step_overhead_s": e.step_overhead_s,
+         "sequence_overhead_s": 5e-5, "gqa_kv_sharing": 0.3, "kv_dequant_rate": 3e11}
+    got = fs.predict(p)
+    want = np.array([v.predict_row(r) for r in rows])
+    assert np.allclose(got, want, rtol=1e-9)
+    assert load_engine("llama.cpp").id == "llama.cpp"
+
+
+def test_pipeline_interleaved_has_no_drain() -> None:
+    """pp = 2 with micro-batches in flight: a step of 512 sequences costs the one-stage-after-
+    another model's time on 256 of them (each stage busy with one micro-batch at a time)."""
+    m = load_model("llama-3.1-405b")
+    hw = load_hardware("b200")
+    dt = DTypes("fp4", "fp4", "fp8")
+    drained = CostModel(m, hw, Parallelism(2, 2), dt)
+    inter = CostModel(m, hw, Parallelism(2, 2, pp_interleaved=True), dt)
+    full, half = decode_step(m, 512, 1000), decode_step(m, 256, 1000)
+    assert inter.time(full) == pytest.approx(drained.time(half), rel=1e-12)
+    assert inter.time(full) < drained.time(full)
