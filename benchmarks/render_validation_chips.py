@@ -7,9 +7,9 @@ Inputs (all produced by scripts of this folder, kept in `benchmarks/results/chip
 
 * `points_<file>.csv`: every priced row of each development file (`analyze_new_data.py FILE
   --points`; `--rerun` runs it here first, about 10 minutes for the four files);
-* `fit_static.json` (`fit_chips.py --loo --json`), `fit_gptoss.json`
-  (`fit_serving_chips.py --loo --json`), `fit_mlperf.json` (`fit_mlperf.py --json`): the fitted
-  numbers and their leave-one-out errors.
+* `fit_static.json` (`fit_chips.py --loo --json`), `loo_gptoss.json` (`loo_gptoss.py --json`),
+  `fit_mlperf_<group>.json` (`fit_mlperf.py --grid ... --json`, the commands in the profiles'
+  and chips' `sources`): the fitted numbers and their leave-one-out errors.
 
 The section between `<!-- chips-results:begin -->` and `<!-- chips-results:end -->` is
 replaced; nothing in it is typed by hand.
@@ -68,6 +68,17 @@ def load_json(name: str) -> dict[str, Any]:
     return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
 
 
+def mlperf_fits() -> dict[str, Any]:
+    """The MLPerf grid fits (`fit_mlperf.py --grid ... --json fit_mlperf_<group>.json`), their
+    leave-one-hardware-out entries merged: one group per chip or chip family."""
+    loho: dict[str, Any] = {}
+    for p in sorted(RESULTS.glob("fit_mlperf_*.json")):
+        fit = json.loads(p.read_text(encoding="utf-8")).get("grid_fit", {})
+        for hw, v in fit.get("leave_one_hardware_out", {}).items():
+            loho[hw] = dict(v)
+    return {"leave_one_hardware_out": loho} if loho else {}
+
+
 def loho_map(fit: dict[str, Any]) -> dict[str, float]:
     out = {}
     for r in fit.get("leave_one_hardware_out", []) if isinstance(fit.get("leave_one_hardware_out"), list) else []:
@@ -84,7 +95,9 @@ def by_chip_table(name: str, pts: list[dict[str, Any]], loho: dict[str, float]) 
         g[p["hardware"]].append(p["error_pct"])
     out = [f"| {name} | chip | rows | median APE % | leave-one-hardware-out % |", "|---|---|---|---|---|"]
     for hw in sorted(g):
-        out.append(f"| | {hw} | {len(g[hw])} | {fmt(med(g[hw]))} | {fmt(loho.get(hw))} |")
+        # a chip no number was fitted on (in this file) is held out already: its error is out of sample
+        held = fmt(loho[hw]) if hw in loho else "same (nothing fitted on its rows)"
+        out.append(f"| | {hw} | {len(g[hw])} | {fmt(med(g[hw]))} | {held} |")
     return out
 
 
@@ -125,7 +138,7 @@ def loo_list(fit: dict[str, Any], key: str) -> list[str]:
 def render() -> str:
     date = datetime.date.today().isoformat()
     pts = {f: read_points(f) for f in FILES}
-    static, gpt, mlp = load_json("fit_static.json"), load_json("fit_gptoss.json"), load_json("fit_mlperf.json")
+    static, gpt, mlp = load_json("fit_static.json"), load_json("loo_gptoss.json"), mlperf_fits()
     lines = [BEGIN, "", f"Generated {date} by `python benchmarks/render_validation_chips.py` from the points and fit "
              "files in `benchmarks/results/chips/` (commands in that script's docstring). error % = (predicted - "
              "measured) / measured x 100; *latency error* turns a throughput row's error e into 1/(1+e) - 1 so "

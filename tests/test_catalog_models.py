@@ -288,8 +288,11 @@ def test_new_chip_entries(hw_id: str) -> None:
     for name in ("compute_efficiency", "memory_efficiency", "attention_efficiency", "gemm_ramp_tokens",
                  "kernel_overhead_s", "step_overhead_s", "link_efficiency"):
         src = e.sources[name]
-        assert ("copied from" in src and "unvalidated" in src) or ("fit" in src and ".csv" in src), (hw_id, name)
-    fitted = all("fit" in e.sources[k] and ".csv" in e.sources[k] for k in ("compute_efficiency", "memory_efficiency"))
+        assert ("copied from" in src and ("unvalidated" in src or "validated on" in src)) or (
+            "fit" in src and ".csv" in src), (hw_id, name)
+    # a copy from the same die checked against this chip's own rows ("validated on") counts as known
+    fitted = all(("fit" in e.sources[k] and ".csv" in e.sources[k]) or "validated on" in e.sources[k]
+                 for k in ("compute_efficiency", "memory_efficiency"))
     assert (h.efficiency_notice() is None) == fitted, hw_id
     # the copied GEMM ramp respects this chip's own bound (calibrate.RAMP_CAP = 0.5)
     bound = 0.5 * h.flops("bf16") * e.compute_efficiency / (h.hbm_bandwidth_bytes_per_s * e.memory_efficiency)
@@ -313,3 +316,32 @@ def test_new_chip_key_figures() -> None:
     assert mi250.gemm_dtype("fp8") == "bf16"  # no FP8 on CDNA2
     assert load("gaudi2").flops("fp8") == 865e12
     assert load("max1550").flops("bf16") == pytest.approx(512 * 896 * 1.3e9)
+
+
+def test_notice_says_which_gemm_formats_have_their_own_number() -> None:
+    """A format fitted on the chip's own rows, or copied from a sibling and checked on them, is
+    named in the notice; a same-die copy validated on its rows carries no notice."""
+    load = llmsim.load_hardware
+    assert load("mi325x").efficiency_notice() == (
+        "mi325x: efficiencies copied from h100-sxm, unvalidated (fitted: fp8 GEMMs)")
+    assert load("gb200").efficiency_notice() == (
+        "gb200: efficiencies copied from h100-sxm, unvalidated (fp4 GEMMs copied from b200, validated)")
+    assert load("gb300").efficiency_notice().endswith("(fp4 GEMMs copied from b200, unvalidated)")
+    assert load("h200-sxm").efficiency_notice() is None
+    assert load("mi325x").efficiency.compute_for("fp8") == 0.5
+    assert load("mi325x").efficiency.compute_for("bf16") == load("h100-sxm").efficiency.compute_efficiency
+
+
+def test_mlperf_harness_hopper_factor_by_hand() -> None:
+    """trtllm-mlperf's Hopper GEMM factor (1.6, fitted on MLPerf rows) multiplies the chip's GEMM
+    efficiency and its ramp, and leaves HBM alone; a Blackwell chip is untouched."""
+    from simulator.profiles.profile import apply_profile, load_engine
+
+    prof = load_engine("trtllm-mlperf")
+    h200 = llmsim.load_hardware("h200-sxm")
+    got = apply_profile(h200, prof).efficiency
+    assert got.compute_efficiency == pytest.approx(h200.efficiency.compute_efficiency * 1.6)
+    assert got.gemm_ramp_tokens == pytest.approx(h200.efficiency.gemm_ramp_tokens * 1.6)
+    assert got.memory_efficiency == h200.efficiency.memory_efficiency
+    b200 = llmsim.load_hardware("b200")
+    assert apply_profile(b200, prof).efficiency.compute_for("fp4") == pytest.approx(0.45)

@@ -261,4 +261,16 @@ class HardwareSpec:
                   if v.startswith("copied from ") and not v.endswith(", validated")}
         if not copied:
             return None
-        return f"{self.id}: efficiencies copied from {', '.join(sorted(copied))}, unvalidated"
+        notice = f"{self.id}: efficiencies copied from {', '.join(sorted(copied))}, unvalidated"
+        # a GEMM format with its own number (MI325X fp8 fitted on MLPerf rows, GB200 fp4 copied
+        # from B200 and checked on its own rows) is said, not hidden in "copied"
+        by = self.efficiency.compute_efficiency_by_dtype
+        text = str(self.efficiency.sources.get("compute_efficiency_by_dtype", ""))
+        formats = ", ".join(sorted(by))
+        m = _COPIED.match(text)
+        if by and m:
+            status = "validated" if _VALIDATED.search(text) else "unvalidated"
+            notice += f" ({formats} GEMMs copied from {m.group(1)}, {status})"
+        elif by and re.search(r"\bfitted on\b", text, re.IGNORECASE):
+            notice += f" (fitted: {formats} GEMMs)"
+        return notice
