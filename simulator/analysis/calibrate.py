@@ -347,27 +347,35 @@ def gemm_time(hw: HardwareSpec, p: Mapping[str, float], T: Any, n_in: Any, n_out
                        kernel_overhead_s=p["kernel_overhead_s"])
 
 
+def _fit_gemm_points(pts: Any, hw: HardwareSpec, dtype: str, objective: str, overhead_s: tuple[float, float]
+                     ) -> dict[str, Any]:
+    """Fit eta_c, eta_m, gemm_ramp_tokens, kernel_overhead_s of `dtype` GEMMs to timed points
+    (T, n_in, n_out, time_s); `overhead_s`: the kernel overhead of the two starts. Returns the
+    parameters, the loss and the errors before (the hardware's own numbers) and after."""
+    T, n_in, n_out, y = (pts[c].to_numpy(float) for c in ("T", "n_in", "n_out", "time_s"))
+    names = ("compute_efficiency", "memory_efficiency", "gemm_ramp_tokens", "kernel_overhead_s")
+    start = {**params_of(hw), "compute_efficiency": 0.7, "memory_efficiency": 0.8,
+             "gemm_ramp_tokens": 64.0, "kernel_overhead_s": overhead_s[0]}
+
+    def pred(p: dict[str, float]) -> np.ndarray:
+        return gemm_time(hw, p, T, n_in, n_out, dtype)
+
+    before = pred({**start, **params_of(hw)})
+    p, loss = fit(pred, y, start, names, objective=objective, tie_attention=False,
+                  starts=[{"gemm_ramp_tokens": 300.0, "kernel_overhead_s": overhead_s[1]}])
+    after = pred(p)
+    return {"params": {k: p[k] for k in names}, "loss": loss, "points": len(y),
+            "before": error_stats((before - y) / y * 100), "after": error_stats((after - y) / y * 100)}
+
+
 def fit_ops(path: str | Path, hw: HardwareSpec, objective: str = "msle") -> dict[str, Any] | None:
     """Fit eta_c, eta_m, gemm_ramp_tokens, kernel_overhead_s to Vidur's GEMM times of `hw`.
     None when the file has no rows for this hardware."""
     pts = vidur_gemm_points(path, hw.id)
     if pts.empty:
         return None
-    T, n_in, n_out, y = (pts[c].to_numpy(float) for c in ("T", "n_in", "n_out", "time_s"))
-    names = ("compute_efficiency", "memory_efficiency", "gemm_ramp_tokens", "kernel_overhead_s")
-    start = {**params_of(hw), "compute_efficiency": 0.7, "memory_efficiency": 0.8,
-             "gemm_ramp_tokens": 64.0, "kernel_overhead_s": 5e-6}
-
-    def pred(p: dict[str, float]) -> np.ndarray:
-        return gemm_time(hw, p, T, n_in, n_out)
-
-    before = pred({**start, **params_of(hw)})
-    p, loss = fit(pred, y, start, names, objective=objective, tie_attention=False,
-                  starts=[{"gemm_ramp_tokens": 300.0, "kernel_overhead_s": 2e-6}])
-    after = pred(p)
-    return {"params": {k: p[k] for k in names}, "loss": loss, "points": len(y),
-            "models": sorted(pts["model"].unique().tolist()),
-            "before": error_stats((before - y) / y * 100), "after": error_stats((after - y) / y * 100)}
+    return {**_fit_gemm_points(pts, hw, "fp16", objective, (5e-6, 2e-6)),
+            "models": sorted(pts["model"].unique().tolist())}
 
 
 def gpu_run_gemm_points(path: str | Path, dtype: str = "bf16", mode: str = "cuda_graph") -> Any:
@@ -387,19 +395,7 @@ def fit_gemm_run(path: str | Path, hw: HardwareSpec, dtype: str = "bf16", object
     pts = gpu_run_gemm_points(path, dtype)
     if pts.empty:
         return None
-    T, n_in, n_out, y = (pts[c].to_numpy(float) for c in ("T", "n_in", "n_out", "time_s"))
-    names = ("compute_efficiency", "memory_efficiency", "gemm_ramp_tokens", "kernel_overhead_s")
-    start = {**params_of(hw), "compute_efficiency": 0.7, "memory_efficiency": 0.8,
-             "gemm_ramp_tokens": 64.0, "kernel_overhead_s": 3e-6}
-
-    def pred(p: dict[str, float]) -> np.ndarray:
-        return gemm_time(hw, p, T, n_in, n_out, dtype)
-
-    p, loss = fit(pred, y, start, names, objective=objective, tie_attention=False,
-                  starts=[{"gemm_ramp_tokens": 300.0, "kernel_overhead_s": 1e-6}])
-    after = pred(p)
-    return {"params": {k: p[k] for k in names}, "loss": loss, "points": len(y), "dtype": dtype,
-            "after": error_stats((after - y) / y * 100)}
+    return {**_fit_gemm_points(pts, hw, dtype, objective, (3e-6, 1e-6)), "dtype": dtype}
 
 
 def allreduce_points(path: str | Path, hardware_id: str) -> Any:

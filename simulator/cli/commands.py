@@ -33,6 +33,19 @@ def main() -> None:
 
 
 
+def _checked_scenario(kw: dict[str, Any], slo_target: float | None, out_dir: str | None,
+                      html_out: str | None = None) -> tuple[Any, float]:
+    """plan's and the what-ifs' common start: outputs checked before anything is computed, then
+    the scenario from the shared options and the SLO target (a preset's, else 0.99)."""
+    if out_dir is not None:
+        check_out_dir(out_dir)
+    if html_out:
+        check_out_file(html_out, "--html")
+    opts = opt.pop_scenario_opts(kw)
+    slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
+    return opt.scenario_from_options(opts), slo_target
+
+
 @main.command("models")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
 def models_cmd(as_json: bool) -> None:
@@ -485,13 +498,7 @@ def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_li
     from simulator.analysis import plan as pl
     from simulator.cli import planplots
 
-    if out_dir is not None:
-        check_out_dir(out_dir)
-    if html_out:
-        check_out_file(html_out, "--html")
-    opts = opt.pop_scenario_opts(kw)
-    slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
-    sc = opt.scenario_from_options(opts)
+    sc, slo_target = _checked_scenario(kw, slo_target, out_dir, html_out)
     with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
         result = pl.plan(sc, target_rate, hardware=opt.csv_list(hw_list, "--hardware"),
                          tps=opt.csv_list(tp_list, "--tp", int), kv_dtypes=opt.csv_list(kv_list, "--kv-dtype"),
@@ -542,11 +549,7 @@ def whatif_kv_cmd(values: str, seq_len: int | None, static_only: bool, slo_targe
     from simulator.analysis import whatif as wi
     from simulator.cli import planplots
 
-    if out_dir is not None:
-        check_out_dir(out_dir)
-    opts = opt.pop_scenario_opts(kw)
-    slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
-    sc = opt.scenario_from_options(opts)
+    sc, slo_target = _checked_scenario(kw, slo_target, out_dir)
     vals = opt.csv_list(values, "--values") or []  # never None: the option has a default
     with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
         r = wi.kv_dtype_whatif(sc, vals, seq_len=seq_len, load=not static_only, executor=ex,
@@ -615,11 +618,7 @@ def whatif_hw_cmd(hw_list: str, price_items: tuple[str, ...], static_only: bool,
     from simulator.analysis import executors
     from simulator.analysis import whatif as wi
 
-    if out_dir is not None:
-        check_out_dir(out_dir)
-    opts = opt.pop_scenario_opts(kw)
-    slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
-    sc = opt.scenario_from_options(opts)
+    sc, slo_target = _checked_scenario(kw, slo_target, out_dir)
     with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
         r = wi.hardware_whatif(sc, opt.csv_list(hw_list, "--hardware") or [],  # required option: never None
                                prices=opt.prices(price_items),
