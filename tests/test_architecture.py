@@ -432,3 +432,122 @@ def test_a_toy_policy_and_workload_through_the_registries(monkeypatch: pytest.Mo
     from simulator.cli.options import workload_param_options
 
     assert any(decls[0] == "--second-prompt" for decls, _ in workload_param_options())
+
+
+# --------------------------------------------------------------------------- the output layer (issue 26)
+
+#: the one module that writes to the file system (issue 26: one output layer)
+OUTPUT_LAYER = "simulator.cli.outputs"
+
+#: method or function names that create, replace or remove files, whatever their arguments
+_FS_CHANGES = {"write_text", "write_bytes", "touch", "mkdir", "makedirs", "mkdtemp", "mkstemp", "NamedTemporaryFile",
+               "TemporaryDirectory", "rmtree", "unlink", "rmdir", "removedirs", "symlink_to", "hardlink_to",
+               "copy2", "copyfile", "copytree", "savetxt", "tofile", "to_excel", "to_pickle",
+               "to_feather", "to_hdf", "to_parquet"}
+#: calls that write to their first argument (or `path_or_buf`): fine into a memory buffer,
+#: a file write otherwise; without one, pandas' to_csv / to_json return text
+_TO_TARGET = {"to_csv", "to_json", "savefig", "save", "savez", "savez_compressed", "write_image"}
+#: modules whose `open(path, mode)` / `remove` / `replace` / `rename` / `link` / `symlink` touch files
+_FS_MODULES = {"os", "io", "gzip", "bz2", "lzma", "codecs", "tarfile", "zipfile", "shutil", "pathlib", "tempfile"}
+
+
+def _buffers(tree: ast.AST) -> set[str]:
+    """Names bound to an in-memory buffer (`buf = io.BytesIO()`): writing into them writes no file."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            f = node.value.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name in ("BytesIO", "StringIO"):
+                out.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return out
+
+
+def _write_mode(node: ast.Call, index: int) -> bool:
+    modes = [a.value for a in node.args[index:index + 1] if isinstance(a, ast.Constant)]
+    modes += [k.value.value for k in node.keywords if k.arg == "mode" and isinstance(k.value, ast.Constant)]
+    return any(isinstance(m, str) and set(m) & set("wax+") for m in modes)
+
+
+def file_writes(path: Path, root: Path = ROOT) -> list[str]:
+    """Every call in `path` that writes, creates, replaces or removes a file or folder."""
+    tree = ast.parse(path.read_text())
+    buffers = _buffers(tree)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+        owner = ast.unparse(f.value) if isinstance(f, ast.Attribute) else ""
+        what = None
+        if name == "open":
+            # open(path, mode) and module.open(path, mode); Path.open(mode); os.open(path, flags)
+            if owner == "os":
+                flags = " ".join(ast.unparse(a) for a in node.args[1:2])
+                if re.search(r"O_(WRONLY|RDWR|CREAT|APPEND|TRUNC)", flags):
+                    what = "os.open for writing"
+            elif _write_mode(node, 1 if owner in ("", *_FS_MODULES) else 0):
+                what = "open for writing"
+        elif name in _FS_CHANGES:
+            what = name
+        elif name in ("remove", "replace", "rename", "link", "symlink", "truncate", "copy", "move") \
+                and owner in ("os", "shutil"):
+            what = f"{owner}.{name}"
+        elif name in ("dump", "safe_dump") and owner in ("json", "yaml", "pickle", "marshal", "tomllib"):
+            stream = node.args[1:2] or [k.value for k in node.keywords if k.arg in ("fp", "stream", "file")]
+            if owner == "json" or owner == "pickle" or stream:  # yaml.dump(obj) alone returns text
+                if not (stream and isinstance(stream[0], ast.Name) and stream[0].id in buffers):
+                    what = f"{owner}.{name}"
+        elif name in _TO_TARGET:
+            target = node.args[:1] or [k.value for k in node.keywords if k.arg in ("path_or_buf", "fname", "file")]
+            if target and not (isinstance(target[0], ast.Name) and target[0].id in buffers):
+                what = f"{name} to a path"
+        if what:
+            found.append(f"{path.relative_to(root)}:{node.lineno}: {what}")
+    return found
+
+
+def test_only_the_output_layer_writes_files() -> None:
+    """Issue 26: one output layer. Every file llmsim writes goes through `cli/outputs.py` (checked
+    before the run, written atomically); a new command or format cannot open a file any other way."""
+    found = [w for m, p in package_modules().items() if m != OUTPUT_LAYER for w in file_writes(p)]
+    assert found == [], "\n".join(found)
+    assert file_writes(package_modules()[OUTPUT_LAYER])  # the layer itself is seen writing
+
+
+@pytest.mark.parametrize("code", [
+    "from pathlib import Path\ndef f(p):\n    Path(p).write_text('x')\n",
+    "def f(p):\n    with open(p, 'w') as fh:\n        fh.write('x')\n",
+    "def f(p):\n    with open(p, mode='ab') as fh:\n        fh.write(b'x')\n",
+    "from pathlib import Path\ndef f(p):\n    Path(p).open('w').close()\n",
+    "import os\ndef f(p):\n    os.close(os.open(p, os.O_WRONLY | os.O_CREAT))\n",
+    "import gzip\ndef f(p):\n    gzip.open(p, 'wt').close()\n",
+    "def f(df, p):\n    df.to_csv(p, index=False)\n",
+    "def f(df, p):\n    df.to_json(path_or_buf=p)\n",
+    "def f(fig, p):\n    fig.savefig(p, dpi=120)\n",
+    "import json\ndef f(obj, fh):\n    json.dump(obj, fh)\n",
+    "import yaml\ndef f(obj, fh):\n    yaml.safe_dump(obj, fh)\n",
+    "import numpy as np\ndef f(p, a):\n    np.savez_compressed(p, a=a)\n",
+    "import os\ndef f(a, b):\n    os.replace(a, b)\n",
+    "import shutil\ndef f(a):\n    shutil.rmtree(a)\n",
+    "import tempfile\ndef f():\n    return tempfile.mkdtemp()\n",
+    "import shutil\ndef f(a, b):\n    shutil.copy(a, b)\n",
+])
+def test_the_output_layer_check_sees_a_write(tmp_path: Path, code: str) -> None:
+    p = tmp_path / "m.py"
+    p.write_text(code)
+    assert len(file_writes(p, tmp_path)) == 1, code
+
+
+@pytest.mark.parametrize("code", [
+    "import io\ndef f(fig):\n    buf = io.BytesIO()\n    fig.savefig(buf, format='png')\n    return buf.getvalue()\n",
+    "def f(df):\n    return df.to_csv(index=False)\n",
+    "import yaml\ndef f(obj):\n    return yaml.safe_dump(obj)\n",
+    "def f(p):\n    with open(p, 'rb') as fh:\n        return fh.read()\n",
+    "from pathlib import Path\ndef f(p):\n    return Path(p).open().read()\n",
+])
+def test_the_output_layer_check_lets_reads_and_buffers_through(tmp_path: Path, code: str) -> None:
+    p = tmp_path / "m.py"
+    p.write_text(code)
+    assert file_writes(p, tmp_path) == [], code

@@ -1,8 +1,9 @@
 """The `llmsim` command line: parses options and calls the pure modules.
 
 Option sets and their conversion into a `Scenario` or a `CostModel` live in
-`simulator.cli.options`; every table, summary and file write lives in `simulator.cli.report` (the
-only module that prints or writes files). Every user mistake (bad spec, bad option, bad
+`simulator.cli.options`; tables and summaries in `simulator.cli.report`; every file goes through
+`simulator.cli.outputs` (each command hands it all its output options at once, before any work:
+`check_outputs`), the only module that writes files. Every user mistake (bad spec, bad option, bad
 file) is caught here and printed as one `error: ...` line on stderr with exit status 2;
 never a traceback.
 """

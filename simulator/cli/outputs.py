@@ -257,7 +257,9 @@ def vllm_result_target(opts: dict[str, Any]) -> Target | None:
         # allowed nothing can, so the rule is the file name's rule
         _plain_name("--label", str(label), "it starts the result file name: give a label without "
                     "'/', '\\' or NUL (or name the file with --result-filename)")
-    start = re.escape(str(label) if label else "vllm")
+    from simulator.cli.vllm_result import BACKEND  # the name's start without a label
+
+    start = re.escape(str(label) if label else BACKEND)
     return Target(option or "--save-result", folder, (), pattern=rf"{start}-.*qps.*\.json")
 
 
