@@ -318,3 +318,93 @@ def test_achieved_rate_in_the_json_with_never_sent_requests(tmp_path, args):
     assert s["achieved_rate"] is not None and math.isfinite(s["achieved_rate"])
     assert s["achieved_rate"] == pytest.approx(expect, rel=1e-9)
     assert s["completed"] == len(done) > 0
+
+
+# --------------------------------------------------------------------------- cause 12: the property
+
+#: simulate's output options over a small pool of paths that collide in every way (the same
+#: file, through a link, a file where a folder is needed, a missing folder, an existing file)
+_POOL = ["D", "D/summary.json", "D/requests.csv", "D/x.prom", "F", "F2", "L", "L/summary.json", "E",
+         "E/summary.json", "F/sub"]
+_SET = ("requests.csv", "timeline.csv", "timeline.png", "summary.json")  # simulate --out's files
+
+
+def _layout(t: Path) -> None:
+    (t / "D").mkdir()
+    (t / "D" / "summary.json").write_text("old")
+    (t / "F").write_text("old file")
+    (t / "L").symlink_to(t / "D")
+
+
+def _write_all(t: Path, out, metrics, html, result) -> dict[str, tuple[Path, str]]:
+    """simulate's writes in its order, unchecked: the result file, --metrics-out, --html, then
+    --out's set. Returns what each option's file should read afterwards."""
+    from simulator.cli.outputs import OutputSet
+
+    want: dict[str, tuple[Path, str]] = {}
+    if result is not None:
+        rdir, rname = result
+        p = (t / rdir / rname) if rdir else (t / rname)
+        write_atomic(p, "result")
+        want["result"] = (p, "result")
+    for opt_name, rel in (("metrics", metrics), ("html", html)):
+        if rel is not None:
+            write_atomic(t / rel, opt_name)
+            want[opt_name] = (t / rel, opt_name)
+    if out is not None:
+        with OutputSet(t / out) as d:
+            for n in _SET:
+                write_atomic(d / n, f"set:{n}")
+        want.update({f"out:{n}": (t / out / n, f"set:{n}") for n in _SET})
+    return want
+
+
+def _intact(want: dict[str, tuple[Path, str]]) -> bool:
+    try:
+        return all(p.read_text() == text for p, text in want.values())
+    except OSError:
+        return False
+
+
+_maybe = st.one_of(st.none(), st.sampled_from(_POOL))
+
+
+@fuzz(120)
+@given(out=st.one_of(st.none(), st.sampled_from(["D", "E", "L", "F", "D/sub"])), metrics=_maybe, html=_maybe,
+       result=st.one_of(st.none(), st.tuples(st.sampled_from([None, "D", "E", "L"]),
+                                             st.sampled_from(["summary.json", "r.json", "x.prom", "F2"]))))
+def test_property_accepted_outputs_never_lose_a_file_refused_ones_would(out, metrics, html, result):
+    """For any choice of simulate's output options: when `check_outputs` accepts them, writing
+    them all (in simulate's order) leaves every option's file with its own content; when it
+    refuses them, writing them unchecked fails or overwrites one option's file with another's."""
+    import tempfile
+
+    from simulator.cli import outputs
+
+    if result is not None and result[0] is None and result[1] not in _POOL:
+        result = (None, result[1])
+    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+        ta, tb = Path(a), Path(b)
+        for t in (ta, tb):
+            _layout(t)
+
+        def p(t: Path, rel: str | None) -> str | None:
+            return None if rel is None else str(t / rel)
+
+        opts = {} if result is None else {"save_result": True, "result_dir": p(ta, result[0]),
+                                          "result_filename": result[1] if result[0] else str(ta / result[1])}
+        try:
+            outputs.check_outputs(outputs.out_set("--out", p(ta, out), _SET), outputs.out_file("--metrics-out", p(ta, metrics)),
+                                  outputs.out_file("--html", p(ta, html)), outputs.vllm_result_target(opts))
+            refused = None
+        except SpecError as e:
+            refused = str(e)
+        try:
+            want = _write_all(tb, out, metrics, html, result)
+            ok = _intact(want)
+        except OSError:
+            ok = False
+        if refused is None:
+            assert ok, (out, metrics, html, result)
+        else:
+            assert not ok, (refused, out, metrics, html, result)

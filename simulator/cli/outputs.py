@@ -128,6 +128,12 @@ class OutputSet:
         self.old = self.target.parent / f".llmsim-old-{tag}"
 
     def __enter__(self) -> Path:
+        try:
+            return self._enter()
+        except OSError as e:  # name the folder asked for, not the hidden staging one
+            raise OSError(e.errno, e.strerror, str(self.target)) from None
+
+    def _enter(self) -> Path:
         self.target.parent.mkdir(parents=True, exist_ok=True)
         cwd = Path(os.getcwd())
         # the working folder (or one above it) is never renamed away under the shell, and a
@@ -148,8 +154,10 @@ class OutputSet:
             return
         try:
             self._commit()
-        except BaseException:
+        except BaseException as e:
             shutil.rmtree(self.stage, ignore_errors=True)
+            if isinstance(e, OSError) and e.errno is not None:
+                raise OSError(e.errno, e.strerror, str(self.target)) from None
             raise
 
     def _commit(self) -> None:

@@ -662,16 +662,25 @@ def check_vllm_result(sc: Any, opts: dict[str, Any]) -> None:
     --metric-percentiles, --metadata) and the full default file name (vLLM's, with --label at
     its start and the date last: at most 255 bytes), so a bad one cannot lose the run."""
     from datetime import datetime
+    from pathlib import Path
 
     from simulator.cli import outputs
     from simulator.cli import vllm_result as vr
     from simulator.specs.catalog import load_model
+    from simulator.specs.checks import SpecError
 
     vr.check_result_options(sc, opts.get("percentile_metrics"),
                             opts.get("metric_percentiles") or vr.DEFAULT_METRIC_PERCENTILES, opts.get("metadata") or ())
     if opts.get("result_filename") is None:
         header = vr.result_header(sc, load_model(sc.model), label=opts.get("label"), when=datetime.now())
         outputs.check_file_name("--label", vr.result_filename(header))
+    elif opts.get("append_result"):  # the file appended to is read after the run: read it now
+        path = Path(opts.get("result_dir") or ".") / opts["result_filename"]
+        if path.is_file():
+            try:
+                path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise SpecError(f"--append-result: cannot read {path} ({e})") from None
 
 
 def save_vllm_result(sc: Any, res: Any, opts: dict[str, Any]) -> Any:
