@@ -464,9 +464,10 @@ def _buffers(tree: ast.AST) -> set[str]:
 
 
 def _write_mode(node: ast.Call, index: int) -> bool:
-    modes = [a.value for a in node.args[index:index + 1] if isinstance(a, ast.Constant)]
-    modes += [k.value.value for k in node.keywords if k.arg == "mode" and isinstance(k.value, ast.Constant)]
-    return any(isinstance(m, str) and set(m) & set("wax+") for m in modes)
+    """Any string the mode argument can take (`"a" if append else "w"` included) writes."""
+    exprs = [*node.args[index:index + 1], *(k.value for k in node.keywords if k.arg == "mode")]
+    modes = [c.value for e in exprs for c in ast.walk(e) if isinstance(c, ast.Constant)]
+    return any(isinstance(m, str) and re.fullmatch(r"[rwxabt+U]{1,4}", m) and set(m) & set("wax+") for m in modes)
 
 
 def file_writes(path: Path, root: Path = ROOT) -> list[str]:
@@ -520,6 +521,7 @@ def test_only_the_output_layer_writes_files() -> None:
     "from pathlib import Path\ndef f(p):\n    Path(p).write_text('x')\n",
     "def f(p):\n    with open(p, 'w') as fh:\n        fh.write('x')\n",
     "def f(p):\n    with open(p, mode='ab') as fh:\n        fh.write(b'x')\n",
+    "def f(p, append):\n    return open(p, 'a' if append else 'w', encoding='utf-8')\n",
     "from pathlib import Path\ndef f(p):\n    Path(p).open('w').close()\n",
     "import os\ndef f(p):\n    os.close(os.open(p, os.O_WRONLY | os.O_CREAT))\n",
     "import gzip\ndef f(p):\n    gzip.open(p, 'wt').close()\n",
