@@ -1,0 +1,190 @@
+"""The reader layer: every file llmsim reads is opened here (or by `checks.read_text_bounded` /
+`checks.load_json` and `catalog.read_yaml`, which this layer builds on).
+
+Each reader bounds what it accepts before anything is built from it: the file's size (refused
+from its `stat` size, before reading), the longest line of a line-oriented file, UTF-8
+encoding, nesting depth and integer length of JSON. Every refusal is a one-line `SpecError`
+that starts with `file:line:` (or names the field path). `tests/test_architecture.py` checks
+that no module outside this layer opens a file for reading or calls a parser on one
+(`open`, `json.load(s)`, `yaml.load`, `csv.reader`, `pd.read_csv`, `np.load`,
+`Path.read_text/read_bytes`), except an explicit allowlist there, each with its reason.
+
+Bounds (docs/reliability.md, round three):
+
+* `MAX_TRACE_BYTES`: a trace file (CSV or JSONL) of at most 4 GB (the 1M-request simple CSV of
+  the scale benchmark is 26.5 MB);
+* `MAX_JSONL_LINE_BYTES`: one Mooncake line of at most 1 MB (a 10M-token prompt has 19,532
+  ids of at most 19 digits: about 430 kB), refused before it is parsed;
+* `MAX_DATASET_BYTES`: a ShareGPT dataset JSON of at most 2 GB (the full V3 file is 673 MB);
+* `MAX_TABLE_BYTES`: a measurement CSV or a load generator's result file of at most 256 MB.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from simulator.specs.checks import MAX_DEPTH, MAX_INT_DIGITS, SpecError, check_tree, show
+
+MAX_TRACE_BYTES = 4_000_000_000
+MAX_JSONL_LINE_BYTES = 1_000_000
+MAX_DATASET_BYTES = 2_000_000_000
+MAX_TABLE_BYTES = 256_000_000
+
+
+def read_bytes(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
+    """The bytes of `path`, refused (one line) when its size exceeds `limit` (checked from
+    `fstat` before any byte is read, so a huge file costs no memory) or when it is unreadable."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > limit:
+                raise SpecError(f"{p}: {size:,} bytes; a {what} is at most {limit:,} bytes")
+            data = fh.read(limit + 1)
+    except OSError as e:
+        raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e.strerror or e})") from None
+    if len(data) > limit:  # a file that grew, or a device without a size
+        raise SpecError(f"{p}: larger than {limit:,} bytes; a {what} is at most that size")
+    return data
+
+
+def decode_utf8(data: bytes, path: str | os.PathLike[str]) -> str:
+    """`data` as UTF-8 text (a leading BOM dropped); refused naming the line of the first bad byte."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise SpecError(f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x})") from None
+
+
+def check_line_bytes(data: bytes, limit: int, path: str | os.PathLike[str], what: str) -> None:
+    """Refuse `data` when a line is longer than `limit` bytes, naming the first such line, before
+    it is parsed (a 480 MB line would otherwise be split, matched and turned into objects)."""
+    if len(data) <= limit:
+        return
+    import numpy as np
+
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    bounds = np.concatenate(([-1], ends, [len(data)]))
+    lengths = np.diff(bounds) - 1  # bytes between newlines
+    if lengths.max() > limit:
+        k = int(np.argmax(lengths > limit))
+        raise SpecError(f"{path}:{k + 1}: a line of {int(lengths[k]):,} bytes; a {what} line is at most "
+                        f"{limit:,} bytes")
+
+
+def _bounded_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {digits} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+#: a JSON decoder whose integers are bounded (before Python's 4,300-digit ValueError)
+JSON_DECODER = json.JSONDecoder(parse_int=_bounded_int)
+
+
+_RAISE: Any = object()
+
+
+def parse_json(text: str, where: str, *, max_nodes: int | None = None, check: bool = True,
+               invalid: Any = _RAISE) -> Any:
+    """Parse JSON `text` from `where` (a file name) with bounded integers and nesting; with
+    `check`, also at most `max_nodes` values and MAX_DEPTH levels (`checks.check_tree`).
+    Errors: `where:line: invalid JSON: ...`; `invalid`, when given, is returned instead for
+    text that is not JSON (a truncated file the caller reads entry by entry)."""
+    try:
+        data = JSON_DECODER.decode(text)
+    except json.JSONDecodeError as e:
+        if invalid is not _RAISE:
+            return invalid
+        raise SpecError(f"{where}:{e.lineno}: invalid JSON: {e.msg}") from None
+    except RecursionError:
+        raise SpecError(f"{where}: invalid JSON: nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as e:
+        raise SpecError(f"{where}: invalid JSON: {e}") from None
+    if check:
+        check_tree(data, where, *(() if max_nodes is None else (max_nodes,)))
+    return data
+
+
+def raw_decode_json(text: str, start: int, where: str) -> tuple[Any, int] | None:
+    """One JSON value of `text` at `start`: (value, end), or None where the text is cut short or
+    invalid there (a truncated file's last entry). Too deep or a too long integer: SpecError
+    naming the line."""
+    try:
+        return JSON_DECODER.raw_decode(text, start)
+    except json.JSONDecodeError:
+        return None
+    except (RecursionError, ValueError) as e:
+        line = text.count("\n", 0, start) + 1
+        why = f"nested more than {MAX_DEPTH} levels deep" if isinstance(e, RecursionError) else str(e)
+        raise SpecError(f"{where}:{line}: invalid JSON: {why}") from None
+
+
+def read_csv_text(buffer: Any, where: str, **kw: Any) -> Any:
+    """pandas' C parser on text already read (and bounded) by this layer; `where` names the file
+    in an error. pandas is imported here, on first use (it is half of a short run's start-up)."""
+    import pandas as pd
+
+    return pd.read_csv(buffer, **kw)
+
+
+def read_csv_file(path: str | os.PathLike[str], limit: int, what: str, **kw: Any) -> Any:
+    """pandas' C parser streaming `path` (no copy of the file in memory: the 1M-row trace stays
+    at its 0.28 s), after this layer refused a file over `limit` bytes from its size."""
+    import pandas as pd
+
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except OSError as e:
+        raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e.strerror or e})") from None
+    if size > limit:
+        raise SpecError(f"{p}: {size:,} bytes; a {what} is at most {limit:,} bytes")
+    try:
+        return pd.read_csv(p, **kw)
+    except OSError as e:
+        raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e.strerror or e})") from None
+
+
+def read_head(path: str | os.PathLike[str], size: int) -> bytes:
+    """The first `size` bytes of `path` (a format sniff)."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            return fh.read(size)
+    except OSError as e:
+        raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e.strerror or e})") from None
+
+
+def load_csv_numbers(path: str | os.PathLike[str]) -> tuple[str, Any]:
+    """A packaged CSV of numbers (the built-in traces): its header line and a float64 array of
+    its rows (empty where numpy cannot read them: the caller then reads it the careful way)."""
+    import numpy as np
+
+    with open(path, encoding="utf-8") as fh:
+        header = fh.readline()
+        try:
+            rows = np.loadtxt(fh, delimiter=",", dtype=np.float64, comments=None, ndmin=2)
+        except ValueError:
+            rows = np.zeros((0, 3))
+    return header, rows
+
+
+def load_npz(path: str | os.PathLike[str], what: str) -> Any:
+    """A numpy `.npz` archive (packaged data tables), never unpickling objects."""
+    import numpy as np
+
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise SpecError(f"{what}: cannot read {show(str(path))} ({e})") from None
+
+
+__all__ = ["JSON_DECODER", "MAX_DATASET_BYTES", "MAX_JSONL_LINE_BYTES", "MAX_TABLE_BYTES", "MAX_TRACE_BYTES",
+           "check_line_bytes", "decode_utf8", "load_npz", "parse_json", "raw_decode_json", "read_bytes",
+           "load_csv_numbers", "read_csv_file", "read_csv_text", "read_head"]
