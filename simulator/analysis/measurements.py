@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from simulator.specs.checks import (
 )
 from simulator.specs.dtypes import DTYPES
 from simulator.specs.fields import Param
-from simulator.specs.readers import parse_json, read_head
+from simulator.specs.readers import MAX_TABLE_BYTES, csv_dict_reader, parse_json, read_head
 
 SCENARIOS = ("static_batch", "offline_max_throughput", "online_poisson", "closed_loop")
 
@@ -247,18 +247,6 @@ def engine_family(engine_text: str) -> str:
     return "unknown"
 
 
-def _decoded_lines(fh: Any, path: Path, at: list[int]) -> Iterator[str]:
-    """The lines of a binary file as text: UTF-8 (a leading BOM dropped), each line decoded on
-    its own so that a bad byte is reported with its line number; `at[0]` is the line last read."""
-    for number, raw in enumerate(fh, start=1):
-        at[0] = number
-        try:
-            yield raw.decode("utf-8-sig" if number == 1 else "utf-8")
-        except UnicodeDecodeError as e:
-            raise SpecError(f"{path}:{number}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
-                            f"{e.start + 1}); save the file as UTF-8") from None
-
-
 def read_measurements(path: str | Path, skip_bad_rows: bool = False) -> tuple[list[dict], list[dict]]:
     """Read a docs/measurement_schema.md measurement CSV. Returns (rows, skipped).
 
@@ -268,12 +256,7 @@ def read_measurements(path: str | Path, skip_bad_rows: bool = False) -> tuple[li
     module's limit (131,072 characters) or fails to read is one SpecError naming FILE:LINE.
     """
     p = check_path("path", path)
-    try:
-        fh = open(p, "rb")
-    except OSError as e:
-        raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e.strerror or e})") from None
-    at = [0]
-    reader = csv.DictReader(_decoded_lines(fh, p, at))
+    reader, at, fh = csv_dict_reader(p, MAX_TABLE_BYTES, "measurement CSV")
     try:
         with fh:
             return _read_rows(reader, p, skip_bad_rows)

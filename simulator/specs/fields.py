@@ -284,7 +284,7 @@ class Param:
         if not isinstance(value, list) or len(value) != len(cols):
             raise SpecError(f"{where}: {show(value)} is not a list of {len(cols)} values "
                             f"({', '.join(cols)})")
-        for (name, sub), v in zip(cols.items(), value):
+        for (name, sub), v in zip(cols.items(), value, strict=True):
             sub.check(f"{where}.{name}", v)
 
 

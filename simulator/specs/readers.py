@@ -175,6 +175,37 @@ def load_csv_numbers(path: str | os.PathLike[str]) -> tuple[str, Any]:
     return header, rows
 
 
+def decoded_lines(fh: Any, path: str | os.PathLike[str], at: list[int]) -> Any:
+    """The lines of a binary file as text: UTF-8 (a leading BOM dropped), each line decoded on
+    its own so that a bad byte is reported with its line number; `at[0]` is the line last read."""
+    for number, raw in enumerate(fh, start=1):
+        at[0] = number
+        try:
+            yield raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+            raise SpecError(f"{path}:{number}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
+                            f"{e.start + 1}); save the file as UTF-8") from None
+
+
+def csv_dict_reader(path: str | os.PathLike[str], limit: int, what: str) -> tuple[Any, list[int], Any]:
+    """(csv.DictReader over the file's UTF-8 lines, [line last read], the open file to close):
+    a CSV read row by row, refused from its size over `limit` bytes; `csv.Error` and `OSError`
+    while reading are the caller's to name with the line in `at[0]`."""
+    import csv
+
+    p = Path(path)
+    try:
+        fh = open(p, "rb")
+        size = os.fstat(fh.fileno()).st_size
+    except OSError as e:
+        raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e.strerror or e})") from None
+    if size > limit:
+        fh.close()
+        raise SpecError(f"{p}: {size:,} bytes; a {what} is at most {limit:,} bytes")
+    at = [0]
+    return csv.DictReader(decoded_lines(fh, p, at)), at, fh
+
+
 def load_npz(path: str | os.PathLike[str], what: str) -> Any:
     """A numpy `.npz` archive (packaged data tables), never unpickling objects."""
     import numpy as np
@@ -187,4 +218,4 @@ def load_npz(path: str | os.PathLike[str], what: str) -> Any:
 
 __all__ = ["JSON_DECODER", "MAX_DATASET_BYTES", "MAX_JSONL_LINE_BYTES", "MAX_TABLE_BYTES", "MAX_TRACE_BYTES",
            "check_line_bytes", "decode_utf8", "load_npz", "parse_json", "raw_decode_json", "read_bytes",
-           "load_csv_numbers", "read_csv_file", "read_csv_text", "read_head"]
+           "csv_dict_reader", "decoded_lines", "load_csv_numbers", "read_csv_file", "read_csv_text", "read_head"]

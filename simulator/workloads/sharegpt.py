@@ -50,7 +50,14 @@ import numpy as np
 
 from simulator.specs.checks import SpecError, check_int, show
 from simulator.specs.fields import _did_you_mean
-from simulator.specs.readers import MAX_DATASET_BYTES, decode_utf8, load_npz, parse_json, raw_decode_json, read_bytes
+from simulator.specs.readers import (
+    MAX_DATASET_BYTES,
+    decode_utf8,
+    load_npz,
+    parse_json,
+    raw_decode_json,
+    read_bytes,
+)
 from simulator.workloads.shared_prefix import PrefixWorkload, multi_turn_chats
 
 #: Tokenizer families in the table -> the quicktok encoding that counts them.

@@ -14,8 +14,8 @@ from __future__ import annotations
 import array
 import io
 import math
-from collections.abc import Sequence
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,7 @@ _KINDS = {
 }
 #: a hash id is a 64-bit block hash: at most 19 digits (5,000 would be a 4,300-digit ValueError)
 MAX_HASH_DIGITS = 19
-_LONG_ID_RE = re.compile("[0-9]{%d,}" % (MAX_HASH_DIGITS + 1))
+_LONG_ID_RE = re.compile(f"[0-9]{{{MAX_HASH_DIGITS + 1},}}")
 _HASH_EXPECTED = f"a list of block hashes (whole numbers >= 0 of at most {MAX_HASH_DIGITS} digits)"
 
 
