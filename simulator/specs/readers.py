@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,31 @@ JSON_DECODER = json.JSONDecoder(parse_int=_bounded_int)
 
 
 _RAISE: Any = object()
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _deep_line(text: str) -> int:
+    """The line where `text` first nests deeper than MAX_DEPTH (strings skipped); for an error
+    message only, so the scan runs only on that path."""
+    depth = 0
+    for m in _TOKENS.finditer(text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return text.count("\n", 0, m.start()) + 1
+        elif c in "]}":
+            depth -= 1
+    return 1
+
+
+def _long_int_line(text: str) -> int:
+    """The line of the first integer longer than MAX_INT_DIGITS digits outside strings."""
+    pattern = re.compile(r'"(?:[^"\\]|\\.)*"|[0-9]{' + str(MAX_INT_DIGITS + 1) + ",}")
+    for m in pattern.finditer(text):
+        if not m.group().startswith('"'):
+            return text.count("\n", 0, m.start()) + 1
+    return 1
 
 
 def parse_json(text: str, where: str, *, max_nodes: int | None = None, check: bool = True,
@@ -103,9 +129,10 @@ def parse_json(text: str, where: str, *, max_nodes: int | None = None, check: bo
             return invalid
         raise SpecError(f"{where}:{e.lineno}: invalid JSON: {e.msg}") from None
     except RecursionError:
-        raise SpecError(f"{where}: invalid JSON: nested more than {MAX_DEPTH} levels deep") from None
+        raise SpecError(f"{where}:{_deep_line(text)}: invalid JSON: nested more than {MAX_DEPTH} levels "
+                        "deep") from None
     except ValueError as e:
-        raise SpecError(f"{where}: invalid JSON: {e}") from None
+        raise SpecError(f"{where}:{_long_int_line(text)}: invalid JSON: {e}") from None
     if check:
         check_tree(data, where, *(() if max_nodes is None else (max_nodes,)))
     return data
