@@ -68,13 +68,24 @@ def check_line_bytes(data: bytes, limit: int, path: str | os.PathLike[str], what
         return
     import numpy as np
 
-    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
-    bounds = np.concatenate(([-1], ends, [len(data)]))
-    lengths = np.diff(bounds) - 1  # bytes between newlines
-    if lengths.max() > limit:
-        k = int(np.argmax(lengths > limit))
-        raise SpecError(f"{path}:{k + 1}: a line of {int(lengths[k]):,} bytes; a {what} line is at most "
-                        f"{limit:,} bytes")
+    # newline positions per 64 MB slice (no file-sized temporary), carried across slices
+    step = 1 << 26
+    start_of_line, line = 0, 1
+    for lo in range(0, len(data), step):
+        view = np.frombuffer(data, dtype=np.uint8, count=min(step, len(data) - lo), offset=lo)
+        ends = np.flatnonzero(view == 10) + lo
+        bounds = np.concatenate(([start_of_line - 1], ends))
+        lengths = np.diff(bounds) - 1
+        if len(lengths) and lengths.max() > limit:
+            k = int(np.argmax(lengths > limit))
+            raise SpecError(f"{path}:{line + k}: a line of {int(lengths[k]):,} bytes; a {what} line is at "
+                            f"most {limit:,} bytes")
+        if len(ends):
+            line += len(ends)
+            start_of_line = int(ends[-1]) + 1
+    if len(data) - start_of_line > limit:
+        raise SpecError(f"{path}:{line}: a line of {len(data) - start_of_line:,} bytes; a {what} line is at "
+                        f"most {limit:,} bytes")
 
 
 def _bounded_int(text: str) -> int:
@@ -222,13 +233,12 @@ def csv_dict_reader(path: str | os.PathLike[str], limit: int, what: str) -> tupl
 
     p = Path(path)
     try:
+        size = p.stat().st_size
+        if size > limit:
+            raise SpecError(f"{p}: {size:,} bytes; a {what} is at most {limit:,} bytes")
         fh = open(p, "rb")
-        size = os.fstat(fh.fileno()).st_size
     except OSError as e:
         raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e.strerror or e})") from None
-    if size > limit:
-        fh.close()
-        raise SpecError(f"{p}: {size:,} bytes; a {what} is at most {limit:,} bytes")
     at = [0]
     return csv.DictReader(decoded_lines(fh, p, at)), at, fh
 
