@@ -238,6 +238,11 @@ class Scenario:
             if self.disagg is not None:
                 object.__setattr__(self, "disagg", "{}:{}".format(*parse_disagg(self.disagg)))
             check_deployment(self.deployment)
+            if self.disagg is None:
+                # refused, not applied: its prefill/decode/link settings describe two pools; a
+                # single pool has no place for them, and dropping them would run another deployment
+                raise SpecError("deployment: applies only to a disaggregated run; give disagg: P:D "
+                                "(e.g. 1:1) or remove the deployment: section")
         # any spelling (mapping, "ttft:500 e2el:2000", a list of items) -> {metric: ms}; validates
         object.__setattr__(self, "goodput", goodput_ms(self.goodput))
         self._check_speculative()

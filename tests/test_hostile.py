@@ -285,7 +285,9 @@ def test_12_io_error_while_reading_is_one_line(tmp_path, monkeypatch):
         def __exit__(self, *a):
             return False
 
-    monkeypatch.setattr(measurements, "open", Failing, raising=False)  # the reader lives there
+    from simulator.specs import readers
+
+    monkeypatch.setattr(readers, "open", Failing, raising=False)  # the reader layer opens it
     with pytest.raises(SpecError, match=r"m.csv:1: read failed \(OSError: Input/output error\)"):
         measurements.read_measurements(f)
     monkeypatch.undo()

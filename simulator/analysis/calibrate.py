@@ -49,6 +49,7 @@ from simulator.specs.catalog import load_hardware
 from simulator.specs.checks import SpecError, check_choice, check_path, show
 from simulator.specs.dtypes import DTYPE_BYTES
 from simulator.specs.hardware import Efficiency, HardwareSpec
+from simulator.specs.readers import read_csv_file
 
 #: parameters the static fit may vary (the others stay fixed at the profile's values)
 STATIC_PARAMS = ("compute_efficiency", "memory_efficiency", "step_overhead_s")
@@ -281,10 +282,8 @@ def _read_csv(path: str | Path, need: Iterable[str], numeric: Iterable[str] = ()
     import pandas as pd
 
     p = check_path("path", path)
-    try:
-        if p.stat().st_size > MAX_VIDUR_BYTES:
-            raise SpecError(f"{p}: larger than {MAX_VIDUR_BYTES:,} bytes")
-        df = pd.read_csv(p)
+    try:  # through the reader layer: the size refused before reading
+        df = read_csv_file(p, MAX_VIDUR_BYTES, "Vidur profile CSV")
     except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         if isinstance(e, SpecError):
             raise

@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ from simulator.specs.checks import (
     show,
 )
 from simulator.specs.dtypes import DTYPES
+from simulator.specs.fields import Param
+from simulator.specs.readers import MAX_TABLE_BYTES, csv_dict_reader, parse_json, read_head
 
 SCENARIOS = ("static_batch", "offline_max_throughput", "online_poisson", "closed_loop")
 
@@ -245,18 +247,6 @@ def engine_family(engine_text: str) -> str:
     return "unknown"
 
 
-def _decoded_lines(fh: Any, path: Path, at: list[int]) -> Iterator[str]:
-    """The lines of a binary file as text: UTF-8 (a leading BOM dropped), each line decoded on
-    its own so that a bad byte is reported with its line number; `at[0]` is the line last read."""
-    for number, raw in enumerate(fh, start=1):
-        at[0] = number
-        try:
-            yield raw.decode("utf-8-sig" if number == 1 else "utf-8")
-        except UnicodeDecodeError as e:
-            raise SpecError(f"{path}:{number}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
-                            f"{e.start + 1}); save the file as UTF-8") from None
-
-
 def read_measurements(path: str | Path, skip_bad_rows: bool = False) -> tuple[list[dict], list[dict]]:
     """Read a docs/measurement_schema.md measurement CSV. Returns (rows, skipped).
 
@@ -266,12 +256,7 @@ def read_measurements(path: str | Path, skip_bad_rows: bool = False) -> tuple[li
     module's limit (131,072 characters) or fails to read is one SpecError naming FILE:LINE.
     """
     p = check_path("path", path)
-    try:
-        fh = open(p, "rb")
-    except OSError as e:
-        raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e.strerror or e})") from None
-    at = [0]
-    reader = csv.DictReader(_decoded_lines(fh, p, at))
+    reader, at, fh = csv_dict_reader(p, MAX_TABLE_BYTES, "measurement CSV")
     try:
         with fh:
             return _read_rows(reader, p, skip_bad_rows)
@@ -320,6 +305,76 @@ _VLLM_KEYS: dict[str, str] = {
     "output_throughput": "output_tokens_per_s",
     **{f"{s}_{k}_ms": f"{s}_{k}_ms" for k in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")},
 }
+
+
+_MS = Param("number", low=0.0, high=1e12, optional=True)  # a latency statistic in ms
+#: request counts: the row's num_requests bound (MAX_REQUESTS) is applied by `parse_row`
+_COUNT = Param("int", low=0, high=10 ** 15, optional=True)
+_TOKENS_TOTAL = Param("int", low=0, high=10 ** 18, optional=True)
+_LENS = Param("list", high=MAX_REQUESTS, optional=True, item=Param("int", low=0, high=MAX_TOKENS))
+#: the fields of a `vllm bench serve --save-result` JSON that validate reads or that state the
+#: run, each with its type and domain (declared once; `check_vllm_result` checks every one the
+#: file has, then their consistency). request_rate is a number >= 0, "inf" or null (`num`).
+VLLM_RESULT_FIELDS: dict[str, Param] = {
+    "backend": Param("text", optional=True),
+    "num_prompts": Param("int", low=1, high=10 ** 15, optional=True),
+    "max_concurrency": Param("int", low=1, high=10 ** 15, optional=True),
+    "burstiness": Param("number", low=0.0, high=1e6, optional=True),
+    "duration": Param("number", low=0.0, high=1e10, optional=True),
+    "completed": _COUNT,
+    "failed": _COUNT,
+    "total_input_tokens": _TOKENS_TOTAL,
+    "total_output_tokens": _TOKENS_TOTAL,
+    "request_throughput": Param("number", low=0.0, high=1e9, optional=True),
+    "output_throughput": Param("number", low=0.0, high=1e12, optional=True),
+    "total_token_throughput": Param("number", low=0.0, high=1e12, optional=True),
+    "input_lens": _LENS,
+    "output_lens": _LENS,
+    **{f"{s}_{k}_ms": _MS for k in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "std", "p99")},
+}
+
+
+def check_vllm_result(data: Mapping[str, Any], p: Path) -> None:
+    """Every field of `VLLM_RESULT_FIELDS` the result has, in its domain, and the fields
+    consistent with each other: completed <= num_prompts; input_lens and output_lens of equal
+    length, no longer than the requests sent (num_prompts) nor than completed plus the failed
+    ones the file lists (`errors`, vLLM's per-request error texts; empty = success); a
+    completed run has a duration > 0."""
+    for key, dom in VLLM_RESULT_FIELDS.items():
+        if key in data:
+            dom.check(f"{p}: {key}", data[key])
+    sent, done = data.get("num_prompts"), data.get("completed")
+    if sent is not None and done is not None and done > sent:
+        raise SpecError(f"{p}: completed: {done} is more than num_prompts {sent}")
+    lens = {k: data[k] for k in ("input_lens", "output_lens") if isinstance(data.get(k), list)}
+    if len(lens) == 2 and len(lens["input_lens"]) != len(lens["output_lens"]):
+        raise SpecError(f"{p}: input_lens has {len(lens['input_lens'])} entries, output_lens "
+                        f"{len(lens['output_lens'])}; one per request each")
+    errors = data.get("errors")
+    failed = sum(1 for e in errors if e) if isinstance(errors, list) else 0
+    for k, v in lens.items():
+        if sent is not None and len(v) > sent:
+            raise SpecError(f"{p}: {k}: {len(v)} entries, more than num_prompts {sent}")
+        if done is not None and len(v) > done + failed:
+            raise SpecError(f"{p}: {k}: {len(v)} entries, more than the {done} completed requests"
+                            + (f" and {failed} failed ones" if failed else ""))
+    if done and data.get("duration") is not None and not data["duration"] > 0:
+        raise SpecError(f"{p}: duration: {show(data['duration'])} must be > 0 s for {done} completed requests")
+
+
+def _saved_engine(data: Mapping[str, Any], p: Path) -> str:
+    """The engine profile an llmsim-written result ran under (its `llmsim_scenario`, compact
+    JSON text or a mapping). A missing or broken one is refused, never re-priced as generic."""
+    saved = data.get("llmsim_scenario")
+    if isinstance(saved, str):  # written as --metadata text (cli/vllm_result.py)
+        saved = parse_json(saved, f"{p}: llmsim_scenario")
+    if not isinstance(saved, dict):
+        raise SpecError(f"{p}: llmsim_scenario: {show(saved)} is not the saved scenario (a mapping, or its "
+                        "JSON text) that backend 'llmsim' writes")
+    engine = saved.get("engine")
+    if engine is not None and not (isinstance(engine, str) and engine.strip()):
+        raise SpecError(f"{p}: llmsim_scenario.engine: {show(engine)} is not an engine profile id (or null)")
+    return engine or "generic"
 
 
 def _check_vllm_args(**args: Any) -> None:
@@ -377,21 +432,14 @@ def read_vllm_result(path: str | Path, *, model: str, hardware: str, tp: int = 1
     else:
         scenario = "online_poisson"
     n = num("num_prompts") or num("completed")
+    check_vllm_result(data, p)  # after `num`: a setting that is no number at all keeps its message
 
     inp, out, ds, length_note = _vllm_lengths(data, input_len, output_len, dataset)
     tp_pp = tp * pp
     ngpu = num_gpus or tp_pp
     engine = str(data.get("backend") or "vllm")
     if engine == "llmsim":  # llmsim's own saved run: the engine profile it ran under
-        saved = data.get("llmsim_scenario")
-        if isinstance(saved, str):  # written as --metadata text (cli/vllm_result.py)
-            import json
-
-            try:
-                saved = json.loads(saved)
-            except ValueError:
-                saved = None
-        engine = str((saved.get("engine") if isinstance(saved, dict) else None) or "generic")
+        engine = _saved_engine(data, p)
     base = {
         "source": f"{p.name} (vllm bench serve, backend {data.get('backend', '?')}, {data.get('date', 'undated')})",
         "model": model, "hardware": hardware, "num_gpus": ngpu, "tp": tp, "pp": pp,
@@ -461,11 +509,7 @@ def load_rows(path: str | Path, skip_bad_rows: bool = False, **vllm: Any) -> tup
     p = check_path("path", path)
     is_json = p.suffix.lower() == ".json"
     if not is_json:
-        try:
-            with open(p, "rb") as fh:
-                is_json = fh.read(64).lstrip().startswith(b"{")
-        except OSError as e:
-            raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e.strerror or e})") from None
+        is_json = read_head(p, 64).lstrip().startswith(b"{")
     if is_json:
         if not vllm.get("model") or not vllm.get("hardware"):
             raise SpecError(f"{p}: a vLLM result JSON does not record the model or hardware; "

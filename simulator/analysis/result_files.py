@@ -67,6 +67,7 @@ from simulator.specs.checks import (
     load_json,
     show,
 )
+from simulator.specs.readers import read_head
 
 FORMATS = ("measurements-csv", "vllm", "guidellm", "inference-perf", "aiperf")
 #: the metrics every row set draws from; the ones a file has become rows
@@ -684,11 +685,7 @@ def detect_format(path: str | Path) -> str:
             return "aiperf"
         raise SpecError(f"{p}: a folder without inference-perf (*lifecycle_metrics.json) or AIPerf "
                         "(profile_export_aiperf.json) results")
-    try:
-        with open(p, "rb") as fh:
-            head = fh.read(64).lstrip()
-    except OSError as e:
-        raise SpecError(f"{p}: cannot read ({e.__class__.__name__}: {e.strerror or e})") from None
+    head = read_head(p, 64).lstrip()
     if not head.startswith((b"{", b"[")):
         if head.startswith(b"Metric,"):
             raise SpecError(f"{p}: an AIPerf CSV export; give its profile_export_aiperf.json (same folder) instead")

@@ -98,6 +98,8 @@ def policy_params_for(profile: EngineProfile, scheduler: str, chunked: bool | No
                              ("new_token_ratio_decay_steps", "decay_steps")):
             if theirs in ratio:
                 out[ours] = float(ratio[theirs])
+    if "schedule_conservativeness" in prm:  # SGLang: init ratio = min(init x conservativeness, 1)
+        out["init_new_token_ratio"] = min(out.get("init_new_token_ratio", 0.7) * float(prm["schedule_conservativeness"]), 1.0)
     # a scheduler that is not a name (a scenario YAML can hold a list) is reported by the
     # Scenario's own check, one line; here it just has no parameters
     allowed = SCHEDULERS[scheduler].PARAMS if isinstance(scheduler, str) and scheduler in SCHEDULERS else {}

@@ -25,7 +25,7 @@ from typing import Any
 from simulator.serving.sched.registry import SCHEDULERS
 from simulator.specs.catalog import _catalog_dir, read_catalog_yaml, read_yaml
 from simulator.specs.checks import SpecError, is_number
-from simulator.specs.fields import _check_fields, _did_you_mean, build
+from simulator.specs.fields import Param, _check_fields, _did_you_mean, build
 from simulator.specs.hardware import HardwareSpec
 
 #: what `status` may start with (free text may follow, e.g. "provisional (analytic fit, ...)")
@@ -35,20 +35,138 @@ LIMIT_RULES = ("vllm_v1_batch_defaults", "vllm_v0_defaults", "sglang_kv_derived"
 BENCH_RULES = ("none", "trtllm_bench_v014", "trtllm_bench_pytorch")
 ALLREDUCE_DTYPES = ("activation", "bf16", "fp16")
 
-#: scheduler parameters a profile may give each policy (names as the engine spells them; the
-#: policy names are the event engine's registry names, `serving.sched.registry.SCHEDULERS`)
-POLICY_PARAMS: dict[str, tuple[str, ...]] = {
-    "vllm": ("order", "running_first", "long_prefill_token_threshold", "admit_when_preempted",
-                "preemption", "admission_kv_check", "watermark_fraction", "async_scheduling",
-                "cudagraph_max_batch"),
-    "vllm-v0": ("chunked_prefill", "prefill_priority", "watermark_fraction", "preemption",
-                "num_scheduler_steps", "multi_step"),
-    "trtllm": ("capacity_scheduler_policy", "context_chunking_policy", "overlap_scheduler",
-               "cuda_graphs", "max_tokens_reserved_at_admission"),
-    "sglang": ("schedule_policy", "step_mix", "enable_mixed_chunk", "max_prefill_tokens",
-               "one_chunked_request", "clip_max_new_tokens", "new_token_ratio",
-               "schedule_conservativeness", "retraction", "overlap_scheduler"),
+# ---------------------------------------------------------------------- parameter domains
+# Every scheduler parameter, limits table and benchmark setting a profile may hold, with its type
+# and domain declared once (`specs.fields.Param`): the engine's own allowed values in `choices`,
+# the subset llmsim simulates in `modelled`. Loading checks every value against it, so a value
+# the engine does not know is refused with the allowed list, and one it knows but llmsim does not
+# simulate is refused as "not modelled" instead of silently running the default policy.
+
+_NOT_MODELLED = "the event engine runs only this behaviour"
+#: how a preempted request is handled (vLLM V1 and V0 spell it in one mapping)
+_PREEMPTION = Param("mapping", fields={
+    "victim": Param("choice", "newest_running", choices=("newest_running",)),
+    "mode": Param("choice", "recompute", choices=("recompute", "swap"), modelled=("recompute",),
+                  note="KV swapping to CPU is not simulated"),
+    "mode_single_seq": Param("choice", "recompute", choices=("recompute", "swap"), modelled=("recompute",),
+                             note="KV swapping to CPU is not simulated"),
+    # V0 swaps multi-sequence groups (beam search, n > 1); llmsim's requests are one sequence
+    # each, so this mode never applies and either value is accepted
+    "mode_multi_seq": Param("choice", "swap", choices=("recompute", "swap")),
+    "swap_space_bytes_per_gpu": Param("number", 4.295e9, low=0, high=1e15),
+    "requeue": Param("choice", "head", choices=("head", "tail"), modelled=("head",), note=_NOT_MODELLED),
+})
+
+#: scheduler parameters a profile may give each policy, as the engine spells them (the policy
+#: names are the event engine's registry names, `serving.sched.registry.SCHEDULERS`); how they
+#: reach the policy: `profiles.apply.policy_params_for`
+POLICY_PARAM_DOMAINS: dict[str, dict[str, Param]] = {
+    "vllm": {
+        "order": Param("choice", "fcfs", choices=("fcfs", "priority"), modelled=("fcfs",),
+                       note="requests carry no priority"),
+        "running_first": Param("bool", True, modelled=(True,), note=_NOT_MODELLED),
+        "long_prefill_token_threshold": Param("int", 0, low=0, high=10_000_000, modelled=(0,),
+                                              note="chunks are capped by the token budget only"),
+        "admit_when_preempted": Param("bool", False, modelled=(False,), note=_NOT_MODELLED),
+        "preemption": _PREEMPTION,
+        "admission_kv_check": Param("choice", "full_prompt", choices=("full_prompt", "first_chunk")),
+        "watermark_fraction": Param("number", 0.0, low=0.0, high=1.0),
+        "async_scheduling": Param("bool", True),
+        "cudagraph_max_batch": Param("int", 512, low=1, high=1_000_000),
+    },
+    "vllm-v0": {
+        # informational: the run's chunking is `limits.chunked_prefill` (the two must agree)
+        "chunked_prefill": Param("bool", False),
+        "prefill_priority": Param("bool", True, modelled=(True,), note=_NOT_MODELLED),
+        "watermark_fraction": Param("number", 0.01, low=0.0, high=1.0),
+        "preemption": _PREEMPTION,
+        "num_scheduler_steps": Param("int", 1, low=1, high=1024),
+        "multi_step": Param("mapping", fields={
+            "lookahead_slots": Param("choice", "N - 1", choices=("N - 1",)),
+            "prefill_steps_per_round": Param("int", 1, low=1, high=1024, modelled=(1,), note=_NOT_MODELLED),
+        }),
+    },
+    "trtllm": {
+        "capacity_scheduler_policy": Param(
+            "choice", "GUARANTEED_NO_EVICT", choices=("GUARANTEED_NO_EVICT", "MAX_UTILIZATION", "STATIC_BATCH"),
+            modelled=("GUARANTEED_NO_EVICT", "MAX_UTILIZATION"), note="STATIC_BATCH is not simulated"),
+        "context_chunking_policy": Param("choice", "FIRST_COME_FIRST_SERVED",
+                                         choices=("FIRST_COME_FIRST_SERVED", "EQUAL_PROGRESS"),
+                                         modelled=("FIRST_COME_FIRST_SERVED",), note="EQUAL_PROGRESS is not simulated"),
+        "overlap_scheduler": Param("bool", False),
+        "cuda_graphs": Param("choice", False, choices=(True, False, "generation_only")),
+        "max_tokens_reserved_at_admission": Param("choice", "prompt_plus_max_new", choices=("prompt_plus_max_new",)),
+    },
+    "sglang": {
+        "schedule_policy": Param("choice", "fcfs", choices=("fcfs", "lpm", "dfs-weight", "lof", "random"),
+                                 modelled=("fcfs",), note="only first-come-first-served is simulated"),
+        "step_mix": Param("choice", "prefill_or_decode", choices=("prefill_or_decode",)),
+        "enable_mixed_chunk": Param("bool", False, modelled=(False,), note=_NOT_MODELLED),
+        "max_prefill_tokens": Param("int", 16384, low=1, high=10_000_000),
+        "one_chunked_request": Param("bool", True, modelled=(True,), note=_NOT_MODELLED),
+        "clip_max_new_tokens": Param("int", 4096, low=1, high=10_000_000, modelled=(4096,),
+                                     note="SGLang's CLIP_MAX_NEW_TOKENS is built in"),
+        "new_token_ratio": Param("mapping", fields={
+            "init": Param("number", 0.7, low=0.0, high=1.0),
+            "min_factor": Param("number", 0.14, low=0.0, high=1.0),
+            "decay_steps": Param("number", 600, low=1.0, high=1e9),
+            "after_retract": Param("choice", choices=("min(1, (sum generated + 20 n) / (sum max_new + 1))",)),
+            "reset_on_idle": Param("bool", True, modelled=(True,), note=_NOT_MODELLED),
+        }),
+        # SGLang: init_new_token_ratio = min(init x schedule_conservativeness, 1)
+        "schedule_conservativeness": Param("number", 1.0, low=0.0, high=1000.0),
+        "retraction": Param("mapping", fields={
+            "trigger": Param("choice", choices=("decode step finds fewer free tokens than requests",)),
+            "order": Param("choice", choices=("fewest outputs first, then longest prompt",)),
+            "keep_at_least": Param("int", 1, low=1, high=1_000_000, modelled=(1,), note=_NOT_MODELLED),
+            "headroom_tokens_per_request": Param("int", 20, low=0, high=10_000_000, modelled=(20,),
+                                                 note="SGLang's SGLANG_RETRACT_DECODE_STEPS is built in"),
+            "requeue": Param("choice", "tail", choices=("tail",)),
+            "mode": Param("choice", "recompute", choices=("recompute",)),
+        }),
+        "overlap_scheduler": Param("bool", True),
+    },
 }
+#: the parameter names per policy (the keys of `POLICY_PARAM_DOMAINS`)
+POLICY_PARAMS: dict[str, tuple[str, ...]] = {k: tuple(v) for k, v in POLICY_PARAM_DOMAINS.items()}
+
+#: `limits.tables`: the tables the limit rules read (`profiles.limits`)
+TABLE_DOMAINS: dict[str, Param] = {
+    # vLLM V1 EngineArgs.get_batch_defaults tiers: [max_num_batched_tokens, max_num_seqs] per entry point
+    "batch_defaults": Param("list", high=64, item=Param("mapping", fields={
+        "min_gib": Param("number", low=0.0, high=1e6),
+        "not_name": Param("text"),
+        "llm_class": Param("row", fields={"max_num_batched_tokens": Param("int", low=1, high=10_000_000),
+                                          "max_num_seqs": Param("int", low=1, high=1_000_000)}),
+        "openai_server": Param("row", fields={"max_num_batched_tokens": Param("int", low=1, high=10_000_000),
+                                              "max_num_seqs": Param("int", low=1, high=1_000_000)}),
+    })),
+    # SGLang: [GPU memory below GiB (null: any), chunked_prefill_size, graph max batch TP<4, TP>=4]
+    "gpu_tiers": Param("list", high=64, item=Param("row", fields={
+        "below_gib": Param("number", low=0.0, high=1e6, optional=True),
+        "chunked_prefill_size": Param("int", low=1, high=10_000_000),
+        "graph_max_batch": Param("int", low=1, high=1_000_000),
+        "graph_max_batch_tp4": Param("int", low=1, high=1_000_000),
+    })),
+}
+#: `benchmark_tool.settings`: how the engine's benchmark tool ran (read by `profiles.apply` and
+#: `profiles.limits`; the rest documents the tool's run)
+BENCH_SETTINGS = Param("mapping", fields={
+    "request_rate": Param("choice", "inf", choices=("inf",)),
+    "burstiness": Param("number", 1.0, low=0.0, high=1e6),
+    "ignore_eos_random_dataset": Param("bool", True),
+    "build_kv_fraction": Param("number", 0.95, low=0.0, high=1.0),
+    "capacity_scheduler_policy": POLICY_PARAM_DOMAINS["trtllm"]["capacity_scheduler_policy"],
+    "chunked_prefill": Param("bool", True),
+    "kv_memory_fraction": Param("number", 0.9, low=0.01, high=1.0),
+    "prefix_caching": Param("bool", False),
+    "dynamic_batch_size_tuning_window": Param("int", 128, low=1, high=1_000_000),
+    "arrivals": Param("choice", "all_at_t0", choices=("all_at_t0",)),
+    "ignore_eos": Param("bool", True),
+    "uses_average_lengths": Param("bool", True),
+    # chip id -> the GiB trtllm-bench reads from NVML
+    "nvml_memory_gib": Param("mapping", item=Param("number", low=0.01, high=1e6)),
+})
 
 #: chip families for per-family kernel factors (a user's own hardware id matches none: no factor).
 #: An engine's kernels are built per architecture (CUDA sm_80/sm_90/sm_100, ROCm gfx90a/gfx942/
@@ -134,11 +252,13 @@ class SchedulerSection:
 
     def __post_init__(self) -> None:
         _check_fields(self, "")
-        allowed = POLICY_PARAMS.get(self.policy, ())
-        for key in self.params:
-            if key not in allowed:
+        domains = POLICY_PARAM_DOMAINS.get(self.policy, {})
+        for key, value in self.params.items():
+            if key not in domains:
+                allowed = ", ".join(domains) or "none"
                 raise SpecError(f"params.{key}: unknown parameter for policy {self.policy!r}"
-                                f"{_did_you_mean(str(key), allowed)}; allowed: {', '.join(allowed)}")
+                                f"{_did_you_mean(str(key), domains)}; allowed: {allowed}")
+            domains[key].check(f"params.{key}", value)
 
 
 @dataclass(frozen=True)
@@ -174,6 +294,20 @@ class LimitsSection:
         m = self.max_tokens_if_unset
         if isinstance(m, str) and m != "max_seq_len - prompt":
             raise SpecError(f"max_tokens_if_unset: {m!r} is not an integer or 'max_seq_len - prompt'")
+        if isinstance(m, int) and not 1 <= m <= 10_000_000:
+            raise SpecError(f"max_tokens_if_unset: {m!r} must be an integer >= 1 and <= 10000000")
+        for key, value in self.tables.items():
+            if key not in TABLE_DOMAINS:
+                raise SpecError(f"tables.{key}: unknown table{_did_you_mean(str(key), TABLE_DOMAINS)}; "
+                                f"allowed: {', '.join(TABLE_DOMAINS)}")
+            TABLE_DOMAINS[key].check(f"tables.{key}", value)
+        # a rule that reads a table needs it (else a KeyError at run time)
+        needs = {"vllm_v1_batch_defaults": "batch_defaults", "sglang_chunk_by_gpu": "gpu_tiers"}
+        for rule in (self.max_num_seqs, self.max_num_batched_tokens):
+            if isinstance(rule, str) and rule in needs and needs[rule] not in self.tables:
+                raise SpecError(f"tables.{needs[rule]}: required by the rule {rule!r}")
+        if self.kv_memory_fraction == "sglang_mem_fraction_static" and "gpu_tiers" not in self.tables:
+            raise SpecError("tables.gpu_tiers: required by kv_memory_fraction 'sglang_mem_fraction_static'")
 
 
 @dataclass(frozen=True)
@@ -183,6 +317,10 @@ class BenchmarkSection:
     name: str
     rule: str = field(default="none", metadata={"choices": BENCH_RULES})
     settings: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "")
+        BENCH_SETTINGS.check("settings", self.settings)
 
 
 @dataclass(frozen=True)
@@ -194,6 +332,9 @@ class OverheadsSection:
     per_request_s: Tunable = field(default_factory=Tunable)
     runtime_reserve_bytes: Tunable = field(default_factory=Tunable)
     cpu_overlap_fraction: Tunable = field(default_factory=Tunable)
+
+    def __post_init__(self) -> None:
+        _check_fields(self, "")
 
 
 @dataclass(frozen=True)
@@ -278,6 +419,11 @@ class EngineProfile:
         for key, text in self.sources.items():
             if not isinstance(text, str) or not text.strip():
                 raise SpecError(f"sources.{key}: {text!r} must be a non-empty string")
+        stated = self.scheduler.params.get("chunked_prefill")
+        if stated is not None and stated != self.limits.chunked_prefill:
+            # the run chunks by limits.chunked_prefill; a params value that disagrees would be ignored
+            raise SpecError(f"scheduler.params.chunked_prefill: {stated!r} disagrees with limits.chunked_prefill: "
+                            f"{self.limits.chunked_prefill!r} (the one the run uses); give one value")
 
     # ------------------------------------------------------------------ derived facts
     @property

@@ -570,15 +570,40 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
         fields["parallel_attention"] = True
 
     _hf_structure(cfg, fields, mt)
-    q = cfg.get("quantization_config") or {}
-    method = str(q.get("quant_method", "")).lower() if isinstance(q, dict) else ""
+    method = _quant_method(cfg)
     if method == "fp8":
         fields["default_weight_dtype"] = "fp8"
     elif method == "mxfp4":
         fields["notes"] = "experts are MXFP4 in the published checkpoint; attention and embeddings bf16"
+    elif method:  # a format the import does not map: said, not silently bf16
+        fields["notes"] = (f"the checkpoint is quantized ({method}); imported with bf16 weights: "
+                           "give the run's --weight-dtype (e.g. int4, int8, fp8)")
     if arch not in _SUPPORTED_ARCHS:
         fields["notes"] = f"imported from an unrecognised architecture {show(arch)}: check the figures"
     return build(ModelSpec, fields)
+
+
+#: `quantization_config.quant_method` values of HF configs: those that set a weight format
+#: here (fp8; mxfp4 noted), and those the import reads as 16-bit weights (the user picks
+#: `--weight-dtype`, e.g. int4 for awq/gptq); anything else is refused, not read as bf16
+QUANT_METHODS = ("fp8", "mxfp4", "awq", "gptq", "compressed-tensors", "bitsandbytes", "fbgemm_fp8",
+                 "modelopt", "nvfp4", "gguf", "hqq", "eetq", "aqlm", "quark", "torchao", "bitnet")
+
+
+def _quant_method(cfg: dict) -> str:
+    """The checkpoint's `quantization_config.quant_method` ("" when none), lower-case."""
+    q = cfg.get("quantization_config")
+    if q is None or q == {}:
+        return ""
+    if not isinstance(q, dict):
+        raise SpecError(f"quantization_config: {show(q)} is not a mapping")
+    method = q.get("quant_method", "")
+    if method is None or method == "":
+        return ""
+    if not isinstance(method, str) or method.lower() not in QUANT_METHODS:
+        raise SpecError(f"quantization_config.quant_method: {show(method)} is not one of "
+                        f"{', '.join(QUANT_METHODS)}")
+    return method.lower()
 
 
 def _hf_structure(cfg: dict, fields: dict[str, Any], mt: str) -> None:

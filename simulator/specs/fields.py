@@ -15,12 +15,13 @@ import difflib
 import math
 import types
 import typing
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.specs.checks import (
     SpecError,
     check_choice,
+    check_int,
     check_number,
     is_number,
     is_numpy_scalar,
@@ -150,6 +151,10 @@ def build(cls: type, data: Any, owner: str = "") -> Any:
             )
         tp = hints[key]
         sub = _dataclass_in(tp)
+        if sub is not None and not isinstance(value, (dict, sub)) and not (value is None and _type_ok(None, tp)):
+            # a bare value where the field is a mapping of sub-fields (`overheads: {step_overhead_s: 0.004}`)
+            raise SpecError(f"{_where(owner, key)}: {show(value)} is not a mapping; its fields: "
+                            f"{', '.join(f.name for f in dataclasses.fields(sub))}")
         if sub is not None and isinstance(value, dict):
             value = build(sub, value, _where(owner, key))
         elif typing.get_origin(tp) is tuple and isinstance(value, list):
@@ -185,3 +190,113 @@ def _dataclass_in(tp: Any) -> type | None:
             if isinstance(a, type) and dataclasses.is_dataclass(a):
                 return a
     return None
+
+
+# ---------------------------------------------------------------------- free-form parameters
+
+
+@dataclass(frozen=True)
+class Param:
+    """The type and domain of one free-form parameter (an engine profile's scheduler parameter,
+    a limits table, a benchmark setting), declared once next to its default.
+
+    `kind`: "bool", "int", "number" (within [low, high]), "choice" (one of `choices`: the
+    values the engine itself accepts), "text", "mapping" (keys `fields`, each a Param; unknown
+    keys refused), "list" (items `item`, at most `high` of them) or "row" (a fixed-length list,
+    position i checked by `fields[str(i)]`). `modelled`: the values llmsim can simulate (None:
+    all of the domain); a value in the domain but not modelled is refused as "not modelled"
+    rather than silently run as something else. `optional`: None is accepted.
+    """
+
+    kind: str
+    default: Any = None
+    low: float | None = None
+    high: float | None = None
+    choices: tuple = ()
+    modelled: tuple | None = None
+    fields: dict[str, Param] | None = None
+    item: Param | None = None
+    optional: bool = False
+    note: str = ""
+
+    def check(self, where: str, value: Any) -> Any:
+        """`value` checked against this domain; returns it (a list as given). Raises SpecError
+        "<where>: <value> ..." naming the field path and what is allowed."""
+        if value is None and self.optional:
+            return value
+        checker = getattr(self, f"_check_{self.kind}")
+        checker(where, value)
+        if self.modelled is not None and not _member(value, self.modelled):
+            allowed = ", ".join(_fmt(m) for m in self.modelled)
+            raise SpecError(f"{where}: {show(value)} is not modelled by llmsim{self._why()}; allowed: {allowed}")
+        return value
+
+    def _why(self) -> str:
+        return f" ({self.note})" if self.note else ""
+
+    def _check_bool(self, where: str, value: Any) -> None:
+        if not isinstance(value, bool):
+            raise SpecError(f"{where}: {show(value)} is not true or false")
+
+    def _check_int(self, where: str, value: Any) -> None:
+        low = int(self.low) if self.low is not None else -(10 ** 18)
+        check_int(where, value, low, maximum=int(self.high) if self.high is not None else 10 ** 18)
+
+    def _check_number(self, where: str, value: Any) -> None:
+        check_number(where, value, -GENERIC_MAX if self.low is None else self.low,
+                     GENERIC_MAX if self.high is None else self.high)
+
+    def _check_choice(self, where: str, value: Any) -> None:
+        if not _member(value, self.choices):
+            raise SpecError(f"{where}: {show(value)} is not one of {', '.join(_fmt(c) for c in self.choices)}")
+
+    def _check_text(self, where: str, value: Any) -> None:
+        if not isinstance(value, str) or len(value) > 1000:
+            raise SpecError(f"{where}: {show(value)} is not a string (of at most 1,000 characters)")
+
+    def _check_mapping(self, where: str, value: Any) -> None:
+        if not isinstance(value, dict):
+            keys = f"; its keys: {', '.join(self.fields)}" if self.fields else ""
+            raise SpecError(f"{where}: {show(value)} is not a mapping{keys}")
+        if self.fields is None and self.item is not None:  # free keys, one value domain
+            for key, sub in value.items():
+                if not isinstance(key, str):
+                    raise SpecError(f"{where}: key {show(key)} is not a string")
+                self.item.check(f"{where}.{key}", sub)
+            return
+        known = self.fields or {}
+        for key, sub in value.items():
+            if not isinstance(key, str) or key not in known:
+                raise SpecError(f"{where}.{key}: unknown key{_did_you_mean(str(key), known)}; "
+                                f"allowed: {', '.join(known)}")
+            known[key].check(f"{where}.{key}", sub)
+
+    def _check_list(self, where: str, value: Any) -> None:
+        top = int(self.high) if self.high is not None else 1000
+        if not isinstance(value, list) or not 1 <= len(value) <= top:
+            raise SpecError(f"{where}: {show(value)} is not a list of 1 to {top} items")
+        assert self.item is not None
+        for i, v in enumerate(value):
+            self.item.check(f"{where}[{i}]", v)
+
+    def _check_row(self, where: str, value: Any) -> None:
+        cols = self.fields or {}
+        if not isinstance(value, list) or len(value) != len(cols):
+            raise SpecError(f"{where}: {show(value)} is not a list of {len(cols)} values "
+                            f"({', '.join(cols)})")
+        for (name, sub), v in zip(cols.items(), value, strict=True):
+            sub.check(f"{where}.{name}", v)
+
+
+def _member(value: Any, options: tuple) -> bool:
+    """`value` is one of `options`, by type as well (True is not 1, 1.0 is not 1)."""
+    for o in options:
+        if type(value) is type(o) and value == o:
+            return True
+    return False
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

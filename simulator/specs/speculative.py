@@ -46,7 +46,6 @@ give the same mean and different spreads, so both are kept as vLLM and the paper
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -55,6 +54,7 @@ from typing import Any
 from simulator.specs.checks import SpecError, check_int, is_number, show
 from simulator.specs.dtypes import DTYPE_BYTES
 from simulator.specs.fields import _did_you_mean
+from simulator.specs.readers import parse_json
 
 #: the methods llmsim prices (vLLM's names); "*_mtp" names are taken as mtp, ngram_gpu as ngram
 METHODS = ("eagle", "eagle3", "mtp", "draft_model", "ngram")
@@ -296,18 +296,25 @@ def _draft_dtypes(d: Mapping[str, Any]) -> tuple[str | None, str | None]:
     return ("fp8" if q == "fp8" else None), kv_fmt
 
 
+def _parse_json_text(text: str) -> Any:
+    """The option's JSON string through the reader layer's bounded parser (integer digits,
+    nesting depth, value count), one line on any error, with an example of the form."""
+    try:
+        return parse_json(text, _FIELD)
+    except SpecError as e:
+        # an option string, not a file: "speculative_config: ...", without the reader's line 1
+        why = str(e).removeprefix(f"{_FIELD}:1: ").removeprefix(f"{_FIELD}:")
+        raise SpecError(f"{_FIELD}: {why.strip()} (e.g. '{{\"method\": \"eagle3\", \"num_speculative_tokens\": 3, "
+                        "\"mean_acceptance_length\": 2.5}')") from None
+
+
 def parse_speculative_config(value: Any, default_seed: int = 0) -> SpeculativeConfig | None:
     """`--speculative-config` (a JSON string or a mapping) checked; None for None / "" / {}.
     Every error is one line naming the field (module docstring for what is honoured)."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise SpecError(f"{_FIELD}: invalid JSON at character {e.pos}: {e.msg} "
-                            "(e.g. '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3, "
-                            "\"mean_acceptance_length\": 2.5}')") from None
+        value = _parse_json_text(value)
     if not isinstance(value, Mapping):
         raise SpecError(f"{_FIELD}: {show(value)} must be a JSON object of vLLM's SpeculativeConfig fields")
     if not value:
@@ -342,8 +349,7 @@ def normalise_speculative_config(value: Any) -> dict[str, Any] | None:
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if isinstance(value, str):
-        parse_speculative_config(value)  # the one-line JSON error
-        value = json.loads(value)
+        value = _parse_json_text(value)
     parse_speculative_config(value)
     return dict(value) if value else None
 

