@@ -46,7 +46,7 @@ from simulator.serving.records import COMPLETED, PENDING, REJECTED, Records, Sim
 from simulator.serving.replica import Replica
 from simulator.serving.sched.registry import EngineConfig
 from simulator.serving.steplog import StepLog, TimedStepLog
-from simulator.specs.checks import SpecError, check_int
+from simulator.specs.checks import SpecError, check_cost_model, check_int
 from simulator.workloads.workload import Workload
 
 
@@ -63,15 +63,19 @@ class KVLink:
 
     def __post_init__(self) -> None:
         if not (self.bandwidth_bytes_per_s > 0 and math.isfinite(self.bandwidth_bytes_per_s)):
-            raise SpecError(f"link bandwidth_bytes_per_s: {self.bandwidth_bytes_per_s!r} must be a number > 0")
+            raise SpecError(f"link.bandwidth_bytes_per_s: {self.bandwidth_bytes_per_s!r} must be a number > 0")
         if not (0 < self.efficiency <= 1):
-            raise SpecError(f"link efficiency: {self.efficiency!r} must be in (0, 1]")
+            raise SpecError(f"link.efficiency: {self.efficiency!r} must be in (0, 1]")
+        from simulator.scenario import MAX_CLOCK_S  # here: scenario imports the engine
+
         for name in ("latency_s", "overhead_s"):
             v = getattr(self, name)
-            if not (v >= 0 and math.isfinite(v)):
-                raise SpecError(f"link {name}: {v!r} must be a number of seconds >= 0")
+            # beyond the simulated clock's range one transfer would overflow it (later transfers
+            # that add up past it are refused when they happen, `_start_transfer`)
+            if not (0 <= v <= MAX_CLOCK_S):
+                raise SpecError(f"link.{name}: {v!r} must be a number of seconds in [0, {MAX_CLOCK_S:g}]")
         if not (isinstance(self.lanes, int) and self.lanes >= 1):
-            raise SpecError(f"link lanes: {self.lanes!r} must be an integer >= 1")
+            raise SpecError(f"link.lanes: {self.lanes!r} must be an integer >= 1")
 
     def transfer_time_s(self, nbytes: float) -> float:
         return nbytes / (self.lanes * self.bandwidth_bytes_per_s * self.efficiency) + self.latency_s + self.overhead_s
@@ -108,11 +112,11 @@ class DecodeReplica(Replica):
 
     def _admit_arrived(self) -> None:
         kv = self.kv
+        fits = self.policy.handoff_fits
         while self.arrived and not self.waiting and self.free_slots and len(self.active) < self.cfg.max_num_seqs:
             r = self.arrived[0]
             L = int(self.wl_in[r])
-            need = kv.blocks_for(L + 1)
-            if need > kv.free_blocks:
+            if not fits(self, r, L):  # the policy's own admission rule (its reservations)
                 return
             self.arrived.popleft()
             s = self.free_slots.pop()
@@ -141,6 +145,7 @@ class _Pools:
     links_free_s: list[float]  # per prefill replica: when its link is next free
     link: KVLink
     kv_bytes_per_token: float
+    max_clock_s: float  # a transfer ending later overflows the simulated clock (`scenario.MAX_CLOCK_S`)
 
 
 def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: Workload, link: KVLink,
@@ -155,7 +160,11 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
     The result's `meta` adds the transfer record: `kv_transfer_s` (prefill completion to
     arrival at the decode pool, queueing included), `kv_transfer_queue_s`, `kv_transfer_bytes`.
     """
+    from simulator.scenario import MAX_CLOCK_S  # here: scenario imports the engine
+
     pcfg, dcfg = prefill_cfg or EngineConfig(), decode_cfg or EngineConfig()
+    check_cost_model(prefill_cost)
+    check_cost_model(decode_cost)
     for name, v in (("prefill replicas", prefill_replicas), ("decode replicas", decode_replicas)):
         check_int(name, v)
     for name, rt in (("prefill router", prefill_router), ("decode router", decode_router)):
@@ -183,13 +192,18 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
                                  None)
                    for i in range(min(decode_replicas, n))], ROUTERS[decode_router](dcfg))
     kv_tok = decode_cost.model.kv_bytes_per_token(decode_cost.dtypes.kv)
-    pools = _Pools(prefill, decode, [0.0] * len(prefill.replicas), link, kv_tok)
+    pools = _Pools(prefill, decode, [0.0] * len(prefill.replicas), link, kv_tok, MAX_CLOCK_S)
     xfer = {"start": np.full(n, np.nan), "end": np.full(n, np.nan), "ready": np.full(n, np.nan),
             "bytes": np.zeros(n)}
     _run(pools, events, workload, out, out_p, xfer, mml, pcfg.max_duration_s, progress)
     _finish_pools(pools, out, out_p, pcfg.max_duration_s)
+    done = out.completed()
+    if not all(math.isfinite(p.clock) for p in pools.prefill.replicas + pools.decode.replicas) or not (
+            np.isfinite(out.finish_s[done]).all() and np.isfinite(out.first_token_s[done]).all()):
+        raise SpecError("simulated time overflowed (step times or arrival gaps beyond float range); "
+                        "check the efficiency overheads and the rate")
     if pcfg.debug or dcfg.debug:
-        out.check_conservation(pools.prefill.replicas + pools.decode.replicas)
+        _check_run(pools, out, plog, dlog, workload)
     return _result(workload, out, out_p, xfer, pools, plog, dlog, (p_blocks * pcfg.block_size, d_blocks * dcfg.block_size),
                    (int(prefill_replicas), int(decode_replicas)), f"{prefill_router}/{decode_router}", mml)
 
@@ -235,6 +249,26 @@ def _run(pools: _Pools, events: EventQueue, wl: Workload, out: Records, out_p: R
                 progress(seen, n)
 
 
+def _check_run(pools: _Pools, out: Records, plog: StepLog, dlog: StepLog, wl: Workload) -> None:
+    """Debug mode, the ledger of both pools at the end (as `simulate._check_run` for one):
+    no replica of either pool holds work, blocks or preempted state; every request ended
+    completed or rejected with a reason, arrival < first token <= finish; the prefill pool
+    emitted first tokens only (no inter-token gap) and the decode pool one gap per later
+    token of each completed request, plus the gaps of requests cut off by the time cap."""
+    out.check_conservation(pools.prefill.replicas + pools.decode.replicas, np.asarray(wl.arrival_s, dtype=float))
+    p_gaps = int(plog.itl()[1].sum())
+    if p_gaps or plog.cut_gaps or plog.merged_tokens:
+        raise AssertionError(f"prefill pool: {p_gaps} inter-token gaps (+ {plog.cut_gaps} cut off); "
+                             "it emits first tokens only")
+    done = out.completed()
+    gaps = int(dlog.itl()[1].sum())
+    want = int(wl.output_len[done].sum()) - int(done.sum()) + dlog.cut_gaps
+    if gaps + dlog.merged_tokens != want:
+        raise AssertionError(f"decode pool: inter-token gaps {gaps} + merged {dlog.merged_tokens} != {want} "
+                             "(tokens requested by completed requests minus first tokens, plus the gaps of "
+                             "requests cut off)")
+
+
 def _cut(r: int, out: Records, cap: float) -> None:
     out.reject_pending((r,), cut_reason(cap))
 
@@ -253,6 +287,10 @@ def _start_transfer(pools: _Pools, r: int, t: float, wl: Workload, out: Records,
     nbytes = int(wl.input_len[r]) * pools.kv_bytes_per_token
     start = max(t, pools.links_free_s[i])
     end = start + pools.link.transfer_time_s(nbytes)
+    if not end <= pools.max_clock_s:  # NaN and inf too: such a request would never arrive
+        raise SpecError(f"simulated time overflowed: the KV transfer of request {r} ({nbytes:.4g} bytes) ends at "
+                        f"{end:.4g} s, beyond the simulated clock's range of {pools.max_clock_s:g} s; check the "
+                        "link's bandwidth_bytes_per_s, latency_s and overhead_s (deployment.link)")
     pools.links_free_s[i] = end
     xfer["ready"][r], xfer["start"][r], xfer["end"][r], xfer["bytes"][r] = t, start, end, nbytes
     events.push(end, HANDOFF, r)
