@@ -27,7 +27,9 @@ decode step) - f_r, so transfer time and decode-side queueing show in ITL and TP
 Requests with one output token finish at the prefill pool (no transfer). Left out:
 contention of transfers at the receiving decode replica (only the sender's link queues),
 layer-wise streaming of KV during prefill (Mooncake / DistServe overlap), prefix caching
-across pools, closed-loop clients (open-loop arrivals only).
+across pools and in the decode pool (with `enable_prefix_caching` each prefill replica caches
+prefixes as an aggregated replica does; the whole prompt's KV still crosses the link),
+closed-loop clients (open-loop arrivals only).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from simulator.serving.pool import ROUTERS, Pool, kv_blocks
 from simulator.serving.records import COMPLETED, PENDING, REJECTED, Records, SimResult, cut_reason
 from simulator.serving.replica import Replica
 from simulator.serving.sched.registry import EngineConfig
+from simulator.serving.simulate import _attach_prefix_caches, _hit_rate
 from simulator.serving.steplog import StepLog, TimedStepLog
 from simulator.specs.checks import SpecError, check_cost_model, check_int
 from simulator.workloads.workload import Workload
@@ -188,6 +191,8 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
     prefill = Pool([Replica(i, prefill_cost, pcfg, p_blocks, p_mml, wl_p, out_p, plog,
                             lambda r, t: events.push(t, PREFILL_DONE, r))
                     for i in range(min(prefill_replicas, n))], ROUTERS[prefill_router](pcfg))
+    if pcfg.enable_prefix_caching:
+        _attach_prefix_caches(prefill.replicas, wl_p, pcfg)
     decode = Pool([DecodeReplica(i, decode_cost, dcfg, d_blocks, d_mml, workload, out, dlog,
                                  None)
                    for i in range(min(decode_replicas, n))], ROUTERS[decode_router](dcfg))
@@ -336,6 +341,9 @@ def _result(wl: Workload, out: Records, out_p: Records, xfer: dict[str, np.ndarr
         "mean_batch_size": (plog.batch_token_sum + dlog.batch_token_sum) / steps if steps else 0.0,
         "mean_decode_batch_size": dlog.batch_token_sum / dlog.steps if dlog.steps else 0.0,
         "peak_kv_utilization": dlog.peak_kv,
+        "prefill_peak_kv_utilization": plog.peak_kv,
+        "prefix_caching": pools.prefill.replicas[0].prefix is not None,
+        "prefix_cache_hit_rate": _hit_rate(out_p, wl, out.completed()),
         "busy_s": plog.busy_s + dlog.busy_s,
         "prefill_busy_s": plog.busy_s, "decode_busy_s": dlog.busy_s,
         "offered_rate": wl.offered_rate,
@@ -349,6 +357,7 @@ def _result(wl: Workload, out: Records, out_p: Records, xfer: dict[str, np.ndarr
     return SimResult(wl.arrival_s.copy(), wl.input_len, wl.output_len, out.first_token_s, out.finish_s,
                      out.preemptions, out.replica, out.status, out.reasons, itl_v, itl_c,
                      timeline, meta, out_p.scheduled_s,
+                     cached_tokens=out_p.cached_tokens if meta["prefix_caching"] else None,
                      itl_timed=dlog.timed_itl() if isinstance(dlog, TimedStepLog) else None,
                      merged_timed=dlog.timed_merged() if isinstance(dlog, TimedStepLog) else None)
 

@@ -58,5 +58,5 @@ def check_step_times(times: Any, T: Any, S: Any, R: Any) -> np.ndarray:
         def pick(v: Any) -> Any:
             return np.broadcast_to(v, a.shape)[i] if np.ndim(v) else v
 
-        raise bad_step(a[i] if a.ndim else a, pick(T), pick(S), pick(R))
+        raise bad_step(float(a[i] if a.ndim else a), pick(T), pick(S), pick(R))
     return a
