@@ -44,7 +44,15 @@ import numpy as np
 from simulator.cost.roofline import CostModel
 from simulator.serving.events import HANDOFF, PREFILL_DONE, EventQueue
 from simulator.serving.pool import ROUTERS, Pool, kv_blocks
-from simulator.serving.records import COMPLETED, PENDING, REJECTED, Records, SimResult, cut_reason
+from simulator.serving.records import (
+    COMPLETED,
+    MAX_CLOCK_S,
+    PENDING,
+    REJECTED,
+    Records,
+    SimResult,
+    cut_reason,
+)
 from simulator.serving.replica import Replica
 from simulator.serving.sched.registry import EngineConfig
 from simulator.serving.simulate import _attach_prefix_caches, _hit_rate
@@ -69,8 +77,6 @@ class KVLink:
             raise SpecError(f"link.bandwidth_bytes_per_s: {self.bandwidth_bytes_per_s!r} must be a number > 0")
         if not (0 < self.efficiency <= 1):
             raise SpecError(f"link.efficiency: {self.efficiency!r} must be in (0, 1]")
-        from simulator.scenario import MAX_CLOCK_S  # here: scenario imports the engine
-
         for name in ("latency_s", "overhead_s"):
             v = getattr(self, name)
             # beyond the simulated clock's range one transfer would overflow it (later transfers
@@ -148,7 +154,6 @@ class _Pools:
     links_free_s: list[float]  # per prefill replica: when its link is next free
     link: KVLink
     kv_bytes_per_token: float
-    max_clock_s: float  # a transfer ending later overflows the simulated clock (`scenario.MAX_CLOCK_S`)
 
 
 def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: Workload, link: KVLink,
@@ -163,8 +168,6 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
     The result's `meta` adds the transfer record: `kv_transfer_s` (prefill completion to
     arrival at the decode pool, queueing included), `kv_transfer_queue_s`, `kv_transfer_bytes`.
     """
-    from simulator.scenario import MAX_CLOCK_S  # here: scenario imports the engine
-
     pcfg, dcfg = prefill_cfg or EngineConfig(), decode_cfg or EngineConfig()
     check_cost_model(prefill_cost)
     check_cost_model(decode_cost)
@@ -197,7 +200,7 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
                                  None)
                    for i in range(min(decode_replicas, n))], ROUTERS[decode_router](dcfg))
     kv_tok = decode_cost.model.kv_bytes_per_token(decode_cost.dtypes.kv)
-    pools = _Pools(prefill, decode, [0.0] * len(prefill.replicas), link, kv_tok, MAX_CLOCK_S)
+    pools = _Pools(prefill, decode, [0.0] * len(prefill.replicas), link, kv_tok)
     xfer = {"start": np.full(n, np.nan), "end": np.full(n, np.nan), "ready": np.full(n, np.nan),
             "bytes": np.zeros(n)}
     _run(pools, events, workload, out, out_p, xfer, mml, pcfg.max_duration_s, progress)
@@ -292,9 +295,9 @@ def _start_transfer(pools: _Pools, r: int, t: float, wl: Workload, out: Records,
     nbytes = int(wl.input_len[r]) * pools.kv_bytes_per_token
     start = max(t, pools.links_free_s[i])
     end = start + pools.link.transfer_time_s(nbytes)
-    if not end <= pools.max_clock_s:  # NaN and inf too: such a request would never arrive
+    if not end <= MAX_CLOCK_S:  # NaN and inf too: such a request would never arrive
         raise SpecError(f"simulated time overflowed: the KV transfer of request {r} ({nbytes:.4g} bytes) ends at "
-                        f"{end:.4g} s, beyond the simulated clock's range of {pools.max_clock_s:g} s; check the "
+                        f"{end:.4g} s, beyond the simulated clock's range of {MAX_CLOCK_S:g} s; check the "
                         "link's bandwidth_bytes_per_s, latency_s and overhead_s (deployment.link)")
     pools.links_free_s[i] = end
     xfer["ready"][r], xfer["start"][r], xfer["end"][r], xfer["bytes"][r] = t, start, end, nbytes
