@@ -1,7 +1,8 @@
-"""The engine's ledger over random configurations (issue 26): every built-in engine profile x
-prefix caching on/off x disaggregation (none, 1:1, 2:1, 1:2, 2:3) x workloads (random,
-shared-prefix, multi-turn shared-prefix) x small KV caches x seat and token caps x rates (inf
-included) x simulated-time caps, each run with the debug ledger on (`EngineConfig.debug`: blocks,
+"""The engine's ledger over random configurations (issue 26): every built-in engine profile (and
+now and then another scheduler policy under it, or TensorRT-LLM's MAX_UTILIZATION) x prefix
+caching on/off x disaggregation (none, 1:1, 2:1, 1:2, 2:3) x workloads (random, shared-prefix,
+multi-turn shared-prefix) x small KV caches x seat and token caps x block sizes x rates (inf
+included) x simulated-time caps x replicas and routers, each run with the debug ledger on (`EngineConfig.debug`: blocks,
 seats, tokens and time order after every step and at the end, in every pool).
 
 A configuration passes when it runs, or is refused with one `SpecError` (a setting the engine
@@ -70,7 +71,12 @@ def draw_config(choose: Choose) -> dict[str, Any]:
     budget = choose("max_num_batched_tokens", (None, None, 64, 512, 4096))
     if budget is not None:
         kw["max_num_batched_tokens"] = budget
-    if kw["engine"] in TRTLLM_POLICY and choose("trtllm_capacity", (0, 0, 1)):
+    scheduler = choose("scheduler", (None, None, None, None, "prefill-priority", "vllm-multistep", "static"))
+    if scheduler == "static" and disagg is not None:
+        scheduler = None  # refused in a decode pool (its requests arrive prefilled): tested on its own
+    if scheduler is not None:
+        kw["scheduler"] = scheduler  # another policy under the profile's limits and memory rule
+    elif kw["engine"] in TRTLLM_POLICY and choose("trtllm_capacity", (0, 0, 1)):
         kw["policy_params"] = {"capacity_policy": "max_utilization"}  # the other TRT-LLM capacity policy
     block = choose("block_size", (None, None, 1, 16, 64))
     if block is not None:

@@ -139,6 +139,16 @@ def test_disagg_ledger_holds_for_every_engine_under_kv_pressure(engine):
         assert res.meta["peak_kv_utilization"] <= 1.0
 
 
+def test_static_batching_in_a_decode_pool_is_refused():
+    """Static batching prefills and decodes a batch together; a decode pool's requests arrive
+    prefilled (the ledger property found `IndexError: pop from an empty deque` there)."""
+    _one_error(_cli("simulate", "-q", "-w", "random", "-n", "6", "--disagg", "1:1", "--scheduler", "static",
+                    "-r", "inf"), "scheduler: 'static'", "decode pool", "deployment.decode.scheduler")
+    f = _scenario_file({"disagg": "1:1", "scheduler": "static", "deployment": {"decode": {"scheduler": "vllm"}}})
+    r = _cli("simulate", "--json", "-q", "-w", "random", "-n", "6", "-r", "inf", "--debug", "-c", str(f))
+    assert r.exit_code == 0 and json.loads(r.stdout)["completed"] == 6, r.output
+
+
 def test_prefix_caching_works_in_the_prefill_pool():
     """`enable_prefix_caching` was silently ignored under --disagg; each prefill replica now
     caches prefixes as an aggregated replica does (2 groups x 6 questions sharing a

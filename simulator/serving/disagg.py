@@ -176,6 +176,10 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
     for name, rt in (("prefill router", prefill_router), ("decode router", decode_router)):
         if rt not in ROUTERS:
             raise SpecError(f"{name}: {rt!r} is not one of {', '.join(ROUTERS)}")
+    if dcfg.scheduler == "static":
+        raise SpecError("scheduler: 'static' (pre-Orca static batching prefills and decodes a batch together) is not "
+                        "modelled in the decode pool of a disaggregated deployment, whose requests arrive prefilled; "
+                        "give the decode pool another scheduler (deployment.decode.scheduler)")
     if workload.max_concurrency is not None:
         raise SpecError(f"max_concurrency: {workload.max_concurrency} (a cap on requests in flight at a finite "
                         "rate) is not modelled for a disaggregated deployment; drop --max-concurrency")
