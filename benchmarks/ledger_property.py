@@ -82,6 +82,10 @@ def draw_config(choose: Choose) -> dict[str, Any]:
     if block is not None:
         kw["block_size"] = block
     if disagg is None:
+        # the client view inside the engine: timeouts abort requests mid-run (aggregated only)
+        kw["request_timeout_s"] = choose("request_timeout_s", (None, None, None, 0.3, 3.0))
+        if kw["enable_prefix_caching"]:
+            kw["kv_offloading_size"] = choose("kv_offloading_size", (0.0, 0.0, 0.01))  # GiB: ~80 blocks
         kw["replicas"] = choose("replicas", (1, 1, 2, 3))
         kw["router"] = choose("router", ("round-robin", "least-outstanding", "least-kv"))
     if workload == "random":

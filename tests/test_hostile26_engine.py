@@ -287,6 +287,11 @@ def test_max_num_seqs_beyond_the_token_budget_costs_nothing():
     natural = kv(8192)
     assert kv(10**9) == kv(10**5) == natural
     assert kv(256) - natural == pytest.approx((8192 - 256) * 128256 * 4 / 131072, abs=16)
+    for engine in ("vllm", "vllm-v0", "trtllm", "sglang"):  # each engine's own memory rule
+        caps = {seqs: Scenario(engine=engine, max_num_seqs=seqs, max_num_batched_tokens=8192, workload="random",
+                               num_requests=2, input_len=16, output_len=2).run()[1]["kv_capacity_tokens_per_replica"]
+                for seqs in (8192, 10**9)}
+        assert caps[10**9] == caps[8192], engine
     a = _cli("simulate", "--json", "-q", "-w", "random", "-n", "5", "--max-num-seqs", "1000000000")
     b = _cli("simulate", "--json", "-q", "-w", "random", "-n", "5", "--max-num-seqs", "8192")
     ja, jb = json.loads(a.stdout), json.loads(b.stdout)
