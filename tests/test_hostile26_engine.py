@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -80,22 +81,17 @@ def test_trtllm_disagg_decode_pool_keeps_the_no_evict_reservation(engine):
     assert int(res.preemptions.sum()) == 0  # no-evict: nobody is preempted, in either pool
 
 
-def test_trtllm_disagg_cli_debug_is_clean():
+def test_trtllm_disagg_cli_debug_is_clean(tmp_path):
     r = _cli("simulate", "--json", "-q", "--engine", "trtllm", "--disagg", "1:1", "-w", "random", "-n", "60",
              "--input-len", "600", "--output-len", "60", "--range-ratio", "0.5", "-r", "inf", "--debug",
-             "--max-model-len", "4096", "--seed", "0", "-c", str(_scenario_file({"kv_capacity_tokens": 3000})))
+             "--max-model-len", "4096", "--seed", "0", "-c", str(_scenario_file(tmp_path, {"kv_capacity_tokens": 3000})))
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["completed"] == 60 and out["peak_kv_utilization"] <= 1.0
 
 
-def _scenario_file(d: dict, _n: list[int] = [0]) -> Path:  # noqa: B006 - a counter for unique names
-    import tempfile
-
-    _n[0] += 1
-    p = Path(tempfile.mkdtemp(prefix="h26e-")) / f"s{_n[0]}.yaml"
-    import yaml
-
+def _scenario_file(tmp: Path, d: dict) -> Path:
+    p = tmp / "scenario.yaml"
     p.write_text(yaml.safe_dump(d))
     return p
 
@@ -122,10 +118,6 @@ def test_disagg_ledger_catches_a_lost_decode_token(monkeypatch):
         simulate_disagg(COST, COST, w, LINK, cfg, cfg)
 
 
-def _engines() -> tuple[str, ...]:
-    return _ledger_module().ENGINES
-
-
 @pytest.mark.parametrize("engine", ["vllm", "vllm-v0", "trtllm", "sglang"])
 def test_disagg_ledger_holds_for_every_engine_under_kv_pressure(engine):
     """Both pools under every engine's own scheduler, KV tight: the per-step and end ledgers
@@ -139,12 +131,12 @@ def test_disagg_ledger_holds_for_every_engine_under_kv_pressure(engine):
         assert res.meta["peak_kv_utilization"] <= 1.0
 
 
-def test_static_batching_in_a_decode_pool_is_refused():
+def test_static_batching_in_a_decode_pool_is_refused(tmp_path):
     """Static batching prefills and decodes a batch together; a decode pool's requests arrive
     prefilled (the ledger property found `IndexError: pop from an empty deque` there)."""
     _one_error(_cli("simulate", "-q", "-w", "random", "-n", "6", "--disagg", "1:1", "--scheduler", "static",
                     "-r", "inf"), "scheduler: 'static'", "decode pool", "deployment.decode.scheduler")
-    f = _scenario_file({"disagg": "1:1", "scheduler": "static", "deployment": {"decode": {"scheduler": "vllm"}}})
+    f = _scenario_file(tmp_path, {"disagg": "1:1", "scheduler": "static", "deployment": {"decode": {"scheduler": "vllm"}}})
     r = _cli("simulate", "--json", "-q", "-w", "random", "-n", "6", "-r", "inf", "--debug", "-c", str(f))
     assert r.exit_code == 0 and json.loads(r.stdout)["completed"] == 6, r.output
 
@@ -173,10 +165,10 @@ def test_prefix_caching_works_in_the_prefill_pool():
     ({"overhead_s": 1e308}, ("deployment.link.overhead_s", "1e+308", "[0, 1e+10]")),
     ({"bandwidth_bytes_per_s": 0.001}, ("simulated time overflowed", "1e+10 s")),
 ])
-def test_extreme_link_values_are_refused_not_lost(link, words):
+def test_extreme_link_values_are_refused_not_lost(link, words, tmp_path):
     """30 requests vanished (0 completed + 0 failed, duration 1e308): their transfers ended at
     inf or past the simulated clock's range. Now one error line."""
-    f = _scenario_file({"disagg": "1:1", "deployment": {"link": link}})
+    f = _scenario_file(tmp_path, {"disagg": "1:1", "deployment": {"link": link}})
     _one_error(_cli("simulate", "--json", "-q", "-w", "random", "-n", "30", "-c", str(f)), *words)
 
 
@@ -197,7 +189,7 @@ def test_extreme_link_python_api_and_a_slow_link_conserves():
 # ============================================================== cause 10: pp micro-batches
 
 
-def test_pp_microbatches_has_a_domain():
+def test_pp_microbatches_has_a_domain(tmp_path):
     """M micro-batches per step: 1 ... 32 per pipeline stage (the bubble (pp-1)/(M+pp-1) is
     under 1/33 there and each micro-batch pays the step overheads again); 1e9 gave a mean TTFT
     of 87 days."""
@@ -208,7 +200,7 @@ def test_pp_microbatches_has_a_domain():
     assert Parallelism(1, 2, pp_microbatches=64).pp_microbatches == 64
     with pytest.raises(SpecError, match="pp_microbatches: 33 must be an integer >= 1 and <= 32"):
         Parallelism(1, 1, pp_microbatches=33)
-    f = _scenario_file({"disagg": "1:1", "deployment": {"prefill": {"pp_microbatches": 10**9}}})
+    f = _scenario_file(tmp_path, {"disagg": "1:1", "deployment": {"prefill": {"pp_microbatches": 10**9}}})
     _one_error(_cli("simulate", "-q", "-w", "random", "-n", "5", "-c", str(f)), "pp_microbatches")
 
 
