@@ -84,11 +84,16 @@ def kv_link(prefill: CostModel, decode: CostModel, P: int, D: int, over: dict[st
         a, b = scaleout_link(hp), scaleout_link(hd)
     eff = min(hp.efficiency.link_efficiency, hd.efficiency.link_efficiency)
     try:
-        return KVLink(kind, float(over.get("bandwidth_bytes_per_s", min(a.bandwidth_bytes_per_s, b.bandwidth_bytes_per_s))),
-                      min(gp, gd), float(over.get("efficiency", eff)),
-                      float(over.get("latency_s", max(a.latency_s, b.latency_s))), float(over.get("overhead_s", 0.0)))
+        values = (float(over.get("bandwidth_bytes_per_s", min(a.bandwidth_bytes_per_s, b.bandwidth_bytes_per_s))),
+                  float(over.get("efficiency", eff)),
+                  float(over.get("latency_s", max(a.latency_s, b.latency_s))), float(over.get("overhead_s", 0.0)))
     except (TypeError, ValueError):
         raise SpecError(f"deployment.link: {over!r}: every value but kind must be a number") from None
+    bw, eta, lat, ovh = values
+    try:  # the link's own domain check (`KVLink`), its message named as the scenario spells it
+        return KVLink(kind, bw, min(gp, gd), eta, lat, ovh)
+    except SpecError as e:
+        raise SpecError(f"deployment.{e}") from None
 
 
 def price_per_hour(pc: CostModel, dc: CostModel, P: int, D: int) -> float | None:

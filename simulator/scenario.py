@@ -53,7 +53,7 @@ from simulator.profiles.profile import load_engine
 from simulator.resolve import make_cost_model, make_speculative
 from simulator.serving.client_view import ClientView
 from simulator.serving.pool import ROUTERS
-from simulator.serving.records import SimResult
+from simulator.serving.records import MAX_CLOCK_S, SimResult
 from simulator.serving.sched.registry import SCHEDULERS, EngineConfig
 from simulator.serving.simulate import Watch, simulate
 from simulator.serving.speculative import SPECULATIVE_SCHEDULERS, spec_decode_summary
@@ -94,9 +94,6 @@ ENGINE_FIELDS: dict[str, Any] = {"max_num_seqs": 256, "max_num_batched_tokens": 
 _ENGINE_INPUTS = ("engine", "hardware", "tp", "pp", "max_model_len", "model", "weight_dtype", "kv_dtype")
 
 
-#: arrival times beyond this (s, 317 years) are refused: up to here a float64 second resolves
-#: 2 us (2**-52 relative), well under the shortest step; far beyond, steps round to zero
-MAX_CLOCK_S = 1e10
 #: beyond numpy's array sizes (2**63 raised ValueError); below it a run too big for the
 #: machine's memory is refused by `run` with a memory message
 MAX_SIM_REQUESTS = 10**12

@@ -27,7 +27,9 @@ decode step) - f_r, so transfer time and decode-side queueing show in ITL and TP
 Requests with one output token finish at the prefill pool (no transfer). Left out:
 contention of transfers at the receiving decode replica (only the sender's link queues),
 layer-wise streaming of KV during prefill (Mooncake / DistServe overlap), prefix caching
-across pools, closed-loop clients (open-loop arrivals only).
+across pools and in the decode pool (with `enable_prefix_caching` each prefill replica caches
+prefixes as an aggregated replica does; the whole prompt's KV still crosses the link),
+closed-loop clients (open-loop arrivals only).
 """
 
 from __future__ import annotations
@@ -42,11 +44,20 @@ import numpy as np
 from simulator.cost.roofline import CostModel
 from simulator.serving.events import HANDOFF, PREFILL_DONE, EventQueue
 from simulator.serving.pool import ROUTERS, Pool, kv_blocks
-from simulator.serving.records import COMPLETED, PENDING, REJECTED, Records, SimResult, cut_reason
+from simulator.serving.records import (
+    COMPLETED,
+    MAX_CLOCK_S,
+    PENDING,
+    REJECTED,
+    Records,
+    SimResult,
+    cut_reason,
+)
 from simulator.serving.replica import Replica
 from simulator.serving.sched.registry import EngineConfig
+from simulator.serving.simulate import _attach_prefix_caches, _hit_rate
 from simulator.serving.steplog import StepLog, TimedStepLog
-from simulator.specs.checks import SpecError, check_int
+from simulator.specs.checks import SpecError, check_cost_model, check_int
 from simulator.workloads.workload import Workload
 
 
@@ -63,15 +74,17 @@ class KVLink:
 
     def __post_init__(self) -> None:
         if not (self.bandwidth_bytes_per_s > 0 and math.isfinite(self.bandwidth_bytes_per_s)):
-            raise SpecError(f"link bandwidth_bytes_per_s: {self.bandwidth_bytes_per_s!r} must be a number > 0")
+            raise SpecError(f"link.bandwidth_bytes_per_s: {self.bandwidth_bytes_per_s!r} must be a number > 0")
         if not (0 < self.efficiency <= 1):
-            raise SpecError(f"link efficiency: {self.efficiency!r} must be in (0, 1]")
+            raise SpecError(f"link.efficiency: {self.efficiency!r} must be in (0, 1]")
         for name in ("latency_s", "overhead_s"):
             v = getattr(self, name)
-            if not (v >= 0 and math.isfinite(v)):
-                raise SpecError(f"link {name}: {v!r} must be a number of seconds >= 0")
+            # beyond the simulated clock's range one transfer would overflow it (later transfers
+            # that add up past it are refused when they happen, `_start_transfer`)
+            if not (0 <= v <= MAX_CLOCK_S):
+                raise SpecError(f"link.{name}: {v!r} must be a number of seconds in [0, {MAX_CLOCK_S:g}]")
         if not (isinstance(self.lanes, int) and self.lanes >= 1):
-            raise SpecError(f"link lanes: {self.lanes!r} must be an integer >= 1")
+            raise SpecError(f"link.lanes: {self.lanes!r} must be an integer >= 1")
 
     def transfer_time_s(self, nbytes: float) -> float:
         return nbytes / (self.lanes * self.bandwidth_bytes_per_s * self.efficiency) + self.latency_s + self.overhead_s
@@ -108,11 +121,11 @@ class DecodeReplica(Replica):
 
     def _admit_arrived(self) -> None:
         kv = self.kv
+        fits = self.policy.handoff_fits
         while self.arrived and not self.waiting and self.free_slots and len(self.active) < self.cfg.max_num_seqs:
             r = self.arrived[0]
             L = int(self.wl_in[r])
-            need = kv.blocks_for(L + 1)
-            if need > kv.free_blocks:
+            if not fits(self, r, L):  # the policy's own admission rule (its reservations)
                 return
             self.arrived.popleft()
             s = self.free_slots.pop()
@@ -156,11 +169,17 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
     arrival at the decode pool, queueing included), `kv_transfer_queue_s`, `kv_transfer_bytes`.
     """
     pcfg, dcfg = prefill_cfg or EngineConfig(), decode_cfg or EngineConfig()
+    check_cost_model(prefill_cost)
+    check_cost_model(decode_cost)
     for name, v in (("prefill replicas", prefill_replicas), ("decode replicas", decode_replicas)):
         check_int(name, v)
     for name, rt in (("prefill router", prefill_router), ("decode router", decode_router)):
         if rt not in ROUTERS:
             raise SpecError(f"{name}: {rt!r} is not one of {', '.join(ROUTERS)}")
+    if dcfg.scheduler == "static":
+        raise SpecError("scheduler: 'static' (pre-Orca static batching prefills and decodes a batch together) is not "
+                        "modelled in the decode pool of a disaggregated deployment, whose requests arrive prefilled; "
+                        "give the decode pool another scheduler (deployment.decode.scheduler)")
     if workload.max_concurrency is not None:
         raise SpecError(f"max_concurrency: {workload.max_concurrency} (a cap on requests in flight at a finite "
                         "rate) is not modelled for a disaggregated deployment; drop --max-concurrency")
@@ -179,6 +198,8 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
     prefill = Pool([Replica(i, prefill_cost, pcfg, p_blocks, p_mml, wl_p, out_p, plog,
                             lambda r, t: events.push(t, PREFILL_DONE, r))
                     for i in range(min(prefill_replicas, n))], ROUTERS[prefill_router](pcfg))
+    if pcfg.enable_prefix_caching:
+        _attach_prefix_caches(prefill.replicas, wl_p, pcfg)
     decode = Pool([DecodeReplica(i, decode_cost, dcfg, d_blocks, d_mml, workload, out, dlog,
                                  None)
                    for i in range(min(decode_replicas, n))], ROUTERS[decode_router](dcfg))
@@ -188,8 +209,13 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
             "bytes": np.zeros(n)}
     _run(pools, events, workload, out, out_p, xfer, mml, pcfg.max_duration_s, progress)
     _finish_pools(pools, out, out_p, pcfg.max_duration_s)
+    done = out.completed()
+    if not all(math.isfinite(p.clock) for p in pools.prefill.replicas + pools.decode.replicas) or not (
+            np.isfinite(out.finish_s[done]).all() and np.isfinite(out.first_token_s[done]).all()):
+        raise SpecError("simulated time overflowed (step times or arrival gaps beyond float range); "
+                        "check the efficiency overheads and the rate")
     if pcfg.debug or dcfg.debug:
-        out.check_conservation(pools.prefill.replicas + pools.decode.replicas)
+        _check_run(pools, out, plog, dlog, workload)
     return _result(workload, out, out_p, xfer, pools, plog, dlog, (p_blocks * pcfg.block_size, d_blocks * dcfg.block_size),
                    (int(prefill_replicas), int(decode_replicas)), f"{prefill_router}/{decode_router}", mml)
 
@@ -235,6 +261,26 @@ def _run(pools: _Pools, events: EventQueue, wl: Workload, out: Records, out_p: R
                 progress(seen, n)
 
 
+def _check_run(pools: _Pools, out: Records, plog: StepLog, dlog: StepLog, wl: Workload) -> None:
+    """Debug mode, the ledger of both pools at the end (as `simulate._check_run` for one):
+    no replica of either pool holds work, blocks or preempted state; every request ended
+    completed or rejected with a reason, arrival < first token <= finish; the prefill pool
+    emitted first tokens only (no inter-token gap) and the decode pool one gap per later
+    token of each completed request, plus the gaps of requests cut off by the time cap."""
+    out.check_conservation(pools.prefill.replicas + pools.decode.replicas, np.asarray(wl.arrival_s, dtype=float))
+    p_gaps = int(plog.itl()[1].sum())
+    if p_gaps or plog.cut_gaps or plog.merged_tokens:
+        raise AssertionError(f"prefill pool: {p_gaps} inter-token gaps (+ {plog.cut_gaps} cut off); "
+                             "it emits first tokens only")
+    done = out.completed()
+    gaps = int(dlog.itl()[1].sum())
+    want = int(wl.output_len[done].sum()) - int(done.sum()) + dlog.cut_gaps
+    if gaps + dlog.merged_tokens != want:
+        raise AssertionError(f"decode pool: inter-token gaps {gaps} + merged {dlog.merged_tokens} != {want} "
+                             "(tokens requested by completed requests minus first tokens, plus the gaps of "
+                             "requests cut off)")
+
+
 def _cut(r: int, out: Records, cap: float) -> None:
     out.reject_pending((r,), cut_reason(cap))
 
@@ -253,6 +299,10 @@ def _start_transfer(pools: _Pools, r: int, t: float, wl: Workload, out: Records,
     nbytes = int(wl.input_len[r]) * pools.kv_bytes_per_token
     start = max(t, pools.links_free_s[i])
     end = start + pools.link.transfer_time_s(nbytes)
+    if not end <= MAX_CLOCK_S:  # NaN and inf too: such a request would never arrive
+        raise SpecError(f"simulated time overflowed: the KV transfer of request {r} ({nbytes:.4g} bytes) ends at "
+                        f"{end:.4g} s, beyond the simulated clock's range of {MAX_CLOCK_S:g} s; check the "
+                        "link's bandwidth_bytes_per_s, latency_s and overhead_s (deployment.link)")
     pools.links_free_s[i] = end
     xfer["ready"][r], xfer["start"][r], xfer["end"][r], xfer["bytes"][r] = t, start, end, nbytes
     events.push(end, HANDOFF, r)
@@ -298,6 +348,9 @@ def _result(wl: Workload, out: Records, out_p: Records, xfer: dict[str, np.ndarr
         "mean_batch_size": (plog.batch_token_sum + dlog.batch_token_sum) / steps if steps else 0.0,
         "mean_decode_batch_size": dlog.batch_token_sum / dlog.steps if dlog.steps else 0.0,
         "peak_kv_utilization": dlog.peak_kv,
+        "prefill_peak_kv_utilization": plog.peak_kv,
+        "prefix_caching": pools.prefill.replicas[0].prefix is not None,
+        "prefix_cache_hit_rate": _hit_rate(out_p, wl, out.completed()),
         "busy_s": plog.busy_s + dlog.busy_s,
         "prefill_busy_s": plog.busy_s, "decode_busy_s": dlog.busy_s,
         "offered_rate": wl.offered_rate,
@@ -311,6 +364,7 @@ def _result(wl: Workload, out: Records, out_p: Records, xfer: dict[str, np.ndarr
     return SimResult(wl.arrival_s.copy(), wl.input_len, wl.output_len, out.first_token_s, out.finish_s,
                      out.preemptions, out.replica, out.status, out.reasons, itl_v, itl_c,
                      timeline, meta, out_p.scheduled_s,
+                     cached_tokens=out_p.cached_tokens if meta["prefix_caching"] else None,
                      itl_timed=dlog.timed_itl() if isinstance(dlog, TimedStepLog) else None,
                      merged_timed=dlog.timed_merged() if isinstance(dlog, TimedStepLog) else None)
 

@@ -19,6 +19,11 @@ if TYPE_CHECKING:
 #: request status codes
 PENDING, COMPLETED, REJECTED = 0, 1, 2
 
+#: the simulated clock's range (s, 317 years): up to here a float64 second resolves 2 us
+#: (2**-52 relative), well under the shortest step; far beyond, steps round to zero. Arrival
+#: times (`scenario.Scenario`) and KV transfers (`disagg.py`) beyond it are refused.
+MAX_CLOCK_S = 1e10
+
 
 def cut_reason(cap: float | None) -> str:
     """Why a request sent (or scheduled) before the simulated-time cap did not finish."""

@@ -42,6 +42,7 @@ from simulator.serving.sched.interface import StepPlan
 from simulator.serving.sched.registry import EngineConfig, make_policy
 from simulator.serving.segments import DecodeSegments
 from simulator.serving.steplog import StepLog
+from simulator.serving.steptime import INF, bad_step, check_step_times, step_ok
 from simulator.workloads.workload import Workload
 
 __all__ = ["Replica", "item_view"]
@@ -443,6 +444,12 @@ class Replica(DecodeSegments):
         stats = self._step_stats(sched, dec)
         T, S, Ad, Ap, R, Aw, Rw, Pc = stats  # positional, not *stats: CPython inlines only those calls
         dt = self.step_time(T, S, Ad, Ap, R, Aw, Rw, Pc)
+        try:  # the cost model's answer for this shape (`steptime.py`): a few ns per step
+            ok = 0.0 < dt < INF
+        except TypeError:
+            ok = False
+        if not ok:
+            raise bad_step(dt, T, S, R)
         if self.prefix is not None and self.prefix.pending_s:
             dt += self.prefix.pending_s  # offloaded blocks reloaded before the step runs
             self.prefix.pending_s = 0.0
@@ -644,7 +651,7 @@ class Replica(DecodeSegments):
         if line is not None:
             t_end = self.clock + n_steps * line[0] + line[1] * n_steps * (n_steps - 1) / 2
         else:
-            t_end = self.clock + float(np.sum(self._decode_step_times(batch, context_sum, n_steps)))
+            t_end = self.clock + float(np.sum(self._decode_step_times(batch, context_sum, n_steps)))  # checked there
         computed, generated, outlen, last, kv, lg = self.computed, self.generated, self.outlen, self.last_tok, self.kv, self.log
         done = []
         for s in self.active:
@@ -684,7 +691,10 @@ class Replica(DecodeSegments):
         Aw = float(np.sum(ins * np.minimum(ins / 2.0, W))) if W else Ap
         Rw = float(np.minimum(ins, W).sum()) if W else R
         t0 = self.clock
-        t_first = t0 + self.step_time(float(ins.sum()), float(B), 0.0, Ap, R, Aw, Rw)
+        d_first = self.step_time(float(ins.sum()), float(B), 0.0, Ap, R, Aw, Rw)
+        if not step_ok(d_first):
+            raise bad_step(d_first, ins.sum(), B, R)
+        t_first = t0 + d_first
         longest = int(outs.max())
         k = np.arange(1, longest, dtype=float)
         # padded batch: every member keeps a slot (and is priced) until the longest ends
@@ -696,7 +706,8 @@ class Replica(DecodeSegments):
             Rwd = np.minimum(p + 1, W).sum(axis=1)
         else:
             Awd, Rwd = Ad, Rr
-        dts = self.cost.step_times(float(B), float(B), Ad, 0.0, Rr, Awd, Rwd) if longest > 1 else np.zeros(0)
+        dts = (check_step_times(self.cost.step_times(float(B), float(B), Ad, 0.0, Rr, Awd, Rwd), B, B, Rr)
+               if longest > 1 else np.zeros(0))
         ends = t_first + np.concatenate([[0.0], np.cumsum(dts)])
         for j, r in enumerate(batch):
             self.records.scheduled_s[r] = t0

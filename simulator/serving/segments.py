@@ -21,6 +21,7 @@ import numpy as np
 
 from simulator.serving.kvcache import CeilKVCache, KVCache
 from simulator.serving.steplog import StepLog
+from simulator.serving.steptime import bad_step, check_step_times, checked, step_ok
 
 
 def capped_sums(sorted_c: np.ndarray, offsets: np.ndarray, W: float) -> np.ndarray:
@@ -92,7 +93,7 @@ class DecodeSegments:
         Ad0 = context_sum + 0.5 * batch
         R0 = float(context_sum + batch)
         if self.window is None:  # the common case, inline: one call less per segment
-            d0 = step_time(batch, batch, Ad0, 0.0, R0)
+            d0 = checked(step_time(batch, batch, Ad0, 0.0, R0), batch, batch, R0)  # `steptime.py`
         else:
             d0 = self._first_decode_step_s(batch, context_sum)
         if t_limit != math.inf:
@@ -108,9 +109,10 @@ class DecodeSegments:
         elif max_steps == 1:
             line = (d0, 0.0)
         else:
-            d1 = step_time(batch, batch, Ad0 + batch, 0.0, R0 + batch)
+            d1 = checked(step_time(batch, batch, Ad0 + batch, 0.0, R0 + batch), batch, batch, R0 + batch)
             last_j = max_steps - 1
-            d_last = d1 if max_steps == 2 else step_time(batch, batch, Ad0 + batch * last_j, 0.0, R0 + batch * last_j)
+            d_last = d1 if max_steps == 2 else checked(step_time(batch, batch, Ad0 + batch * last_j, 0.0,
+                                                                 R0 + batch * last_j), batch, batch, R0 + batch * last_j)
             line = (d0, d1 - d0) if abs(d0 + (d1 - d0) * last_j - d_last) <= 1e-12 * d_last else None
         if line is not None:
             slope = line[1]
@@ -229,10 +231,14 @@ class DecodeSegments:
         W = self.window
         computed = self.computed
         if W is None:
-            return self.step_time(batch, batch, context_sum + 0.5 * batch, 0.0, float(context_sum + batch))
-        return self.step_time(batch, batch, context_sum + 0.5 * batch, 0.0, float(context_sum + batch),
-                              sum(min(computed[s] + 0.5, W) for s in self.active),
-                              sum(min(computed[s] + 1, W) for s in self.active))
+            d0 = self.step_time(batch, batch, context_sum + 0.5 * batch, 0.0, float(context_sum + batch))
+        else:
+            d0 = self.step_time(batch, batch, context_sum + 0.5 * batch, 0.0, float(context_sum + batch),
+                                sum(min(computed[s] + 0.5, W) for s in self.active),
+                                sum(min(computed[s] + 1, W) for s in self.active))
+        if not step_ok(d0):
+            raise bad_step(d0, batch, batch, context_sum + batch)
+        return d0
 
     def _decode_line(self, batch: int, context_sum: int, d0: float,
                      max_steps: int) -> tuple[float, float] | None:
@@ -246,9 +252,12 @@ class DecodeSegments:
         Ad0 = context_sum + 0.5 * batch
         R0 = float(context_sum + batch)
         d1 = self.step_time(batch, batch, Ad0 + batch, 0.0, R0 + batch)
-        slope = d1 - d0
         last = max_steps - 1
         d_last = d1 if max_steps == 2 else self.step_time(batch, batch, Ad0 + batch * last, 0.0, R0 + batch * last)
+        for d in (d1, d_last):  # d0: `_first_decode_step_s`
+            if not step_ok(d):
+                raise bad_step(d, batch, batch, R0 + batch * last)
+        slope = d1 - d0
         if abs(d0 + slope * last - d_last) <= 1e-12 * d_last:
             return d0, slope
         return None
@@ -290,7 +299,7 @@ class DecodeSegments:
             Rw = capped_sums(sorted_contexts, j + 1.0, W)
         else:
             Aw, Rw = Ad, R
-        return self.cost.step_times(float(batch), float(batch), Ad, 0.0, R, Aw, Rw)
+        return check_step_times(self.cost.step_times(float(batch), float(batch), Ad, 0.0, R, Aw, Rw), batch, batch, R)
 
     def _apply_decode_steps(self, n_steps: int, t_end: float) -> None:
         """Every running slot emits n_steps tokens (the last at t_end) and takes the blocks

@@ -48,6 +48,7 @@ from simulator.serving.sched.interface import StepPlan
 from simulator.serving.sched.registry import EngineConfig
 from simulator.serving.sched.speculative import SpeculativeChunkedPrefill
 from simulator.serving.steplog import StepLog
+from simulator.serving.steptime import bad_step, step_ok
 from simulator.workloads.workload import Workload
 
 #: the schedulers speculative decoding runs under (vLLM V1's)
@@ -204,6 +205,8 @@ class SpecReplica(Replica):
         stats, outcomes, Awd, Rwd, proposing, ctx_sum, contexts = self._step_outcomes(sched)
         T, S, Ad, Ap, R, Aw, Rw, Pc = stats
         dt = self.step_time(T, S, Ad, Ap, R, Aw, Rw, Pc)
+        if not step_ok(dt):  # the cost model's answer for this shape (`steptime.py`)
+            raise bad_step(dt, T, S, R)
         drafter = self.drafter
         if drafter is not None:
             dt += drafter.catch_up_s(T, proposing, Ad, Ap, R, Awd, Rwd, Pc)

@@ -8,6 +8,9 @@ from simulator.specs.checks import SpecError, check_int, check_number
 
 # --------------------------------------------------------------------------- replica setup
 
+#: the most pipeline micro-batches per pipeline stage (`Parallelism.pp_microbatches` <= this x pp)
+MICROBATCHES_PER_STAGE = 32
+
 
 @dataclass(frozen=True)
 class Parallelism:
@@ -43,7 +46,11 @@ class Parallelism:
         check_int("tp", self.tp)
         check_int("pp", self.pp)
         check_int("ep", self.ep)
-        check_int("pp_microbatches", self.pp_microbatches)
+        # a step split into more than MICROBATCHES_PER_STAGE x pp micro-batches gains nothing (the
+        # bubble (pp - 1) / (M + pp - 1) is already under 1/33 of it; GPipe runs M ~ 4 pp) and
+        # pays the per-step overheads M times: 1e9 gave a mean TTFT of 87 days
+        check_int("pp_microbatches", self.pp_microbatches, maximum=MICROBATCHES_PER_STAGE * self.pp,
+                  note=f"({MICROBATCHES_PER_STAGE} per pipeline stage, pp = {self.pp})")
         check_int("dp_attention", self.dp_attention)
         if self.tp % self.ep:
             raise SpecError(f"ep: {self.ep} must divide tp ({self.tp}): experts are sharded over ranks of the TP group")

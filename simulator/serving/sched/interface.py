@@ -165,6 +165,14 @@ class SchedulerPolicy:
         """A reason to reject a prompt of `input_len` tokens at arrival, or None."""
         return None
 
+    def handoff_fits(self, view: ReplicaView, r: int, prompt_len: int) -> bool:
+        """Request r, whose `prompt_len` prompt tokens were computed elsewhere (the decode pool
+        of a disaggregated deployment, `disagg.DecodeReplica`), may take a seat now: the blocks
+        of its prompt and first decoded token are free. A policy that promises running
+        requests blocks beyond the ones they hold (TensorRT-LLM's GUARANTEED_NO_EVICT) must
+        keep that promise here too."""
+        return view.kv.blocks_for(prompt_len + 1) <= view.kv.free_blocks
+
     def next_step(self, view: ReplicaView, allow_segment: bool = True) -> StepPlan:
         """The plan of the next step, or DECODE_SEGMENT (only if `allow_segment`) when the
         closed-form decode fast path is valid from here."""

@@ -278,6 +278,15 @@ class TrtllmCapacity(SchedulerPolicy):
             seats -= 1
         return plan
 
+    def handoff_fits(self, view: ReplicaView, r: int, prompt_len: int) -> bool:
+        """GUARANTEED_NO_EVICT: a transferred request starts only when its whole reservation
+        (prompt + output) fits beside the running requests' reservations, as a queued one does
+        (`_can_start`); else the decodes, which never preempt, could run out of blocks."""
+        if not self.no_evict:
+            return super().handoff_fits(view, r, prompt_len)
+        kv = view.kv
+        return kv.blocks_for(view.total_len(r)) <= kv.free_blocks - self._reserved_blocks(view)
+
     def _chunk(self, remaining: int, budget: int, bs: int) -> int:
         """Tokens of a context this step: all if they fit, else (chunking on) the leftover
         budget rounded down to whole blocks, else 0."""
