@@ -153,14 +153,12 @@ for hw, cost in real.items():
 step and a decode step on the chip's roofline: decode GEMMs sit far left (memory-bound), prefill
 GEMMs right of the ridge (compute-bound); decode attention stays memory-bound at any batch."""),
     ("code", '''\
-import tempfile
-from pathlib import Path
 from IPython.display import Image, display
 from simulator.cli.plots import roofline_chart
 
-tmp = Path(tempfile.mkdtemp())
+# the chart as PNG bytes: nothing is written to disk
 for hw in HARDWARE:
-    display(Image(filename=str(roofline_chart(real[hw], 8, 1024, tmp / f"roofline-{hw}.png"))))
+    display(Image(data=roofline_chart(real[hw], 8, 1024)))
 '''),
     ("md", """\
 ## Prefill vs decode in one static batch
