@@ -74,6 +74,7 @@ from simulator.workloads.named import (
     is_trace_file,
     named_workload,
     replay,
+    workload_memory_error,
     workload_param,
 )
 from simulator.workloads.traces import load_workload
@@ -506,14 +507,18 @@ class Scenario:
             return self._run_disagg(workload if workload is not None else self.make_workload(), progress,
                                     itl_times)
         cost = cost if cost is not None else self.cost_model()
-        try:
+        try:  # each MemoryError names what was being built (issue 26, cause 9)
             w, note = (workload, "") if workload is not None else self.make_workload_noted()
-            spec = self.speculative(cost)
+        except MemoryError:
+            raise SpecError(workload_memory_error(self.workload, self.workload_params, self.num_requests)) from None
+        spec = self.speculative(cost)
+        try:
             res = simulate(cost, w, self.engine_config(cost), self.replicas, self.router, progress,
                            self.client_view(), speculative=spec, itl_times=itl_times, watch=watch)
         except MemoryError:
-            raise SpecError(f"num_requests: {self.num_requests} requests do not fit in this machine's "
-                            "memory (about 80 bytes each); simulate fewer") from None
+            raise SpecError(f"num_requests: simulating {w.num_requests} requests of workload {w.name or self.workload!r} "
+                            "does not fit in this machine's memory (about 80 bytes each, plus the prompts' "
+                            "block hashes with prefix caching); simulate fewer") from None
         summary = summarize(res, self.slos_s)
         summary.update(run_energy(cost.hardware, res.meta, summary["duration"], summary["total_output_tokens"]))
         summary["workload"] = w.name or str(self.workload)
