@@ -5,6 +5,11 @@
     `read_trace` and simulated on llama-3.1-8b / h100-sxm (stable: ~5.5 req/s offered).
 (b) synthetic: 10,000,000 requests, prompt 256 uniform +-50 %, output 16..32 tokens, Poisson at
     40 req/s on llama-3.1-8b / h100-sxm (stable), summarised with `summarize`.
+(c) (a) under the DEFAULT engine (`Scenario(...).run()`: the vllm profile, prefix caching on,
+    the client view), the run `llmsim simulate -w FILE` does (issue 26).
+(d) multi-turn: `shared-prefix --multi-turn` with one session per 10 requests (num_groups 10,
+    prompts_per_group n / 100: 10 rounds per session, so prompt lengths do not grow with n),
+    rate 20 req/s, default engine; time and memory should be linear in n (issue 26).
 
 Each case runs in a fresh subprocess, so its peak RSS (`resource.getrusage`, ru_maxrss) is
 its own; the process's RSS after imports is printed as the baseline. Also printed: the
@@ -14,6 +19,8 @@ bounded timeline) for the case's request count.
     python benchmarks/bench_scale.py            # both cases
     python benchmarks/bench_scale.py a          # only (a); `b` only (b)
     python benchmarks/bench_scale.py b --n 2000000   # a smaller (b)
+    python benchmarks/bench_scale.py c                # 1M azure-conv, default engine
+    python benchmarks/bench_scale.py d --n 100000     # multi-turn (default n 100,000)
 """
 
 from __future__ import annotations
@@ -118,18 +125,70 @@ def case_b(n: int) -> dict:
                     base_rss, _rss_mb(), generate_s=t_gen)
 
 
+def _scenario_run(case: str, n: int, sc, base_rss: float, t0: float, c0: float, **extra: float) -> dict:
+    """Run a `Scenario` as `llmsim simulate` does (its default engine) and collect the figures."""
+    t2, c2 = time.perf_counter(), time.process_time()
+    res, s = sc.run()
+    t_sim, c_sim = time.perf_counter() - t2, time.process_time() - c2
+    return {"case": case, "n": n, **extra, "simulate_wall_s": t_sim, "simulate_cpu_s": c_sim,
+            "total_wall_s": time.perf_counter() - t0, "total_cpu_s": time.process_time() - c0,
+            "rss_after_imports_mb": base_rss, "peak_rss_mb": _peak_mb(),
+            "steps": s["steps"], "completed": s["completed"], "failed": s["failed"],
+            "simulated_hours": s["duration"] / 3600, "unstable": s["unstable"],
+            "mean_ttft_ms": s["mean_ttft_ms"], "prefix_cache_hit_rate": s.get("prefix_cache_hit_rate", 0.0),
+            "bound_mb": bound_mb(n) + n * DEFAULT_ENGINE_BYTES_PER_REQUEST / 1e6}
+
+
+#: bytes per request the default engine (vllm profile: prefix caching, the client view) adds to
+#: BYTES_PER_REQUEST (docs/reliability.md, issue 26): cached-token counts (int64), the client
+#: view's send/receive times (float64 x 2) and the prefix cache's per-request hash lists (none for
+#: a trace without prompt structure: one shared empty tuple)
+DEFAULT_ENGINE_BYTES_PER_REQUEST = 24
+
+
+def case_c(n: int) -> dict:
+    from simulator.scenario import Scenario
+    from simulator.workloads import traces as T
+    from simulator.workloads import workload as W
+
+    base_rss = _rss_mb()
+    t0, c0 = time.perf_counter(), time.process_time()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.csv")
+        T.write_trace(W.take(T.builtin("azure-conv"), n), path)
+        sc = Scenario(model="llama-3.1-8b", hardware="h100-sxm", workload=path)
+        return _scenario_run(f"(c) azure-conv tiled to {n:,} requests, default engine ({sc.engine})", n, sc,
+                             base_rss, t0, c0)
+
+
+def case_d(n: int) -> dict:
+    from simulator.scenario import Scenario
+
+    base_rss = _rss_mb()
+    t0, c0 = time.perf_counter(), time.process_time()
+    sessions = max(1, n // 10)
+    sc = Scenario(model="llama-3.1-8b", hardware="h100-sxm", workload="shared-prefix", num_requests=n, rate=20.0,
+                  workload_params={"num_groups": 10, "prompts_per_group": max(1, sessions // 10),
+                                   "multi_turn": True})
+    return _scenario_run(f"(d) shared-prefix multi-turn, {n:,} requests, 10 rounds per session, default engine", n,
+                         sc, base_rss, t0, c0)
+
+
+CASES = {"a": (case_a, 1_000_000), "b": (case_b, 10_000_000), "c": (case_c, 1_000_000), "d": (case_d, 100_000)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("cases", nargs="*", help="which cases, a and/or b (default: both)")
+    ap.add_argument("cases", nargs="*", help="which cases, of a, b, c, d (default: a and b)")
     ap.add_argument("--n", type=int, default=None, help="requests (default 1M for a, 10M for b)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.cases = args.cases or ["a", "b"]
-    if set(args.cases) - {"a", "b"}:
-        ap.error(f"cases: {args.cases} (choose from a, b)")
+    if set(args.cases) - set(CASES):
+        ap.error(f"cases: {args.cases} (choose from {', '.join(CASES)})")
     if args.child:
-        fn, n = (case_a, args.n or 1_000_000) if args.cases == ["a"] else (case_b, args.n or 10_000_000)
-        print(json.dumps(fn(n)))
+        fn, default_n = CASES[args.cases[0]]
+        print(json.dumps(fn(args.n or default_n)))
         return
     for c in args.cases:
         cmd = [sys.executable, __file__, c, "--child"] + (["--n", str(args.n)] if args.n else [])

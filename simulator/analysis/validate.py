@@ -398,6 +398,31 @@ def skip_counts(skipped: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             for k, ids in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
 
 
+def _checked_rows(rows: Any, skipped: Any) -> tuple[list[Mapping[str, Any]], list[dict]]:
+    """`validate`'s inputs as lists, refused (one line) unless rows are mappings holding every
+    required column and skipped rows are mappings with an id and a reason (issue 26)."""
+    from simulator.analysis.measurements import REQUIRED_COLUMNS
+
+    def listed(name: str, value: Any) -> list[Any]:
+        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+            raise SpecError(f"{name}: {show(value)} is not a list of rows (mappings of column -> value)")
+        return list(value)
+
+    out = listed("rows", rows)
+    for i, r in enumerate(out):
+        if not isinstance(r, Mapping):
+            raise SpecError(f"rows[{i}]: {show(r)} is not a mapping of column -> value")
+        missing = [c for c in REQUIRED_COLUMNS if c not in r]
+        if missing:
+            raise SpecError(f"rows[{i}]: missing column(s) {', '.join(missing)} (required: {', '.join(REQUIRED_COLUMNS)}; "
+                            "read_measurements gives such rows)")
+    skip = [] if skipped is None else listed("skipped", skipped)
+    for i, r in enumerate(skip):
+        if not isinstance(r, Mapping) or "id" not in r or "reason" not in r:
+            raise SpecError(f"skipped[{i}]: {show(r)} is not a mapping with an id and a reason")
+    return out, skip
+
+
 def validate(rows: Iterable[Mapping[str, Any]], *, scenario: str | None = None,
              hardware_filter: str | None = None, skipped: Iterable[dict] | None = None,
              validator: Validator | None = None,
@@ -412,6 +437,9 @@ def validate(rows: Iterable[Mapping[str, Any]], *, scenario: str | None = None,
     by_hardware / by_source / by_metric ({rows, median_ape, p90_ape, mean_signed_error}) and
     points (per row: POINT_FIELDS).
     """
+    rows, skipped = _checked_rows(rows, skipped)
+    if validator is not None and not isinstance(validator, Validator):
+        raise SpecError(f"validator: {type(validator).__name__} is not a Validator (or None)")
     v = validator or Validator(**kw)
     rows = [r for r in rows
             if (scenario is None or r["scenario"] == scenario)

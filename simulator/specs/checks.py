@@ -136,6 +136,24 @@ def check_choice(name: str, value: Any, choices: typing.Iterable[str]) -> Any:
     return value
 
 
+def check_instance(name: str, value: Any, cls: type | tuple[type, ...], *, optional: bool = False,
+                   what: str = "") -> Any:
+    """An object argument of the Python API: an instance of `cls` (None too with `optional`), else
+    "<name>: <type> is not a <what>" (never an AttributeError deep inside; issue 26)."""
+    if (value is None and optional) or isinstance(value, cls):
+        return value
+    names = what or " or ".join(c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,)))
+    raise SpecError(f"{name}: {show(value)} ({type(value).__name__}) is not a {names}"
+                    + (" (or None)" if optional else ""))
+
+
+def check_callable(name: str, value: Any, *, optional: bool = True) -> Any:
+    """A callback argument: callable (or None with `optional`)."""
+    if (value is None and optional) or callable(value):
+        return value
+    raise SpecError(f"{name}: {show(value)} is not callable" + (" (or None)" if optional else ""))
+
+
 def check_path(name: str, value: Any) -> Path:
     """A file argument: a str or os.PathLike (never a number or None)."""
     if isinstance(value, bool) or not isinstance(value, (str, Path)) and not hasattr(value, "__fspath__"):
@@ -234,6 +252,6 @@ def check_cost_model(cost: Any) -> None:
 
 __all__ = [
     "MAX_BATCH", "MAX_DEPTH", "check_cost_model", "MAX_INT_DIGITS", "MAX_NODES", "MAX_REQUESTS", "MAX_RESULT_BYTES", "MAX_RESULT_NODES",
-    "MAX_SPEC_BYTES", "MAX_TOKENS", "SpecError", "check_choice", "check_int", "check_number",
+    "MAX_SPEC_BYTES", "MAX_TOKENS", "SpecError", "check_callable", "check_choice", "check_instance", "check_int", "check_number",
     "check_path", "check_tree", "is_int", "is_number", "load_json", "read_text_bounded", "show",
 ]

@@ -1,0 +1,194 @@
+"""Issue 26 (reliability, round three), causes 8, 9 and 16: memory before checks, the context of
+MemoryError, and the Python API's argument domains."""
+
+from __future__ import annotations
+
+import math
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import simulator as L
+from simulator.scenario import Scenario
+from simulator.specs.checks import SpecError
+from simulator.workloads.shared_prefix import block_hashes, shared_prefix
+from simulator.workloads.workload import Workload
+
+
+# ---- cause 8: limits before anything is built; multi-turn linear; hashes shared --------------
+
+def test_system_prompt_len_over_the_token_limit_is_refused_before_building():
+    # 1e9 tokens built 5.8 GB of hashes for 8 requests; now refused before anything is built
+    t = time.perf_counter()
+    with pytest.raises(SpecError, match=r"system_prompt_len: 1000000000 must be an integer >= 0 and <= 10000000"):
+        Scenario(workload="shared-prefix", num_requests=8,
+                 workload_params={"system_prompt_len": 10**9}).make_workload()
+    with pytest.raises(SpecError, match="a prompt is at most 10,000,000 tokens"):
+        shared_prefix(1, 1, 9_000_000, 2_000_000, 1, 8)
+    # multi-turn: round k re-sends the history: 1000 + 100 + 99 x (100 + 128) tokens > 20,000
+    with pytest.raises(SpecError, match="a prompt is at most"):
+        shared_prefix(1, 1, 9_990_000, 100, 128, 100, multi_turn=True)
+    with pytest.raises(SpecError, match="at most 10,000,000"):
+        shared_prefix(10**6, 10**6, 10, 10, 1, 8)
+    assert time.perf_counter() - t < 2.0
+
+
+def test_multi_turn_memory_is_linear_in_n():
+    # 8 sessions: 2,000 vs 8,000 requests (250 vs 1,000 rounds). Flattened histories and
+    # per-request hash lists grew as n^2 (x16 for x4 requests); shared ones grow as n.
+    def peak(n: int) -> int:
+        tracemalloc.start()
+        w = shared_prefix(2, 4, 64, 16, 16, n, multi_turn=True).to_workload()
+        from simulator.workloads.shared_prefix import request_block_hashes
+
+        h = request_block_hashes(w, 16)
+        size = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert len(h) == n
+        return size
+
+    small, big = peak(2000), peak(8000)
+    assert big < 6 * small, (small, big)
+
+
+def test_shared_hashes_equal_the_flat_hashes():
+    # every request's (shared) hashes equal the hashes of its flattened prompt; a parent's
+    # extend over its answer (the child's leading blocks)
+    pw = shared_prefix(2, 3, 40, 9, 7, 30, multi_turn=True, seed=1)
+    from simulator.workloads.shared_prefix import request_block_hashes
+
+    for bs in (1, 4, 16):
+        got = pw.block_hashes(bs)
+        for p, h in zip(pw.prompts, got, strict=True):
+            assert list(h) == block_hashes(tuple(p), bs)
+        w = pw.to_workload()
+        ext = request_block_hashes(w, bs)
+        for c, par in enumerate(pw.parent.tolist()):
+            if par >= 0:
+                full = (int(w.input_len[par]) + int(w.output_len[par])) // bs
+                assert list(ext[par]) == list(ext[c])[:full]
+
+
+def test_a_trace_without_prompt_structure_keeps_no_hash_list_per_request():
+    from simulator.workloads.shared_prefix import request_block_hashes
+
+    w = Workload(np.zeros(100_000), np.full(100_000, 10), np.full(100_000, 2))
+    tracemalloc.start()
+    h = request_block_hashes(w, 16)
+    size = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(h) == 100_000 and h[5] == () and list(h[:3]) == [(), (), ()]
+    assert size < 100_000  # was 100,000 empty lists (~6 MB)
+
+
+# ---- cause 9: MemoryError names what was being built ------------------------------------------
+
+def _raise_memory(*a, **k):
+    raise MemoryError
+
+
+def test_memory_error_reading_a_trace_names_the_file(tmp_path, monkeypatch):
+    path = tmp_path / "big.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 5, "output_length": 2}\n')
+    import simulator.scenario as S
+
+    monkeypatch.setattr(S, "load_workload", _raise_memory)
+    with pytest.raises(SpecError) as e:
+        Scenario(workload=str(path), num_requests=1).run()
+    msg = str(e.value)
+    assert msg.startswith("workload: reading the trace file") and "big.jsonl" in msg and "num_requests: 1" not in msg
+
+
+def test_memory_error_building_a_named_workload_names_it(monkeypatch):
+    import simulator.workloads.shared_prefix as SP
+
+    monkeypatch.setattr(SP, "shared_prefix", _raise_memory)
+    with pytest.raises(SpecError, match=r"workload: building 'shared-prefix' \(.*system_prompt_len=1000"):
+        Scenario(workload="shared-prefix", num_requests=3).run()
+
+
+def test_memory_error_while_simulating_names_the_requests(monkeypatch):
+    import simulator.scenario as S
+
+    monkeypatch.setattr(S, "simulate", _raise_memory)
+    with pytest.raises(SpecError, match=r"num_requests: simulating 4 requests of workload"):
+        Scenario(workload="random", num_requests=4).run()
+
+
+# ---- cause 16: the Python API refuses bad values with SpecError -------------------------------
+
+BAD = ["x", "0.9", None, math.nan, math.inf, -math.inf, -1, 0, 1e300, 10**40, True, [], {}, 1.5, -0.5]
+
+
+def _calls():
+    m = L.load_model("llama-3.1-8b")
+    hw = L.load_hardware("h100-sxm")
+    cost = L.make_cost_model("llama-3.1-8b", "h100-sxm")
+    res = L.simulate(cost, L.synthetic(5, 1.0, 10, 5))
+    cfg = {f: getattr(L.EngineConfig(), f) for f in L.EngineConfig.__dataclass_fields__}
+    return [
+        ("prefill_step", L.prefill_step, dict(model=m, batch_size=2, input_len=128)),
+        ("decode_step", L.decode_step, dict(model=m, batch_size=2, cached=1024)),
+        ("StepBatch", L.StepBatch, dict(T=10.0, S=2.0, Ad=100.0, Ap=0.0, R=10.0)),
+        ("EngineConfig", L.EngineConfig, cfg),
+        ("simulate", L.simulate, dict(cost=cost, workload=L.synthetic(3, 1.0, 10, 3), config=None, replicas=1,
+                                      router="round-robin", progress=None, client=None, speculative=None,
+                                      watch=None)),
+        ("summarize", L.summarize, dict(res=res, percentiles=(50, 90))),
+        ("validate_rows", L.validate_rows, dict(rows=[], skipped=None, validator=None)),
+        ("predict_static", L.predict_static, dict(cost=cost, batch_size=2, input_len=128, output_len=8)),
+        ("memory_plan", L.memory_plan, dict(model=m, hardware=hw, par=L.Parallelism(), dtypes=L.DTypes(),
+                                            gpu_memory_utilization=0.9, max_num_batched_tokens=8192,
+                                            max_num_seqs=256)),
+    ]
+
+
+def _nan_in(r) -> bool:
+    import dataclasses
+
+    if isinstance(r, float):
+        return math.isnan(r)
+    if dataclasses.is_dataclass(r) and not isinstance(r, type):
+        return any(_nan_in(getattr(r, f.name)) for f in dataclasses.fields(r))
+    return False
+
+
+def test_public_api_bad_values_give_a_result_or_spec_error():
+    # every parameter of these calls, one at a time, set to a hostile value: SpecError or a
+    # result without NaN or negative counts; never another exception
+    bad: list[str] = []
+    for name, fn, base in _calls():
+        fn(**base)
+        for arg in base:
+            for v in BAD:
+                try:
+                    r = fn(**{**base, arg: v})
+                except SpecError:
+                    continue
+                except Exception as e:  # noqa: BLE001 - the point of the test
+                    bad.append(f"{name}({arg}={v!r}): {type(e).__name__}: {e}")
+                    continue
+                if _nan_in(r) or (name in ("prefill_step", "decode_step", "StepBatch")
+                                  and any(isinstance(x, float) and x < 0 for x in vars(r).values() if x is not None)):
+                    bad.append(f"{name}({arg}={v!r}) accepted: {r}")
+    assert not bad, "\n".join(bad[:30]) + f"\n({len(bad)} in all)"
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda m: L.decode_step(m, -1, 1024), "batch_size: -1 must be an integer >= 1"),
+    (lambda m: L.decode_step(m, 2, math.nan), "cached: nan must be a number"),
+    (lambda m: L.prefill_step(m, 2, 0), "input_len: 0 must be"),
+    (lambda m: L.EngineConfig(gpu_memory_utilization="0.9"), "gpu_memory_utilization: '0.9' must be a number > 0"),
+    (lambda m: L.EngineConfig(debug=math.nan), "debug: nan must be true or false"),
+    (lambda m: L.EngineConfig(scheduler=[]), "scheduler: \\[\\] is not one of"),
+    (lambda m: L.StepBatch(T=math.nan, S=1.0), "T: nan must be a number >= 0"),
+    (lambda m: L.validate_rows([{"x": 1}]), r"rows\[0\]: missing column\(s\) id, source"),
+    (lambda m: L.validate_rows("rows.csv"), "rows: 'rows.csv' is not a list of rows"),
+    (lambda m: L.summarize(None), "res: None .* is not a SimResult"),
+])
+def test_issue_examples_are_refused(call, match):
+    m = L.load_model("llama-3.1-8b")
+    with pytest.raises(SpecError, match=match):
+        call(m)
