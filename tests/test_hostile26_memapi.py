@@ -16,7 +16,6 @@ from simulator.specs.checks import SpecError
 from simulator.workloads.shared_prefix import block_hashes, shared_prefix
 from simulator.workloads.workload import Workload
 
-
 # ---- cause 8: limits before anything is built; multi-turn linear; hashes shared --------------
 
 def test_system_prompt_len_over_the_token_limit_is_refused_before_building():

@@ -418,7 +418,7 @@ def request_block_hashes(wl: Workload, block_size: int) -> Sequence[Sequence[int
     Hash lists are shared, never copied per request (`_prompt_hashes`)."""
     n = wl.num_requests
     if "prompt_segments" in wl.extra:
-        hashes = _prompt_hashes(wl.extra["prompt_segments"], block_size)
+        hashes = _prompt_hashes(list(wl.extra["prompt_segments"]), block_size)
         if "parent" in wl.extra:
             _extend_to_answers(hashes, wl, block_size)
         return hashes
