@@ -50,13 +50,13 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3  # kB on Linux
 
 
-#: bytes per request kept for the whole run (see docs/reliability.md)
+#: bytes per request kept for the whole run (itemised with tracemalloc, issue 26; docs/reliability.md)
 BYTES_PER_REQUEST = {
     "workload arrival_s, input_len, output_len (float64, int64, int64)": 24,
-    "engine arrival copy + SimResult arrival copy (float64 x 2)": 16,
-    "first_token_s, finish_s (float64)": 16,
-    "preemptions, replica (int64)": 16,
-    "status (int8)": 1,
+    "engine arrival copy + event-queue send times + SimResult arrival copy (float64 x 3)": 24,
+    "records: first_token_s, finish_s, scheduled_s, failed_s (float64 x 4)": 32,
+    "records: preemptions, replica, cached_tokens (int64 x 3)": 24,
+    "records: status (int8)": 1,
 }
 #: transient bytes per request of `metrics.summarize` (ttft/e2el/tpot, masks, the sorts of
 #: the percentiles and the stability fit; measured with tracemalloc: 76 B/request)
@@ -64,15 +64,21 @@ SUMMARY_BYTES_PER_REQUEST = 76
 #: the ITL store: <= ITL_EXACT_LIMIT (4 M) exact gaps (64 MB) plus the transient of folding them
 #: into the histogram (measured: 260 MB); independent of the number of requests
 ITL_BOUND_MB = 64 + 260
-#: the timeline: <= 200k rows x 5 float64, x2 while decimating
-TIMELINE_BOUND_MB = 200_000 * 5 * 8 * 2 / 1e6
+#: the timeline: <= 200k rows x 16 float64 columns (steplog.TL_COLUMNS), x2 while decimating
+TIMELINE_BOUND_MB = 200_000 * 16 * 8 * 2 / 1e6
+#: what else does not grow with the requests, MEASURED (not itemised): the engine's state sized by
+#: KV blocks and seats, the timeline's int and MFU/MBU columns at the end, allocator slack; the
+#: residual of case (c) at 250k / 500k / 1M requests above the per-request part and the stores
+OTHER_FIXED_MB = 75
+#: the fixed part of the bound
+FIXED_MB = ITL_BOUND_MB + TIMELINE_BOUND_MB + OTHER_FIXED_MB
 
 
 def bound_mb(n: int) -> float:
     """Peak RSS above the after-imports baseline: the per-request records, plus the larger of
-    the summary's per-request transient (at the end) and the ITL store (during the run)."""
+    the summary's per-request transient (at the end) and the fixed stores (during the run)."""
     kept = n * sum(BYTES_PER_REQUEST.values()) / 1e6
-    return kept + max(n * SUMMARY_BYTES_PER_REQUEST / 1e6, ITL_BOUND_MB) + TIMELINE_BOUND_MB
+    return kept + max(n * SUMMARY_BYTES_PER_REQUEST / 1e6, FIXED_MB)
 
 
 def _measure(case: str, n: int, w, t0: float, c0: float, base_rss: float, rss_loaded: float,
@@ -137,14 +143,7 @@ def _scenario_run(case: str, n: int, sc, base_rss: float, t0: float, c0: float, 
             "steps": s["steps"], "completed": s["completed"], "failed": s["failed"],
             "simulated_hours": s["duration"] / 3600, "unstable": s["unstable"],
             "mean_ttft_ms": s["mean_ttft_ms"], "prefix_cache_hit_rate": s.get("prefix_cache_hit_rate", 0.0),
-            "bound_mb": bound_mb(n) + n * DEFAULT_ENGINE_BYTES_PER_REQUEST / 1e6}
-
-
-#: bytes per request the default engine (`Scenario.run`: vllm profile, prefix caching, the client
-#: view, the trace read and replayed by the scenario) adds to BYTES_PER_REQUEST: MEASURED with
-#: case (c) at 1M requests (542 B/request in all, issue 26), not itemised yet; the prefix cache
-#: keeps no hash list per request for a trace without prompt structure (`NoHashes`)
-DEFAULT_ENGINE_BYTES_PER_REQUEST = 137
+            "bound_mb": bound_mb(n)}
 
 
 def case_c(n: int) -> dict:
