@@ -58,7 +58,7 @@ from simulator.serving.sched.registry import SCHEDULERS, EngineConfig
 from simulator.serving.simulate import Watch, simulate
 from simulator.serving.speculative import SPECULATIVE_SCHEDULERS, spec_decode_summary
 from simulator.specs.catalog import load_hardware, load_model, read_yaml
-from simulator.specs.checks import SpecError, check_int
+from simulator.specs.checks import MAX_SEED, SpecError, check_int
 from simulator.specs.dtypes import DTYPES
 from simulator.specs.fields import _did_you_mean
 from simulator.specs.hardware import HardwareSpec
@@ -180,7 +180,7 @@ class Scenario:
                      "max_num_seqs", "max_num_batched_tokens", "block_size"):
             check_int(name, getattr(self, name))
         need(self.num_requests <= MAX_SIM_REQUESTS, "num_requests", f"must be at most {MAX_SIM_REQUESTS:,}")
-        check_int("seed", self.seed, 0)
+        check_int("seed", self.seed, 0, maximum=MAX_SEED)
         check_int("concurrency", self.concurrency, optional=True)
         need(self.rate is None or (is_num(self.rate) and self.rate > 0), "rate",
              "must be a number > 0 requests/s, or inf")

@@ -59,7 +59,7 @@ from simulator.analysis.capacity import (
 )
 from simulator.analysis.executors import Executor, PointCache, point_key
 from simulator.scenario import Scenario
-from simulator.specs.checks import SpecError
+from simulator.specs.checks import SpecError, show
 from simulator.specs.fields import _did_you_mean
 
 #: Fractions of the offline max throughput at which `--rates auto` samples (denser near 1).
@@ -158,6 +158,8 @@ def parse_sweep(items: Iterable[str] | None) -> list[tuple[str, list[Any]]]:
     """`--sweep FIELD=V1,V2,...` (repeatable) into [(field, [values])]. FIELD is any
     Scenario setting ('-' or '_'); values are converted to its type. Several sweeps give
     the cartesian product (one curve per combination)."""
+    if items is not None and (isinstance(items, (str, bytes)) or not isinstance(items, Iterable)):
+        raise SpecError(f"sweep: {show(items)} is not a list of FIELD=V1,V2,... strings")
     fields = {f.name: f for f in dataclasses.fields(Scenario) if f.init}
     out: list[tuple[str, list[Any]]] = []
     seen: set[str] = set()

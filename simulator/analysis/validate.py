@@ -84,6 +84,8 @@ class Validator:
         self.workloads = {k.lower(): v for k, v in (workloads or {}).items()}
         self.efficiency = dict(efficiency or {})
         self.num_requests = num_requests
+        if engine is not None and not isinstance(engine, (str, EngineProfile)):
+            raise SpecError(f"engine: {show(engine)} must be an engine profile id, a profile file or an EngineProfile")
         self.engine = None if engine is None else load_engine(engine)  # None: each row's own
         self._hw: dict[str, HardwareSpec] = {}
         self._model: dict[str, Any] = {}
