@@ -70,6 +70,18 @@ def test_shared_hashes_equal_the_flat_hashes():
                 assert list(ext[par]) == list(ext[c])[:full]
 
 
+def test_a_long_session_is_read_without_recursion():
+    # 20,000 rounds of one session: the last prompt links to the history (no flattened copy);
+    # indexing, equality and hashing walk it in a loop (no RecursionError)
+    pw = shared_prefix(1, 1, 3, 1, 1, 20_000, multi_turn=True)
+    last = pw.prompts[-1]
+    assert len(last) == 2 + 2 * 19_999 and last[0].num_tokens == 3 and last[1].num_tokens == 1
+    assert int(pw.input_len[-1]) == 3 + 1 + 19_999 * 2
+    assert last[:3] == tuple(last)[:3]
+    h = pw.block_hashes(16)
+    assert len(h[-1]) == int(pw.input_len[-1]) // 16 and h[-1][-1] == block_hashes(tuple(last), 16)[-1]
+
+
 def test_a_trace_without_prompt_structure_keeps_no_hash_list_per_request():
     from simulator.workloads.shared_prefix import request_block_hashes
 
@@ -208,6 +220,10 @@ def test_public_api_bad_values_give_a_result_or_spec_error():
     (lambda m: L.validate_rows([{"x": 1}]), r"rows\[0\]: missing column\(s\) id, source"),
     (lambda m: L.validate_rows("rows.csv"), "rows: 'rows.csv' is not a list of rows"),
     (lambda m: L.summarize(None), "res: None .* is not a SimResult"),
+    (lambda m: Scenario(seed=2**40), "seed: 1099511627776 must be an integer >= 0 and <= 4294967295"),
+    (lambda m: L.synthetic(3, 1.0, 10, 5, seed=2**32), "seed: .* <= 4294967295"),
+    (lambda m: L.CostModel("llama-3.1-8b", "h100-sxm"), "CostModel takes a ModelSpec"),
+    (lambda m: L.Parallelism(pp_interleaved=math.nan), "pp_interleaved: nan must be true or false"),
 ])
 def test_issue_examples_are_refused(call, match):
     m = L.load_model("llama-3.1-8b")

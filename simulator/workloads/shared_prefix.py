@@ -113,8 +113,13 @@ class Turn(Sequence[Segment]):
         k = i + self._len if i < 0 else i
         if not 0 <= k < self._len:
             raise IndexError("prompt segment index out of range")
-        start = self._len - len(self.own)
-        return self.own[k - start] if k >= start else self.parent[k]
+        node: Sequence[Segment] = self
+        while isinstance(node, Turn):  # a loop, not recursion: sessions have many turns
+            start = node._len - len(node.own)
+            if k >= start:
+                return node.own[k - start]
+            node = node.parent
+        return node[k]
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (tuple, Turn)):
