@@ -46,6 +46,7 @@ from simulator.analysis.measurements import (
     SERVING_METRICS,
     STATIC_METRICS,
     SkipRow,
+    check_rows,
     engine_family,
     metric_percentile,
     metric_unit,
@@ -401,24 +402,12 @@ def skip_counts(skipped: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _checked_rows(rows: Any, skipped: Any) -> tuple[list[Mapping[str, Any]], list[dict]]:
-    """`validate`'s inputs as lists, refused (one line) unless rows are mappings holding every
-    required column and skipped rows are mappings with an id and a reason (issue 26)."""
-    from simulator.analysis.measurements import REQUIRED_COLUMNS
-
-    def listed(name: str, value: Any) -> list[Any]:
-        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
-            raise SpecError(f"{name}: {show(value)} is not a list of rows (mappings of column -> value)")
-        return list(value)
-
-    out = listed("rows", rows)
-    for i, r in enumerate(out):
-        if not isinstance(r, Mapping):
-            raise SpecError(f"rows[{i}]: {show(r)} is not a mapping of column -> value")
-        missing = [c for c in REQUIRED_COLUMNS if c not in r]
-        if missing:
-            raise SpecError(f"rows[{i}]: missing column(s) {', '.join(missing)} (required: {', '.join(REQUIRED_COLUMNS)}; "
-                            "read_measurements gives such rows)")
-    skip = [] if skipped is None else listed("skipped", skipped)
+    """`validate`'s inputs as lists (`measurements.check_rows`; skipped rows: mappings with an
+    id and a reason), refused with one line otherwise (issue 26)."""
+    out = check_rows(rows)
+    if skipped is not None and (isinstance(skipped, (str, bytes, Mapping)) or not isinstance(skipped, Iterable)):
+        raise SpecError(f"skipped: {show(skipped)} is not a list of skipped rows")
+    skip = list(skipped or [])
     for i, r in enumerate(skip):
         if not isinstance(r, Mapping) or "id" not in r or "reason" not in r:
             raise SpecError(f"skipped[{i}]: {show(r)} is not a mapping with an id and a reason")
