@@ -102,7 +102,9 @@ def summarize(res: SimResult, goodput: dict[str, float] | None = None,
     _check_slos_s(goodput)
     if isinstance(percentiles, (str, bytes)) or not hasattr(percentiles, "__iter__"):
         raise SpecError(f"percentiles: {show(percentiles)} is not a list of numbers in [0, 100]")
-    percentiles = tuple(check_number("percentiles", q, 0.0, 100.0) and q for q in percentiles)
+    percentiles = tuple(percentiles)
+    for q in percentiles:
+        check_number("percentiles", q, 0.0, 100.0)
     done = res.status == COMPLETED
     rejected = res.status == REJECTED
     n_done = int(done.sum())
