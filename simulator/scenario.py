@@ -58,7 +58,7 @@ from simulator.serving.sched.registry import SCHEDULERS, EngineConfig
 from simulator.serving.simulate import Watch, simulate
 from simulator.serving.speculative import SPECULATIVE_SCHEDULERS, spec_decode_summary
 from simulator.specs.catalog import load_hardware, load_model, read_yaml
-from simulator.specs.checks import MAX_SEED, SpecError, check_int
+from simulator.specs.checks import MAX_SEED, MAX_TOKENS, SpecError, check_int
 from simulator.specs.dtypes import DTYPES
 from simulator.specs.fields import _did_you_mean
 from simulator.specs.hardware import HardwareSpec
@@ -179,6 +179,8 @@ class Scenario:
         for name in ("tp", "pp", "ep", "dp_attention", "pp_microbatches", "replicas", "num_requests", "input_len", "output_len",
                      "max_num_seqs", "max_num_batched_tokens", "block_size"):
             check_int(name, getattr(self, name))
+        for name in ("input_len", "output_len"):  # the token limit, before anything is built (issue 26)
+            check_int(name, getattr(self, name), maximum=MAX_TOKENS)
         need(self.num_requests <= MAX_SIM_REQUESTS, "num_requests", f"must be at most {MAX_SIM_REQUESTS:,}")
         check_int("seed", self.seed, 0, maximum=MAX_SEED)
         check_int("concurrency", self.concurrency, optional=True)

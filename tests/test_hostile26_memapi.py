@@ -34,6 +34,19 @@ def test_system_prompt_len_over_the_token_limit_is_refused_before_building():
     assert time.perf_counter() - t < 2.0
 
 
+@pytest.mark.parametrize("fields, match", [
+    (dict(input_len=10**9), "input_len: 1000000000 must be an integer >= 1 and <= 10000000"),
+    (dict(output_len=10**7 + 1), "output_len: 10000001 must be an integer >= 1 and <= 10000000"),
+    (dict(workload="inference-perf-shared-prefix-general", workload_params={"question_len": 10**8}),
+     "question_len: 100000000 must be an integer >= 0 and <= 10000000"),
+    (dict(workload="mlperf-openorca-llama2", workload_params={"mean_output_tokens": 10**9}),
+     "mean_output_tokens: 1000000000 must be an integer >= 0 and <= 10000000"),
+])
+def test_every_workload_length_has_the_token_limit(fields, match):
+    with pytest.raises(SpecError, match=match):
+        Scenario(num_requests=4, **fields).make_workload()
+
+
 def test_multi_turn_memory_is_linear_in_n():
     # 8 sessions: 2,000 vs 8,000 requests (250 vs 1,000 rounds). Flattened histories and
     # per-request hash lists grew as n^2 (x16 for x4 requests); shared ones grow as n.

@@ -339,7 +339,7 @@ def _register_mlperf() -> None:
         register(NamedWorkload(ds.name, ds.help, _mlperf(ds.name), params=(
             WorkloadParam("mean_output_tokens", 0, "MLPerf datasets: mean output tokens per sample "
                           "(0: the reference model's published mean; a run's own mean is its Tokens/s "
-                          "over Samples/s)", 0),)))
+                          "over Samples/s)", 0, MAX_TOKENS),)))
 
 
 _register_mlperf()
