@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,7 +155,7 @@ def block_hashes(segments: Sequence[Segment], block_size: int) -> list[int]:
     check_int("block_size", block_size)
     chain = _Chain(block_size)
     chain.extend(segments)
-    return chain.hashes
+    return chain.hashes.tolist()
 
 
 #: where a chain stood: (chain, full blocks, parent hash, open block's runs, room left)
@@ -172,7 +173,8 @@ class _Chain:
 
     def __init__(self, block_size: int) -> None:
         self.prefix: Sequence[int] = ()
-        self.hashes: list[int] = []
+        # 8 bytes a hash (a list would hold a pointer and a 32-byte int object for each)
+        self.hashes = array("q")
         self.parent = _ROOT_HASH
         self.runs: list[tuple[int, int, int]] = []
         self.bs = self.room = block_size
@@ -226,7 +228,7 @@ class HashView(Sequence[int]):
 
     __slots__ = ("prefix", "base", "n", "_p")
 
-    def __init__(self, prefix: Sequence[int], base: list[int], n: int) -> None:
+    def __init__(self, prefix: Sequence[int], base: Sequence[int], n: int) -> None:
         self.prefix = prefix
         self.base = base
         self.n = n
@@ -244,7 +246,7 @@ class HashView(Sequence[int]):
         if isinstance(i, slice):
             start, stop, step = i.indices(self.n)
             if step == 1 and start >= self._p:
-                return self.base[start - self._p:stop - self._p]
+                return list(self.base[start - self._p:stop - self._p])
             return list(itertools.islice(self, start, stop, step)) if step > 0 else list(self)[i]
         k = i + self.n if i < 0 else i
         if not 0 <= k < self.n:
