@@ -95,6 +95,33 @@ def test_a_long_session_is_read_without_recursion():
     assert len(h[-1]) == int(pw.input_len[-1]) // 16 and h[-1][-1] == block_hashes(tuple(last), 16)[-1]
 
 
+def test_mooncake_hash_ids_share_their_prefix_hashes():
+    # 2,000 rows of 32 ids (16,384 tokens, 1,024 blocks of 16): the first 24 ids common. Each
+    # row kept its own list of 1,024 int objects (45 kB a row); the common prefix is now stored
+    # once and a row's own 256 blocks take 8 bytes each
+    from simulator.workloads.shared_prefix import (
+        _UNIQUE_BASE,
+        mooncake_segments,
+        request_block_hashes,
+    )
+    from simulator.workloads.workload import object_column
+
+    n = 2000
+    ids = [tuple(range(24)) + tuple(10_000 + 8 * i + j for j in range(8)) for i in range(n)]
+    lens = np.full(n, 32 * 512)
+    lens[7] = 32 * 512 - 100  # a partial last id
+    lens[8] = 24 * 512 + 5    # ids beyond the length are ignored
+    w = Workload(np.zeros(n), lens, np.full(n, 2), extra={"hash_ids": object_column(ids)})
+    tracemalloc.start()
+    h = request_block_hashes(w, 16)
+    kept = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert kept / n < 4000, kept / n
+    for i in (0, 1, 7, 8, n - 1):  # the same hashes as the row's own segments give
+        assert list(h[i]) == block_hashes(mooncake_segments(ids[i], int(lens[i]), _UNIQUE_BASE + i), 16)
+    assert list(h[0])[:24 * 32] == list(h[1])[:24 * 32] and h[0][24 * 32] != h[1][24 * 32]
+
+
 def test_a_trace_without_prompt_structure_keeps_no_hash_list_per_request():
     from simulator.workloads.shared_prefix import request_block_hashes
 

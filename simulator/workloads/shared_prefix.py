@@ -430,12 +430,67 @@ def request_block_hashes(wl: Workload, block_size: int) -> Sequence[Sequence[int
             _extend_to_answers(hashes, wl, block_size)
         return hashes
     if "hash_ids" in wl.extra:
-        out = []
-        for i, (hids, length) in enumerate(zip(wl.extra["hash_ids"], wl.input_len, strict=True)):
-            segs = mooncake_segments(list(hids), int(length), unique_id=_UNIQUE_BASE + i)
-            out.append(block_hashes(segs, block_size))
-        return out
+        return _mooncake_hashes(list(wl.extra["hash_ids"]), wl.input_len.tolist(), block_size)
     return NoHashes(n)
+
+
+def _mooncake_hashes(hash_ids: Sequence[Sequence[int]], input_len: Sequence[int],
+                     block_size: int) -> list[Sequence[int]]:
+    """Per Mooncake row, the block hashes of `mooncake_segments(ids, length, _UNIQUE_BASE + i)`,
+    each stored once: the hash of the last block of a 512-token id names its whole prefix (the
+    chain), so `nodes` maps it to the chain and length where that prefix ends, and a row whose
+    leading ids were seen continues along (or forks) that chain instead of storing them again.
+    A row holds a `HashView`; only its unseen blocks cost memory, 8 bytes each (issue 26: 20k
+    rows of 64k tokens took 225 kB a row as lists of int objects). With a block size that does
+    not divide 512 every row's hashes are its own (no sharing)."""
+    check_int("block_size", block_size)
+    out: list[Sequence[int]] = []
+    share = MOONCAKE_BLOCK_TOKENS % block_size == 0
+    nodes: dict[int, tuple[_Chain, int]] = {}  # last hash of a 512-token prefix -> (chain, its length)
+    for i, (hids, length) in enumerate(zip(hash_ids, input_len, strict=True)):
+        segs = mooncake_segments(list(hids), int(length), unique_id=_UNIQUE_BASE + i)  # checks the row
+        chain, at, k = _Chain(block_size), 0, 0  # the chain holding this row's prefix, the prefix's length
+        while share and k < len(segs) and segs[k].num_tokens == MOONCAKE_BLOCK_TOKENS:
+            probe = _Chain(block_size)  # this id's blocks, chained from the prefix's last hash
+            probe.parent = _hash_at(chain, at - 1)
+            probe.extend(segs[k:k + 1])
+            k += 1
+            node = nodes.get(probe.hashes[-1])
+            if node is not None:  # seen: continue along the chain that holds this prefix
+                chain, at = node
+                continue
+            chain = _tip(chain, at)
+            chain.hashes.extend(probe.hashes)
+            chain.parent = probe.hashes[-1]
+            at = len(chain)
+            nodes[chain.parent] = (chain, at)
+        if k < len(segs):  # a partial last id, an unshared tail, or no sharing: this row's own blocks
+            chain = _tip(chain, at)
+            chain.extend(segs[k:])
+            out.append(chain.view())
+        else:
+            out.append(HashView(chain.prefix, chain.hashes, at))
+    return out
+
+
+def _hash_at(chain: _Chain, k: int) -> int:
+    """Hash k of the chain (the root hash for k = -1)."""
+    if k < 0:
+        return _ROOT_HASH
+    p = len(chain.prefix)
+    return chain.prefix[k] if k < p else chain.hashes[k - p]
+
+
+def _tip(chain: _Chain, at: int) -> _Chain:
+    """A chain to extend from its block `at` (a boundary between blocks): the chain itself when
+    it ends there with no open block, else a fork sharing its first `at` hashes."""
+    if at == len(chain) and not chain.runs:
+        chain.parent = _hash_at(chain, at - 1)
+        return chain
+    fork = _Chain(chain.bs)
+    fork.prefix = HashView(chain.prefix, chain.hashes, at)
+    fork.parent = _hash_at(chain, at - 1)
+    return fork
 
 
 def _extend_to_answers(hashes: list[Sequence[int]], wl: Workload, block_size: int) -> None:
