@@ -96,7 +96,7 @@ def test_a_long_session_is_read_without_recursion():
 
 
 def test_mooncake_hash_ids_share_their_prefix_hashes():
-    # 2,000 rows of 32 ids (16,384 tokens, 1,024 blocks of 16): the first 24 ids common. Each
+    # 400 rows of 32 ids (16,384 tokens, 1,024 blocks of 16): the first 24 ids common. Each
     # row kept its own list of 1,024 int objects (45 kB a row); the common prefix is now stored
     # once and a row's own 256 blocks take 8 bytes each
     from simulator.workloads.shared_prefix import (
@@ -106,7 +106,7 @@ def test_mooncake_hash_ids_share_their_prefix_hashes():
     )
     from simulator.workloads.workload import object_column
 
-    n = 2000
+    n = 400
     ids = [tuple(range(24)) + tuple(10_000 + 8 * i + j for j in range(8)) for i in range(n)]
     lens = np.full(n, 32 * 512)
     lens[7] = 32 * 512 - 100  # a partial last id
