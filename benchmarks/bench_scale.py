@@ -5,6 +5,11 @@
     `read_trace` and simulated on llama-3.1-8b / h100-sxm (stable: ~5.5 req/s offered).
 (b) synthetic: 10,000,000 requests, prompt 256 uniform +-50 %, output 16..32 tokens, Poisson at
     40 req/s on llama-3.1-8b / h100-sxm (stable), summarised with `summarize`.
+(c) (a) under the DEFAULT engine (`Scenario(...).run()`: the vllm profile, prefix caching on,
+    the client view), the run `llmsim simulate -w FILE` does (issue 26).
+(d) multi-turn: `shared-prefix --multi-turn` with one session per 10 requests (num_groups 10,
+    prompts_per_group n / 100: 10 rounds per session, so prompt lengths do not grow with n),
+    rate 20 req/s, default engine; time and memory should be linear in n (issue 26).
 
 Each case runs in a fresh subprocess, so its peak RSS (`resource.getrusage`, ru_maxrss) is
 its own; the process's RSS after imports is printed as the baseline. Also printed: the
@@ -14,6 +19,8 @@ bounded timeline) for the case's request count.
     python benchmarks/bench_scale.py            # both cases
     python benchmarks/bench_scale.py a          # only (a); `b` only (b)
     python benchmarks/bench_scale.py b --n 2000000   # a smaller (b)
+    python benchmarks/bench_scale.py c                # 1M azure-conv, default engine
+    python benchmarks/bench_scale.py d --n 100000     # multi-turn (default n 100,000)
 """
 
 from __future__ import annotations
@@ -43,13 +50,13 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3  # kB on Linux
 
 
-#: bytes per request kept for the whole run (see docs/reliability.md)
+#: bytes per request kept for the whole run (itemised with tracemalloc, issue 26; docs/reliability.md)
 BYTES_PER_REQUEST = {
     "workload arrival_s, input_len, output_len (float64, int64, int64)": 24,
-    "engine arrival copy + SimResult arrival copy (float64 x 2)": 16,
-    "first_token_s, finish_s (float64)": 16,
-    "preemptions, replica (int64)": 16,
-    "status (int8)": 1,
+    "engine arrival copy + event-queue send times + SimResult arrival copy (float64 x 3)": 24,
+    "records: first_token_s, finish_s, scheduled_s, failed_s (float64 x 4)": 32,
+    "records: preemptions, replica, cached_tokens (int64 x 3)": 24,
+    "records: status (int8)": 1,
 }
 #: transient bytes per request of `metrics.summarize` (ttft/e2el/tpot, masks, the sorts of
 #: the percentiles and the stability fit; measured with tracemalloc: 76 B/request)
@@ -57,15 +64,21 @@ SUMMARY_BYTES_PER_REQUEST = 76
 #: the ITL store: <= ITL_EXACT_LIMIT (4 M) exact gaps (64 MB) plus the transient of folding them
 #: into the histogram (measured: 260 MB); independent of the number of requests
 ITL_BOUND_MB = 64 + 260
-#: the timeline: <= 200k rows x 5 float64, x2 while decimating
-TIMELINE_BOUND_MB = 200_000 * 5 * 8 * 2 / 1e6
+#: the timeline: <= 200k rows x 16 float64 columns (steplog.TL_COLUMNS), x2 while decimating
+TIMELINE_BOUND_MB = 200_000 * 16 * 8 * 2 / 1e6
+#: what else does not grow with the requests, MEASURED (not itemised): the engine's state sized by
+#: KV blocks and seats, the timeline's int and MFU/MBU columns at the end, allocator slack; the
+#: residual of case (c) at 250k / 500k / 1M requests above the per-request part and the stores
+OTHER_FIXED_MB = 75
+#: the fixed part of the bound
+FIXED_MB = ITL_BOUND_MB + TIMELINE_BOUND_MB + OTHER_FIXED_MB
 
 
 def bound_mb(n: int) -> float:
     """Peak RSS above the after-imports baseline: the per-request records, plus the larger of
-    the summary's per-request transient (at the end) and the ITL store (during the run)."""
+    the summary's per-request transient (at the end) and the fixed stores (during the run)."""
     kept = n * sum(BYTES_PER_REQUEST.values()) / 1e6
-    return kept + max(n * SUMMARY_BYTES_PER_REQUEST / 1e6, ITL_BOUND_MB) + TIMELINE_BOUND_MB
+    return kept + max(n * SUMMARY_BYTES_PER_REQUEST / 1e6, FIXED_MB)
 
 
 def _measure(case: str, n: int, w, t0: float, c0: float, base_rss: float, rss_loaded: float,
@@ -91,6 +104,7 @@ def _measure(case: str, n: int, w, t0: float, c0: float, base_rss: float, rss_lo
 
 
 def case_a(n: int) -> dict:
+    from simulator.cli.outputs import write_trace
     from simulator.workloads import traces as T
     from simulator.workloads import workload as W
 
@@ -98,7 +112,7 @@ def case_a(n: int) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "trace.csv")
-        T.write_trace(W.take(T.builtin("azure-conv"), n), path)
+        write_trace(W.take(T.builtin("azure-conv"), n), path)
         size = os.path.getsize(path)
         t1 = time.perf_counter()
         w = T.read_trace(path)
@@ -118,18 +132,64 @@ def case_b(n: int) -> dict:
                     base_rss, _rss_mb(), generate_s=t_gen)
 
 
+def _scenario_run(case: str, n: int, sc, base_rss: float, t0: float, c0: float, **extra: float) -> dict:
+    """Run a `Scenario` as `llmsim simulate` does (its default engine) and collect the figures."""
+    t2, c2 = time.perf_counter(), time.process_time()
+    res, s = sc.run()
+    t_sim, c_sim = time.perf_counter() - t2, time.process_time() - c2
+    return {"case": case, "n": n, **extra, "simulate_wall_s": t_sim, "simulate_cpu_s": c_sim,
+            "total_wall_s": time.perf_counter() - t0, "total_cpu_s": time.process_time() - c0,
+            "rss_after_imports_mb": base_rss, "peak_rss_mb": _peak_mb(),
+            "steps": s["steps"], "completed": s["completed"], "failed": s["failed"],
+            "simulated_hours": s["duration"] / 3600, "unstable": s["unstable"],
+            "mean_ttft_ms": s["mean_ttft_ms"], "prefix_cache_hit_rate": s.get("prefix_cache_hit_rate", 0.0),
+            "bound_mb": bound_mb(n)}
+
+
+def case_c(n: int) -> dict:
+    from simulator.cli.outputs import write_trace
+    from simulator.scenario import Scenario
+    from simulator.workloads import traces as T
+    from simulator.workloads import workload as W
+
+    base_rss = _rss_mb()
+    t0, c0 = time.perf_counter(), time.process_time()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.csv")
+        write_trace(W.take(T.builtin("azure-conv"), n), path)
+        sc = Scenario(model="llama-3.1-8b", hardware="h100-sxm", workload=path)
+        return _scenario_run(f"(c) azure-conv tiled to {n:,} requests, default engine ({sc.engine})", n, sc,
+                             base_rss, t0, c0)
+
+
+def case_d(n: int) -> dict:
+    from simulator.scenario import Scenario
+
+    base_rss = _rss_mb()
+    t0, c0 = time.perf_counter(), time.process_time()
+    sessions = max(1, n // 10)
+    sc = Scenario(model="llama-3.1-8b", hardware="h100-sxm", workload="shared-prefix", num_requests=n, rate=20.0,
+                  workload_params={"num_groups": 10, "prompts_per_group": max(1, sessions // 10),
+                                   "multi_turn": True})
+    return _scenario_run(f"(d) shared-prefix multi-turn, {n:,} requests, 10 rounds per session, default engine", n,
+                         sc, base_rss, t0, c0)
+
+
+CASES = {"a": (case_a, 1_000_000), "b": (case_b, 10_000_000), "c": (case_c, 1_000_000), "d": (case_d, 100_000)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("cases", nargs="*", help="which cases, a and/or b (default: both)")
+    ap.add_argument("cases", nargs="*", help="which cases, of a, b, c, d (default: a and b)")
     ap.add_argument("--n", type=int, default=None, help="requests (default 1M for a, 10M for b)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.cases = args.cases or ["a", "b"]
-    if set(args.cases) - {"a", "b"}:
-        ap.error(f"cases: {args.cases} (choose from a, b)")
+    if set(args.cases) - set(CASES):
+        ap.error(f"cases: {args.cases} (choose from {', '.join(CASES)})")
     if args.child:
-        fn, n = (case_a, args.n or 1_000_000) if args.cases == ["a"] else (case_b, args.n or 10_000_000)
-        print(json.dumps(fn(n)))
+        fn, default_n = CASES[args.cases[0]]
+        print(json.dumps(fn(args.n or default_n)))
         return
     for c in args.cases:
         cmd = [sys.executable, __file__, c, "--child"] + (["--n", str(args.n)] if args.n else [])

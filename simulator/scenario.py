@@ -58,7 +58,7 @@ from simulator.serving.sched.registry import SCHEDULERS, EngineConfig
 from simulator.serving.simulate import Watch, simulate
 from simulator.serving.speculative import SPECULATIVE_SCHEDULERS, spec_decode_summary
 from simulator.specs.catalog import load_hardware, load_model, read_yaml
-from simulator.specs.checks import SpecError, check_int
+from simulator.specs.checks import MAX_SEED, MAX_TOKENS, SpecError, check_int
 from simulator.specs.dtypes import DTYPES
 from simulator.specs.fields import _did_you_mean
 from simulator.specs.hardware import HardwareSpec
@@ -74,6 +74,7 @@ from simulator.workloads.named import (
     is_trace_file,
     named_workload,
     replay,
+    workload_memory_error,
     workload_param,
 )
 from simulator.workloads.traces import load_workload
@@ -175,8 +176,10 @@ class Scenario:
         for name in ("tp", "pp", "ep", "dp_attention", "pp_microbatches", "replicas", "num_requests", "input_len", "output_len",
                      "max_num_seqs", "max_num_batched_tokens", "block_size"):
             check_int(name, getattr(self, name))
+        for name in ("input_len", "output_len"):  # the token limit, before anything is built (issue 26)
+            check_int(name, getattr(self, name), maximum=MAX_TOKENS)
         need(self.num_requests <= MAX_SIM_REQUESTS, "num_requests", f"must be at most {MAX_SIM_REQUESTS:,}")
-        check_int("seed", self.seed, 0)
+        check_int("seed", self.seed, 0, maximum=MAX_SEED)
         check_int("concurrency", self.concurrency, optional=True)
         need(self.rate is None or (is_num(self.rate) and self.rate > 0), "rate",
              "must be a number > 0 requests/s, or inf")
@@ -213,6 +216,22 @@ class Scenario:
         need(self.dataset_path is None or isinstance(self.dataset_path, str), "dataset_path",
              "must be a file path (or omitted)")
         need(isinstance(self.workload_params, dict), "workload_params", "must be a mapping of workload parameters")
+        self._check_workload()
+        if self.disagg is not None or self.deployment:
+            if self.disagg is not None:
+                object.__setattr__(self, "disagg", "{}:{}".format(*parse_disagg(self.disagg)))
+            check_deployment(self.deployment)
+            if self.disagg is None:
+                # refused, not applied: its prefill/decode/link settings describe two pools; a
+                # single pool has no place for them, and dropping them would run another deployment
+                raise SpecError("deployment: applies only to a disaggregated run; give disagg: P:D "
+                                "(e.g. 1:1) or remove the deployment: section")
+        # any spelling (mapping, "ttft:500 e2el:2000", a list of items) -> {metric: ms}; validates
+        object.__setattr__(self, "goodput", goodput_ms(self.goodput))
+        self._check_speculative()
+
+    def _check_workload(self) -> None:
+        """The workload's own parameters, its dataset file, ramp-up and burstiness."""
         named = named_workload(self.workload)
         if named is not None:
             object.__setattr__(self, "workload_params", named.checked_params(self.workload_params))
@@ -231,18 +250,6 @@ class Scenario:
             raise SpecError(
                 f"burstiness: {self.burstiness!r} applies only with a rate: trace {self.workload!r} "
                 "replays its own arrival times unless --rate time-scales it")
-        if self.disagg is not None or self.deployment:
-            if self.disagg is not None:
-                object.__setattr__(self, "disagg", "{}:{}".format(*parse_disagg(self.disagg)))
-            check_deployment(self.deployment)
-            if self.disagg is None:
-                # refused, not applied: its prefill/decode/link settings describe two pools; a
-                # single pool has no place for them, and dropping them would run another deployment
-                raise SpecError("deployment: applies only to a disaggregated run; give disagg: P:D "
-                                "(e.g. 1:1) or remove the deployment: section")
-        # any spelling (mapping, "ttft:500 e2el:2000", a list of items) -> {metric: ms}; validates
-        object.__setattr__(self, "goodput", goodput_ms(self.goodput))
-        self._check_speculative()
 
     def _check_speculative(self) -> None:
         """--speculative-config parsed (JSON text to a mapping) and checked against the rest."""
@@ -508,14 +515,18 @@ class Scenario:
             return self._run_disagg(workload if workload is not None else self.make_workload(), progress,
                                     itl_times)
         cost = cost if cost is not None else self.cost_model()
-        try:
+        try:  # each MemoryError names what was being built (issue 26, cause 9)
             w, note = (workload, "") if workload is not None else self.make_workload_noted()
-            spec = self.speculative(cost)
+        except MemoryError:
+            raise SpecError(workload_memory_error(self.workload, self.workload_params, self.num_requests)) from None
+        spec = self.speculative(cost)
+        try:
             res = simulate(cost, w, self.engine_config(cost), self.replicas, self.router, progress,
                            self.client_view(), speculative=spec, itl_times=itl_times, watch=watch)
         except MemoryError:
-            raise SpecError(f"num_requests: {self.num_requests} requests do not fit in this machine's "
-                            "memory (about 80 bytes each); simulate fewer") from None
+            raise SpecError(f"num_requests: simulating {w.num_requests} requests of workload {w.name or self.workload!r} "
+                            "does not fit in this machine's memory (about 80 bytes each, plus the prompts' "
+                            "block hashes with prefix caching); simulate fewer") from None
         summary = summarize(res, self.slos_s)
         summary.update(run_energy(cost.hardware, res.meta, summary["duration"], summary["total_output_tokens"]))
         summary["workload"] = w.name or str(self.workload)

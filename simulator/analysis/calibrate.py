@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from simulator.analysis.fitting import _source_weights, fit
-from simulator.analysis.measurements import STATIC_METRICS, SkipRow
+from simulator.analysis.measurements import STATIC_METRICS, SkipRow, check_rows
 from simulator.analysis.validate import Validator, error_stats, validate
 from simulator.cost.roofline import CostModel, allreduce_time_s, gemm_time_s
 from simulator.cost.stepbatch import prefill_steps
@@ -453,6 +453,7 @@ def calibrate(rows: Sequence[Mapping[str, Any]], hardware: str | HardwareSpec, *
     measurement rows, leave-one-source-out errors, per-parameter `sources` text and the stage-1
     reports. `fit_link_latency=False` keeps the profile's link_latency_s (the fit is reported).
     """
+    rows = check_rows(rows)
     hw0 = load_hardware(hardware)
     hw_id = hw0.id
     check_choice("objective", objective, ("msle", "median"))

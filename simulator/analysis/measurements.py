@@ -516,3 +516,23 @@ def load_rows(path: str | Path, skip_bad_rows: bool = False, **vllm: Any) -> tup
                             "pass --model and --hardware")
         return read_vllm_result(p, **vllm), []
     return read_measurements(p, skip_bad_rows)
+
+
+def check_rows(rows: Any, name: str = "rows") -> list[Mapping[str, Any]]:
+    """Measurement rows given to the Python API (`validate_rows`, `calibrate_hardware`) as a
+    list, refused with one line unless each is a mapping holding every `REQUIRED_COLUMNS`
+    (`read_measurements` gives such rows; issue 26: `validate_rows([{'x': 1}])` was a KeyError)."""
+    from collections.abc import Iterable
+
+    if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Iterable):
+        raise SpecError(f"{name}: {show(rows)} is not a list of rows (mappings of column -> value)")
+    out = list(rows)
+    for i, r in enumerate(out):
+        if not isinstance(r, Mapping):
+            raise SpecError(f"{name}[{i}]: {show(r)} is not a mapping of column -> value")
+        missing = [c for c in REQUIRED_COLUMNS if c not in r]
+        if missing:
+            raise SpecError(f"{name}[{i}]: missing column(s) {', '.join(missing)} (required: "
+                            f"{', '.join(REQUIRED_COLUMNS)}; read_measurements gives such rows)")
+    return out
+

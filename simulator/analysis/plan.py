@@ -44,7 +44,7 @@ from simulator.analysis.capacity import Reuse, meets_slo, probe, refine, search
 from simulator.analysis.executors import Executor
 from simulator.scenario import Scenario
 from simulator.specs.catalog import load_hardware, load_model
-from simulator.specs.checks import SpecError, check_int
+from simulator.specs.checks import SpecError, check_instance, check_int
 from simulator.workloads.named import named_workload
 from simulator.workloads.workload import scale_to_rate, take, with_arrivals
 
@@ -151,6 +151,7 @@ MAX_PLAN_RATE = 1e7
 
 
 def _check_inputs(base: Scenario, rate: float, headroom: float) -> None:
+    check_instance("base", base, Scenario)
     if not (_num(rate) and 0 < rate <= MAX_PLAN_RATE):
         raise SpecError(f"rate: {rate!r} must be a number of requests/s in (0, {MAX_PLAN_RATE:g}] "
                         "(beyond it replica counts and costs lose meaning)")

@@ -59,7 +59,14 @@ from simulator.analysis.capacity import (
 )
 from simulator.analysis.executors import Executor, PointCache, point_key
 from simulator.scenario import Scenario
-from simulator.specs.checks import SpecError
+from simulator.specs.checks import (
+    SpecError,
+    check_callable,
+    check_choice,
+    check_instance,
+    is_number,
+    show,
+)
 from simulator.specs.fields import _did_you_mean
 
 #: Fractions of the offline max throughput at which `--rates auto` samples (denser near 1).
@@ -158,6 +165,8 @@ def parse_sweep(items: Iterable[str] | None) -> list[tuple[str, list[Any]]]:
     """`--sweep FIELD=V1,V2,...` (repeatable) into [(field, [values])]. FIELD is any
     Scenario setting ('-' or '_'); values are converted to its type. Several sweeps give
     the cartesian product (one curve per combination)."""
+    if items is not None and (isinstance(items, (str, bytes)) or not isinstance(items, Iterable)):
+        raise SpecError(f"sweep: {show(items)} is not a list of FIELD=V1,V2,... strings")
     fields = {f.name: f for f in dataclasses.fields(Scenario) if f.init}
     out: list[tuple[str, list[Any]]] = []
     seen: set[str] = set()
@@ -324,21 +333,24 @@ def _auto_grid(x_max: float) -> list[float]:
 def _check_options(scenario: Scenario, rates: Sequence[float] | str | None, slo_target: float,
                    tol: float, knee_metric: str) -> list[float] | str:
     """Validate the sweep's options; the rates as a sorted list of req/s, or "auto"."""
+    check_instance("scenario", scenario, Scenario)
     if isinstance(rates, str) or rates is None:
         rates = parse_rates(rates or "auto")
     else:
-        rates = sorted({float(r) for r in rates})
+        if not isinstance(rates, Iterable):
+            raise SpecError(f"--rates: {show(rates)} is not a list of rates (or 'auto')")
+        rates = list(rates)
         for r in rates:
-            if not (math.isfinite(r) and r > 0):
-                raise SpecError(f"--rates: {r!r} must be a finite rate > 0 requests/s")
+            if not (is_number(r) and math.isfinite(r) and r > 0):
+                raise SpecError(f"--rates: {show(r)} must be a finite rate > 0 requests/s")
+        rates = sorted({float(r) for r in rates})
         if not rates:
             raise SpecError("--rates: no rates given")
     if not (isinstance(slo_target, (int, float)) and 0 < slo_target <= 1):
         raise SpecError(f"--slo-target {slo_target!r}: must be a fraction in (0, 1]")
     if not (isinstance(tol, (int, float)) and 0 < tol < 1):
         raise SpecError(f"--tol {tol!r}: must be a relative tolerance in (0, 1), e.g. 0.02")
-    if knee_metric not in KNEE_METRICS:
-        raise SpecError(f"--knee-metric {knee_metric!r}: one of {', '.join(KNEE_METRICS)}")
+    check_choice("--knee-metric", knee_metric, KNEE_METRICS)
     if scenario.concurrency is not None:
         raise SpecError(f"concurrency: a rate sweep needs an open loop; drop --concurrency ({scenario.concurrency})")
     return rates
@@ -579,6 +591,16 @@ def sweep(scenario: Scenario, rates: Sequence[float] | str | None = "auto",
     the grid (`_slo_bracket`), lockstep bisection (`_bisect`).
     """
     rates = _check_options(scenario, rates, slo_target, tol, knee_metric)
+    check_callable("progress", progress)
+    if executor is not None and not callable(getattr(executor, "map", None)):
+        raise SpecError(f"executor: {show(executor)} is not an executor (make_executor gives one)")
+    if isinstance(sweeps, (str, bytes)) or not isinstance(sweeps, Iterable):
+        raise SpecError(f"sweeps: {show(sweeps)} is not a list of (field, values) pairs (parse_sweep gives them)")
+    sweeps = list(sweeps)
+    for i, pair in enumerate(sweeps):
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and isinstance(pair[0], str)
+                and isinstance(pair[1], (tuple, list))):
+            raise SpecError(f"sweeps[{i}]: {show(pair)} is not a (field, values) pair (parse_sweep gives them)")
     curves = _curves(scenario, sweeps)
     for label, _, sc in curves:
         _check_curve(label, sc)

@@ -46,6 +46,7 @@ from simulator.analysis.measurements import (
     SERVING_METRICS,
     STATIC_METRICS,
     SkipRow,
+    check_rows,
     engine_family,
     metric_percentile,
     metric_unit,
@@ -84,6 +85,8 @@ class Validator:
         self.workloads = {k.lower(): v for k, v in (workloads or {}).items()}
         self.efficiency = dict(efficiency or {})
         self.num_requests = num_requests
+        if engine is not None and not isinstance(engine, (str, EngineProfile)):
+            raise SpecError(f"engine: {show(engine)} must be an engine profile id, a profile file or an EngineProfile")
         self.engine = None if engine is None else load_engine(engine)  # None: each row's own
         self._hw: dict[str, HardwareSpec] = {}
         self._model: dict[str, Any] = {}
@@ -398,6 +401,19 @@ def skip_counts(skipped: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             for k, ids in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
 
 
+def _checked_rows(rows: Any, skipped: Any) -> tuple[list[Mapping[str, Any]], list[dict]]:
+    """`validate`'s inputs as lists (`measurements.check_rows`; skipped rows: mappings with an
+    id and a reason), refused with one line otherwise (issue 26)."""
+    out = check_rows(rows)
+    if skipped is not None and (isinstance(skipped, (str, bytes, Mapping)) or not isinstance(skipped, Iterable)):
+        raise SpecError(f"skipped: {show(skipped)} is not a list of skipped rows")
+    skip = list(skipped or [])
+    for i, r in enumerate(skip):
+        if not isinstance(r, Mapping) or "id" not in r or "reason" not in r:
+            raise SpecError(f"skipped[{i}]: {show(r)} is not a mapping with an id and a reason")
+    return out, skip
+
+
 def validate(rows: Iterable[Mapping[str, Any]], *, scenario: str | None = None,
              hardware_filter: str | None = None, skipped: Iterable[dict] | None = None,
              validator: Validator | None = None,
@@ -412,6 +428,9 @@ def validate(rows: Iterable[Mapping[str, Any]], *, scenario: str | None = None,
     by_hardware / by_source / by_metric ({rows, median_ape, p90_ape, mean_signed_error}) and
     points (per row: POINT_FIELDS).
     """
+    rows, skipped = _checked_rows(rows, skipped)
+    if validator is not None and not isinstance(validator, Validator):
+        raise SpecError(f"validator: {type(validator).__name__} is not a Validator (or None)")
     v = validator or Validator(**kw)
     rows = [r for r in rows
             if (scenario is None or r["scenario"] == scenario)

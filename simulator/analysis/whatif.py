@@ -37,7 +37,7 @@ from simulator.cost.predict import predict_static
 from simulator.cost.stepbatch import StepBatch
 from simulator.scenario import Scenario
 from simulator.specs.catalog import load_hardware
-from simulator.specs.checks import SpecError, check_int, is_number
+from simulator.specs.checks import SpecError, check_instance, check_int, is_number
 from simulator.specs.dtypes import DTYPE_BYTES
 
 
@@ -365,6 +365,7 @@ WHATIFS: dict[str, Callable[..., dict[str, Any]]] = {"kv-dtype": kv_dtype_whatif
 
 def whatif(kind: str, base: Scenario, *args: Any, **kw: Any) -> dict[str, Any]:
     """Dispatch by name: whatif("kv-dtype" | "speculative" | "hardware", base, ...)."""
+    check_instance("base", base, Scenario)
     key = str(kind).replace("_", "-")
     if key not in WHATIFS:
         raise SpecError(f"what-if {kind!r}: one of {', '.join(WHATIFS)}")

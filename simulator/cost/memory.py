@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.specs.checks import SpecError, check_int, is_number, show
+from simulator.specs.checks import SpecError, check_instance, check_int, is_number, show
 from simulator.specs.dtypes import DTYPE_BYTES, DTypes
 from simulator.specs.hardware import HardwareSpec
 from simulator.specs.model import ModelSpec
@@ -112,6 +112,9 @@ def memory_plan(model: ModelSpec, hardware: HardwareSpec, par: Parallelism, dtyp
     KV budget/GPU = capacity * utilisation - weights/GPU - activation reserve;
     KV tokens = budget / (KV bytes per token / (t' * pp)), t' = min(tp, n_kv) (1 for MLA).
     """
+    for name, value, cls in (("model", model, ModelSpec), ("hardware", hardware, HardwareSpec),
+                             ("par", par, Parallelism), ("dtypes", dtypes, DTypes)):
+        check_instance(name, value, cls)
     if not (is_number(gpu_memory_utilization) and 0 < gpu_memory_utilization <= 1):
         raise SpecError(f"gpu_memory_utilization: {show(gpu_memory_utilization)} must be in (0, 1]")
     check_int("max_num_batched_tokens", max_num_batched_tokens)

@@ -44,7 +44,7 @@ from simulator.cost.memory import MemoryPlan, memory_plan
 from simulator.cost.network import group_link, scaleout_link, scaleup_link
 from simulator.cost.parallel import alltoall_time_s, pipelined, pp_sends
 from simulator.cost.stepbatch import StepBatch
-from simulator.specs.checks import SpecError
+from simulator.specs.checks import SpecError, SpecTypeError, check_choice
 from simulator.specs.dtypes import DTYPE_BYTES, DTypes
 from simulator.specs.fields import _did_you_mean
 from simulator.specs.hardware import SCALAR_EFFICIENCY_FIELDS, Efficiency, HardwareSpec
@@ -372,19 +372,19 @@ class CostModel:
     ) -> None:
         # specs only: names and files are resolved by `resolve.make_cost_model` / `catalog`
         if not isinstance(model, ModelSpec) or not isinstance(hardware, HardwareSpec):
-            raise TypeError("CostModel takes a ModelSpec and a HardwareSpec; resolve names with "
+            raise SpecTypeError("CostModel takes a ModelSpec and a HardwareSpec; resolve names with "
                             "simulator.resolve.make_cost_model or simulator.specs.catalog.load_model/load_hardware")
         self.model = model
         # width of the activations crossing the link (TP all-reduce, PP send); None: the
         # activation dtype. TensorRT-LLM's FP8 recipe keeps the residual stream in 16 bits.
-        if link_dtype is not None and link_dtype not in DTYPE_BYTES:
-            raise SpecError(f"link_dtype: {link_dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
+        if link_dtype is not None:
+            check_choice("link_dtype", link_dtype, DTYPE_BYTES)
         self.link_dtype = link_dtype
         self.hardware = hw = _efficient_hardware(hardware, ideal, efficiency)
         self.par = parallelism or Parallelism()
         self.dtypes = dtypes or DTypes(weight=self.model.default_weight_dtype)
         if not isinstance(self.par, Parallelism) or not isinstance(self.dtypes, DTypes):
-            raise TypeError("CostModel: parallelism must be a Parallelism and dtypes a DTypes (or None)")
+            raise SpecTypeError("CostModel: parallelism must be a Parallelism and dtypes a DTypes (or None)")
         m, par = self.model, self.par
         if m.num_layers % par.pp:
             raise SpecError(f"pp: {par.pp} does not divide num_layers ({m.num_layers})")

@@ -15,21 +15,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.specs.checks import MAX_BATCH, MAX_TOKENS, SpecError, check_int, check_number
+from simulator.specs.fields import check_domains, domain
 from simulator.specs.model import ModelSpec
+
+
+def _check_step_args(model: object, batch_size: object, tokens: object, name: str) -> None:
+    """The public step builders' arguments, checked before any arithmetic (issue 26)."""
+    if not isinstance(model, ModelSpec):
+        raise SpecError(f"model: {type(model).__name__} is not a ModelSpec (load one with load_model)")
+    check_int("batch_size", batch_size, 1, maximum=MAX_BATCH)
+    check_number(name, tokens, 0.0, MAX_TOKENS, low_open=name == "input_len", unit="tokens")
 
 
 @dataclass(frozen=True)
 class StepBatch:
     """Sufficient statistics of one step's batch (see module docstring)."""
 
-    T: float
-    S: float
-    Ad: float = 0.0
-    Ap: float = 0.0
-    R: float = 0.0
-    Aw: float | None = None
-    Rw: float | None = None
-    Pc: float = 0.0
+    # every statistic is a finite count >= 0 (`specs.fields.domain`; issue 26)
+    T: float = domain(kind="number", low=0.0)
+    S: float = domain(kind="number", low=0.0)
+    Ad: float = domain(0.0, low=0.0)
+    Ap: float = domain(0.0, low=0.0)
+    R: float = domain(0.0, low=0.0)
+    Aw: float | None = domain(None, low=0.0, optional=True)
+    Rw: float | None = domain(None, low=0.0, optional=True)
+    Pc: float = domain(0.0, low=0.0)
+
+    def __post_init__(self) -> None:
+        check_domains(self)
 
     @classmethod
     def from_sequences(cls, seqs: list[tuple[int, int]], window: int | None = None) -> StepBatch:
@@ -59,6 +73,8 @@ class StepBatch:
 
 def prefill_step(model: ModelSpec, batch_size: int, input_len: int) -> StepBatch:
     """The step that prefills `batch_size` fresh prompts of `input_len` tokens at once."""
+    _check_step_args(model, batch_size, input_len, "input_len")
+    check_int("input_len", input_len, 1, maximum=MAX_TOKENS)
     B, n = batch_size, input_len
     window = model.sliding_window.window if model.sliding_window else None
     return StepBatch(T=B * n, S=B, Ad=0.0, Ap=B * n * n / 2.0, R=B * n,
@@ -100,6 +116,7 @@ def prefill_steps(model: ModelSpec, batch_size: int, input_len: int,
 
 def decode_step(model: ModelSpec, batch_size: int, cached: float) -> StepBatch:
     """One decode step of `batch_size` sequences, each with `cached` tokens in its KV cache."""
+    _check_step_args(model, batch_size, cached, "cached")
     B, p = batch_size, float(cached)
     window = model.sliding_window.window if model.sliding_window else None
     return StepBatch(T=B, S=B, Ad=B * (p + 0.5), R=B * (p + 1),

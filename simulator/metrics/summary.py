@@ -22,7 +22,7 @@ import numpy as np
 
 from simulator.metrics.slo import SLO_KEYS
 from simulator.serving.records import COMPLETED, REJECTED, SimResult, tpot
-from simulator.specs.checks import SpecError
+from simulator.specs.checks import SpecError, check_instance, check_number, show
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -98,7 +98,13 @@ def summarize(res: SimResult, goodput: dict[str, float] | None = None,
 
     `goodput`: {metric: seconds}, metric one of `slo.SLO_KEYS`, each a finite number > 0
     (SpecError otherwise: an unknown key would silently count every request good)."""
+    check_instance("res", res, SimResult)
     _check_slos_s(goodput)
+    if isinstance(percentiles, (str, bytes)) or not hasattr(percentiles, "__iter__"):
+        raise SpecError(f"percentiles: {show(percentiles)} is not a list of numbers in [0, 100]")
+    percentiles = tuple(percentiles)
+    for q in percentiles:
+        check_number("percentiles", q, 0.0, 100.0)
     done = res.status == COMPLETED
     rejected = res.status == REJECTED
     n_done = int(done.sum())

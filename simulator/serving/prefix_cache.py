@@ -222,7 +222,7 @@ class PrefixState:
     __slots__ = ("kv", "hashes", "slot_hashes", "n_reg", "bs", "reload_s_per_block", "pending_s",
                  "reloaded_blocks")
 
-    def __init__(self, kv: KVCache, hashes: list[list[int]], warm: bool = False, cpu_blocks: int = 0,
+    def __init__(self, kv: KVCache, hashes: Sequence[Sequence[int]], warm: bool = False, cpu_blocks: int = 0,
                  reload_s_per_block: float = 0.0) -> None:
         slots = len(kv.held)
         self.kv = PrefixKVCache(kv.total_blocks, kv.block_size, slots)
@@ -232,7 +232,7 @@ class PrefixState:
         self.reloaded_blocks = 0
         self.bs = kv.block_size
         self.hashes = hashes
-        self.slot_hashes: list[list[int]] = [[] for _ in range(slots)]
+        self.slot_hashes: list[Sequence[int]] = [[] for _ in range(slots)]
         self.n_reg = [0] * slots
         if warm:  # an earlier run of the same workload: every prompt, in request order
             for h in hashes:

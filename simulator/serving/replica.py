@@ -29,7 +29,7 @@ as failed at the deadline.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -156,7 +156,7 @@ class Replica(DecodeSegments):
             self.deadline_after = timeout_s - frontend_s
             self.deadline = item_view(deadline)
 
-    def attach_prefix_cache(self, hashes: list[list[int]], warm: bool = False, cpu_blocks: int = 0,
+    def attach_prefix_cache(self, hashes: Sequence[Sequence[int]], warm: bool = False, cpu_blocks: int = 0,
                             reload_s_per_block: float = 0.0) -> None:
         """Turn on prefix caching (`serving/prefix_cache.py`) with each request's block hashes."""
         self.prefix = PrefixState(self.kv, hashes, warm, cpu_blocks, reload_s_per_block)

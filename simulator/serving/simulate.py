@@ -63,7 +63,14 @@ from simulator.serving.replica import Replica
 from simulator.serving.sched.registry import EngineConfig
 from simulator.serving.speculative import SPECULATIVE_SCHEDULERS, SpecReplica, merged_spec_counters
 from simulator.serving.steplog import StepLog, TimedStepLog
-from simulator.specs.checks import SpecError, check_cost_model, check_int
+from simulator.specs.checks import (
+    SpecError,
+    check_callable,
+    check_choice,
+    check_cost_model,
+    check_instance,
+    check_int,
+)
 from simulator.workloads.sessions import dependencies
 from simulator.workloads.shared_prefix import request_block_hashes
 from simulator.workloads.workload import Workload
@@ -114,10 +121,17 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     Deterministic: the same inputs give the same result bit for bit (no randomness here;
     all draws happen when the workload is made).
     """
+    check_instance("workload", workload, Workload)
+    check_instance("config", config, EngineConfig, optional=True)
+    check_instance("client", client, ClientView, optional=True)
+    check_instance("speculative", speculative, SpeculativeDecoding, optional=True)
+    check_callable("progress", progress)
+    check_callable("watch", watch)
     cfg = config or EngineConfig()
     check_int("replicas", replicas)
-    if router not in ROUTERS:
-        raise SpecError(f"router: {router!r} is not one of {', '.join(ROUTERS)}")
+    check_choice("router", router, ROUTERS)
+    if not callable(getattr(cost, "step_time", None)):
+        raise SpecError(f"cost: {type(cost).__name__} is not a cost model (a CostModel, or an object with step_time)")
     check_cost_model(cost)
     view = client or ClientView()
     front = float(view.frontend_s)  # F: send -> engine arrival (module docstring)

@@ -36,6 +36,10 @@ MAX_INT_DIGITS = 30
 MAX_TOKENS = 10_000_000
 MAX_REQUESTS = 1_000_000
 MAX_BATCH = 1_000_000
+#: seeds: numpy's legacy RandomState (vLLM's send schedule, `workload.vllm_rng`) takes 32 bits
+MAX_SEED = 2**32 - 1
+#: requests one generated workload may hold (the simulation's own bound; memory is refused below it)
+MAX_SIM_REQUESTS = 10**12
 SHOW_CHARS = 80
 MESSAGE_CHARS = 2000
 
@@ -49,6 +53,11 @@ class SpecError(ValueError):
         if len(text) > MESSAGE_CHARS:
             text = text[:MESSAGE_CHARS] + "..."
         super().__init__(text, *args)
+
+
+class SpecTypeError(SpecError, TypeError):
+    """A `SpecError` for an argument of the wrong type: caught as SpecError (one line for the
+    user) and, for callers written before it, as the TypeError it used to be."""
 
 
 def show(value: Any, limit: int = SHOW_CHARS) -> str:
@@ -134,6 +143,24 @@ def check_choice(name: str, value: Any, choices: typing.Iterable[str]) -> Any:
     if not known:
         raise SpecError(f"{name}: {show(value)} is not one of {', '.join(allowed)}")
     return value
+
+
+def check_instance(name: str, value: Any, cls: type | tuple[type, ...], *, optional: bool = False,
+                   what: str = "") -> Any:
+    """An object argument of the Python API: an instance of `cls` (None too with `optional`), else
+    "<name>: <type> is not a <what>" (never an AttributeError deep inside; issue 26)."""
+    if (value is None and optional) or isinstance(value, cls):
+        return value
+    names = what or " or ".join(c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,)))
+    raise SpecTypeError(f"{name}: {show(value)} ({type(value).__name__}) is not a {names}"
+                    + (" (or None)" if optional else ""))
+
+
+def check_callable(name: str, value: Any, *, optional: bool = True) -> Any:
+    """A callback argument: callable (or None with `optional`)."""
+    if (value is None and optional) or callable(value):
+        return value
+    raise SpecError(f"{name}: {show(value)} is not callable" + (" (or None)" if optional else ""))
 
 
 def check_path(name: str, value: Any) -> Path:
@@ -233,7 +260,7 @@ def check_cost_model(cost: Any) -> None:
                             "a step time must be a finite number of seconds > 0")
 
 __all__ = [
-    "MAX_BATCH", "MAX_DEPTH", "check_cost_model", "MAX_INT_DIGITS", "MAX_NODES", "MAX_REQUESTS", "MAX_RESULT_BYTES", "MAX_RESULT_NODES",
-    "MAX_SPEC_BYTES", "MAX_TOKENS", "SpecError", "check_choice", "check_int", "check_number",
+    "MAX_BATCH", "MAX_DEPTH", "check_cost_model", "MAX_INT_DIGITS", "MAX_NODES", "MAX_REQUESTS", "MAX_RESULT_BYTES", "MAX_RESULT_NODES", "MAX_SEED", "MAX_SIM_REQUESTS",
+    "MAX_SPEC_BYTES", "MAX_TOKENS", "SpecError", "SpecTypeError", "check_callable", "check_choice", "check_instance", "check_int", "check_number",
     "check_path", "check_tree", "is_int", "is_number", "load_json", "read_text_bounded", "show",
 ]

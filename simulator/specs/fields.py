@@ -300,3 +300,58 @@ def _fmt(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+# ------------------------------------------------------------------ domains of API parameters
+@dataclasses.dataclass(frozen=True)
+class Domain:
+    """A parameter's type and allowed values, declared once next to its default (`domain`) and
+    checked by `check_domains` (issue 26, cause 16: a Python-API object refuses a bad value with
+    a `SpecError` naming it, never a TypeError later or a silently wrong number).
+
+    `kind`: "int" (an integer in [low, high]), "number" (a finite real in [low, high], (low,
+    high] with `low_open`), "bool", "mapping"; `optional`: None is allowed."""
+
+    kind: str
+    low: float = 0
+    high: float | None = None
+    low_open: bool = False
+    optional: bool = False
+    unit: str = ""
+
+    def check(self, name: str, value: Any) -> None:
+        if value is None and self.optional:
+            return
+        tail = " (or None)" if self.optional else ""
+        if self.kind == "int":
+            check_int(name, value, int(self.low), maximum=None if self.high is None else int(self.high),
+                      optional=self.optional)
+        elif self.kind == "number":
+            try:
+                check_number(name, value, self.low, GENERIC_MAX if self.high is None else self.high,
+                             low_open=self.low_open, unit=self.unit)
+            except SpecError as e:
+                raise SpecError(f"{e}{tail}") from None
+        elif self.kind == "bool":
+            if not isinstance(value, bool) and not is_numpy_scalar(value, "bool_"):
+                raise SpecError(f"{name}: {show(value)} must be true or false{tail}")
+        elif self.kind == "mapping":
+            if not isinstance(value, typing.Mapping):
+                raise SpecError(f"{name}: {show(value)} must be a mapping{tail}")
+
+
+def domain(default: Any = dataclasses.MISSING, kind: str = "number", *, default_factory: Any = dataclasses.MISSING,
+           **kw: Any) -> Any:
+    """A dataclass field with its `Domain` (checked by `check_domains` in `__post_init__`)."""
+    meta = {"domain": Domain(kind, **kw)}
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def check_domains(obj: Any) -> None:
+    """Check every field of dataclass `obj` that declares a `domain`; one-line `SpecError`."""
+    for f in dataclasses.fields(obj):
+        d = f.metadata.get("domain")
+        if d is not None:
+            d.check(f.name, getattr(obj, f.name))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.specs.checks import SpecError, check_int, check_number
+from simulator.specs.checks import SpecError, check_int, check_number, show
 
 # --------------------------------------------------------------------------- replica setup
 
@@ -58,6 +58,8 @@ class Parallelism:
             raise SpecError(f"dp_attention: {self.dp_attention} must divide tp ({self.tp}): the replica's GPUs "
                             "split into dp_attention groups of tp / dp_attention")
         check_number("expert_imbalance", self.expert_imbalance, 1.0, float(self.ep))
+        if not isinstance(self.pp_interleaved, bool):
+            raise SpecError(f"pp_interleaved: {show(self.pp_interleaved)} must be true or false")
 
     @property
     def num_gpus(self) -> int:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.specs.checks import SpecError, check_int
+from simulator.specs.checks import MAX_TOKENS, SpecError, check_int
 from simulator.workloads import workload as wl
 
 
@@ -55,6 +55,8 @@ class WorkloadParam:
     default: Any
     help: str
     minimum: int | None = 0
+    #: the largest integer allowed (token lengths: `MAX_TOKENS`, checked before anything is built)
+    maximum: int | None = None
 
     @property
     def flag(self) -> str:
@@ -65,7 +67,7 @@ class WorkloadParam:
             if not isinstance(value, bool):
                 raise SpecError(f"{self.name}: {value!r} must be true or false")
         else:
-            check_int(self.name, value, self.minimum)
+            check_int(self.name, value, self.minimum, maximum=self.maximum)
 
 
 @dataclass(frozen=True)
@@ -212,8 +214,8 @@ register(NamedWorkload(
     "(inference-perf's 'constant' timer at --rate: exponential gaps rescaled to end at n/rate; gamma with --burstiness)", _shared_prefix, uses_output_len=True,
     params=(WorkloadParam("num_groups", 8, "groups (one system prompt each)", 1),
             WorkloadParam("prompts_per_group", 16, "questions per group", 1),
-            WorkloadParam("system_prompt_len", 1000, "system prompt tokens", 0),
-            WorkloadParam("question_len", 100, "question tokens", 0),
+            WorkloadParam("system_prompt_len", 1000, "system prompt tokens", 0, MAX_TOKENS),
+            WorkloadParam("question_len", 100, "question tokens", 0, MAX_TOKENS),
             WorkloadParam("multi_turn", False, "rounds re-send the session's history (-n > groups x prompts)",
                           None))))
 
@@ -308,9 +310,9 @@ for _key, _p in INFERENCE_PERF_PRESETS.items():
         _preset_builder(INFERENCE_PERF_PRESET_PREFIX + _key, _p),
         params=(WorkloadParam("num_groups", _p.num_groups, "groups (one system prompt each)", 1),
                 WorkloadParam("prompts_per_group", _p.prompts_per_group, "questions per group", 1),
-                WorkloadParam("system_prompt_len", _p.system_prompt_len, "system prompt tokens", 0),
-                WorkloadParam("question_len", _p.question_len, "question tokens", 0),
-                WorkloadParam("output_tokens", _p.output_len, "tokens generated per request (ignore_eos)", 1),
+                WorkloadParam("system_prompt_len", _p.system_prompt_len, "system prompt tokens", 0, MAX_TOKENS),
+                WorkloadParam("question_len", _p.question_len, "question tokens", 0, MAX_TOKENS),
+                WorkloadParam("output_tokens", _p.output_len, "tokens generated per request (ignore_eos)", 1, MAX_TOKENS),
                 WorkloadParam("multi_turn", _p.multi_turn,
                               "rounds re-send the session's history (-n > groups x prompts)", None),
                 WorkloadParam("stage", 0, "the preset's load stage giving --rate and -n when not set", 0))))
@@ -337,7 +339,7 @@ def _register_mlperf() -> None:
         register(NamedWorkload(ds.name, ds.help, _mlperf(ds.name), params=(
             WorkloadParam("mean_output_tokens", 0, "MLPerf datasets: mean output tokens per sample "
                           "(0: the reference model's published mean; a run's own mean is its Tokens/s "
-                          "over Samples/s)", 0),)))
+                          "over Samples/s)", 0, MAX_TOKENS),)))
 
 
 _register_mlperf()
@@ -375,3 +377,22 @@ def chars_summary(w: wl.Workload, done: np.ndarray, duration_s: float) -> dict[s
     return {"total_input_chars": in_c, "total_output_chars": out_c,
             "output_chars_per_s": out_c * rate,
             "output_chars_per_token": out_c / out_t if out_t else float("nan")}
+
+
+def workload_memory_error(name: Any, params: Mapping[str, Any], num_requests: Any) -> str:
+    """The one-line error when building workload `name` ran out of memory (issue 26, cause 9):
+    it names what was being built (the trace file and its size, or the named workload and its
+    settings), never just the request count."""
+    text = str(name)
+    entry = named_workload(text)
+    if entry is not None:
+        given = ", ".join(f"{k}={v!r}" for k, v in params.items()) or "its defaults"
+        return (f"workload: building {entry.name!r} ({given}; num_requests={num_requests}) does not fit in "
+                "this machine's memory; use fewer requests or shorter prompts")
+    path = Path(text)
+    if path.is_file():
+        return (f"workload: reading the trace file {text} ({path.stat().st_size:,} bytes) does not fit in this "
+                "machine's memory (a line or the whole file is too large); split it or use a smaller one")
+    return (f"workload: the trace {text!r} tiled to num_requests={num_requests} does not fit in this machine's "
+            "memory; use fewer requests")
+

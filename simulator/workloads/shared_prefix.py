@@ -32,24 +32,30 @@ shuffle uses its own seeded generator (same structure, not inference-perf's exac
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, overload
 
 import numpy as np
 
-from simulator.specs.checks import SpecError, check_int
+from simulator.specs.checks import MAX_TOKENS, SpecError, check_int
 from simulator.workloads.workload import Workload, arrivals, object_column
 
 #: The parent hash of block 0 (any fixed int: only equality of hashes matters).
 _ROOT_HASH = 0
 
+#: prompts (groups x prompts per group) a shared-prefix workload may shuffle and build
+MAX_PROMPTS = 10_000_000
+
 #: Tokens per `hash_ids` block in the Mooncake traces.
 MOONCAKE_BLOCK_TOKENS = 512
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Segment:
     """`num_tokens` tokens of the token stream `segment_id` (from its start)."""
 
@@ -65,11 +71,76 @@ class Segment:
             raise SpecError(f"segment.segment_id: {self.segment_id!r} must be an integer")
 
 
-Prompt = tuple[Segment, ...]
+class Turn(Sequence[Segment]):
+    """A prompt that is an earlier prompt `parent` followed by the segments `own`: a multi-turn
+    request re-sends its session's history. Stored as a link to the parent, so the n turns of
+    a session take O(n) memory, not the O(n^2) of flattened tuples (issue 26, cause 8); it reads
+    as the flat sequence of segments (len, index, slice, iteration, == with a tuple)."""
+
+    __slots__ = ("parent", "own", "_len", "tokens")
+
+    def __init__(self, parent: Sequence[Segment], own: tuple[Segment, ...]) -> None:
+        self.parent = parent
+        self.own = own
+        self._len = len(parent) + len(own)
+        #: total tokens, kept so `prompt_tokens` is O(1) rather than a walk of the history
+        self.tokens = prompt_tokens(parent) + sum(s.num_tokens for s in own)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _parts(self) -> list[Sequence[Segment]]:
+        """The segment runs from the first turn on (iterative: sessions have many turns)."""
+        parts: list[Sequence[Segment]] = []
+        node: Sequence[Segment] = self
+        while isinstance(node, Turn):
+            parts.append(node.own)
+            node = node.parent
+        parts.append(node)
+        parts.reverse()
+        return parts
+
+    def __iter__(self) -> Iterator[Segment]:
+        return itertools.chain.from_iterable(self._parts())
+
+    @overload
+    def __getitem__(self, i: int) -> Segment: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Segment, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> Segment | tuple[Segment, ...]:
+        if isinstance(i, slice):
+            return tuple(self)[i]
+        k = i + self._len if i < 0 else i
+        if not 0 <= k < self._len:
+            raise IndexError("prompt segment index out of range")
+        node: Sequence[Segment] = self
+        while isinstance(node, Turn):  # a loop, not recursion: sessions have many turns
+            start = node._len - len(node.own)
+            if k >= start:
+                return node.own[k - start]
+            node = node.parent
+        return node[k]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (tuple, Turn)):
+            return len(self) == len(other) and tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"Turn({len(self)} segments, {self.tokens} tokens)"
+
+
+Prompt = Sequence[Segment]
 
 
 def prompt_tokens(segments: Sequence[Segment]) -> int:
     """Total tokens of a prompt."""
+    if isinstance(segments, Turn):
+        return segments.tokens
     return sum(s.num_tokens for s in segments)
 
 
@@ -82,24 +153,171 @@ def block_hashes(segments: Sequence[Segment], block_size: int) -> list[int]:
     hash of int tuples does not depend on PYTHONHASHSEED, so the values are reproducible.
     """
     check_int("block_size", block_size)
-    out: list[int] = []
-    parent = _ROOT_HASH
-    runs: list[tuple[int, int, int]] = []
-    room = block_size
-    for seg in segments:
-        off = 0
-        left = int(seg.num_tokens)
-        while left > 0:
-            take = min(left, room)
-            runs.append((int(seg.segment_id), off, take))
-            off += take
-            left -= take
-            room -= take
-            if room == 0:
-                parent = hash((parent, tuple(runs)))
-                out.append(parent)
-                runs = []
-                room = block_size
+    chain = _Chain(block_size)
+    chain.extend(segments)
+    return chain.hashes.tolist()
+
+
+#: where a chain stood: (chain, full blocks, parent hash, open block's runs, room left)
+_Mark = tuple["_Chain", int, int, tuple[tuple[int, int, int], ...], int]
+
+
+class _Chain:
+    """The block-hash chain of a token sequence that grows segment by segment: the full blocks'
+    hashes (`prefix`, a frozen view of the chain it was forked from, then its own `hashes`) and
+    the open block (its parent hash, runs and room left). A multi-turn session's turns extend
+    one chain, and the prompts of a group fork the group's system-prompt chain, so every hash
+    is computed once and stored once."""
+
+    __slots__ = ("prefix", "hashes", "parent", "runs", "room", "bs")
+
+    def __init__(self, block_size: int) -> None:
+        self.prefix: Sequence[int] = ()
+        # 8 bytes a hash (a list would hold a pointer and a 32-byte int object for each)
+        self.hashes = array("q")
+        self.parent = _ROOT_HASH
+        self.runs: list[tuple[int, int, int]] = []
+        self.bs = self.room = block_size
+
+    def __len__(self) -> int:
+        return len(self.prefix) + len(self.hashes)
+
+    def view(self) -> HashView:
+        """The chain's full-block hashes as they are now (later growth stays out of the view)."""
+        return HashView(self.prefix, self.hashes, len(self))
+
+    def mark(self) -> _Mark:
+        """Where the chain is now, to extend it (or a fork of it) from here later (`resume`)."""
+        return (self, len(self), self.parent, tuple(self.runs), self.room)
+
+    @staticmethod
+    def resume(mark: _Mark) -> _Chain:
+        """The chain at `mark`: the chain itself while nothing was added since, else a fork
+        whose prefix is a view of the marked hashes (shared, not copied)."""
+        chain, n, parent, runs, room = mark
+        if len(chain) == n and chain.parent == parent and chain.room == room and tuple(chain.runs) == runs:
+            return chain
+        fork = _Chain(chain.bs)
+        fork.prefix = HashView(chain.prefix, chain.hashes, n)
+        fork.parent, fork.runs, fork.room = parent, list(runs), room
+        return fork
+
+    def extend(self, segments: Sequence[Segment]) -> None:
+        out, runs, parent, room, bs = self.hashes, self.runs, self.parent, self.room, self.bs
+        for seg in segments:
+            off = 0
+            left = int(seg.num_tokens)
+            sid = int(seg.segment_id)
+            while left > 0:
+                take = min(left, room)
+                runs.append((sid, off, take))
+                off += take
+                left -= take
+                room -= take
+                if room == 0:
+                    parent = hash((parent, tuple(runs)))
+                    out.append(parent)
+                    runs = []
+                    room = bs
+        self.runs, self.parent, self.room = runs, parent, room
+
+
+class HashView(Sequence[int]):
+    """The first `n` hashes of `prefix` followed by the list `base`: a request's block hashes
+    as a view of its session's or group's shared chain (no copy per request)."""
+
+    __slots__ = ("prefix", "base", "n", "_p")
+
+    def __init__(self, prefix: Sequence[int], base: Sequence[int], n: int) -> None:
+        self.prefix = prefix
+        self.base = base
+        self.n = n
+        self._p = len(prefix)
+
+    def __len__(self) -> int:
+        return self.n
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
+
+    def __getitem__(self, i: int | slice) -> int | list[int]:
+        if isinstance(i, slice):
+            start, stop, step = i.indices(self.n)
+            if step == 1 and start >= self._p:
+                return list(self.base[start - self._p:stop - self._p])
+            return list(itertools.islice(self, start, stop, step)) if step > 0 else list(self)[i]
+        k = i + self.n if i < 0 else i
+        if not 0 <= k < self.n:
+            raise IndexError("block hash index out of range")
+        return self.prefix[k] if k < self._p else self.base[k - self._p]
+
+    def __iter__(self) -> Iterator[int]:
+        if self.n <= self._p:
+            return itertools.islice(self.prefix, self.n)
+        return itertools.chain(self.prefix, itertools.islice(self.base, self.n - self._p))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, HashView)):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"HashView({list(self)!r})"
+
+
+def _prompt_hashes(prompts: Sequence[Sequence[Segment]], block_size: int) -> list[Sequence[int]]:
+    """Per prompt, its full blocks' hashes, each computed once and stored once: the same prompt
+    object (shared-prefix cycles its N prompts) or an equal short flat prompt gets the same
+    list, and a `Turn` extends (or forks) its parent's chain, so a request holds a `HashView`,
+    not a copy. Memory and time are then linear in the requests for multi-turn sessions, not
+    quadratic in their length, and a group's system prompt is hashed once (issue 26)."""
+    check_int("block_size", block_size)
+    marks: dict[int, _Mark] = {}  # id(prompt or parent) -> where its chain ends
+    keep: list[Sequence[Segment]] = []  # the objects marked (so no id is reused meanwhile)
+    memo: dict[int, Sequence[int]] = {}
+    flat: dict[tuple[Segment, ...], Sequence[int]] = {}
+
+    parents = {id(p.parent) for p in prompts if isinstance(p, Turn)}
+
+    def chain_of(p: Sequence[Segment]) -> _Chain:
+        # p and its ancestors not hashed yet, nearest first (a loop: sessions have many turns);
+        # the farthest is a flat prompt or a Turn whose parent is hashed
+        path: list[Sequence[Segment]] = []
+        node: Sequence[Segment] | None = p
+        while node is not None and id(node) not in marks:
+            path.append(node)
+            node = node.parent if isinstance(node, Turn) else None
+        if not path:  # p was hashed as an ancestor of an earlier prompt
+            return _Chain.resume(marks[id(p)])
+        chain = _Chain(block_size)
+        for q in reversed(path):
+            if isinstance(q, Turn):  # its parent was hashed (marked) before it
+                chain = _Chain.resume(marks[id(q.parent)])
+                chain.extend(q.own)
+            else:
+                chain.extend(q)
+            if q is not p or id(p) in parents:
+                marks[id(q)] = chain.mark()
+                keep.append(q)
+        return chain
+
+    out: list[Sequence[int]] = []
+    for p in prompts:
+        got = memo.get(id(p))
+        if got is None:
+            key = tuple(p) if isinstance(p, tuple) or (isinstance(p, Turn) and len(p) <= 4) else None
+            got = flat.get(key) if key is not None else None
+            if got is None:
+                got = chain_of(p).view()
+                if key is not None:
+                    flat[key] = got
+            memo[id(p)] = got
+            keep.append(p)
+        out.append(got)
     return out
 
 
@@ -162,9 +380,9 @@ class PrefixWorkload:
     def num_requests(self) -> int:
         return len(self.prompts)
 
-    def block_hashes(self, block_size: int) -> list[list[int]]:
-        """Per request, its full blocks' chained hashes."""
-        return [block_hashes(p, block_size) for p in self.prompts]
+    def block_hashes(self, block_size: int) -> list[Sequence[int]]:
+        """Per request, its full blocks' chained hashes (shared between requests, `_prompt_hashes`)."""
+        return _prompt_hashes(self.prompts, block_size)
 
     def to_workload(self, name: str = "", clock_start_s: float | None = None) -> Workload:
         """The engine's `Workload`, carrying the prompts (`extra["prompt_segments"]`) and,
@@ -180,36 +398,113 @@ class PrefixWorkload:
                         clock_start_s=clock_start_s)
 
 
-def request_block_hashes(wl: Workload, block_size: int) -> list[list[int]]:
+class NoHashes(Sequence[Sequence[int]]):
+    """`n` requests none of whose blocks is named (no prompt structure): every request's hashes
+    are the one empty tuple, at no memory per request (a 1M-request trace under an engine
+    with prefix caching on, issue 26)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return NoHashes(len(range(self.n)[i]))
+        range(self.n)[i]  # IndexError as a list would raise it
+        return ()
+
+
+def request_block_hashes(wl: Workload, block_size: int) -> Sequence[Sequence[int]]:
     """Per request of `wl`, its prompt's full-block hashes for blocks of `block_size` tokens:
     from `extra["prompt_segments"]`, else from Mooncake `extra["hash_ids"]` (512-token blocks,
-    re-cut to `block_size` through `mooncake_segments`), else none (no request shares a block)."""
+    re-cut to `block_size` through `mooncake_segments`), else none (no request shares a block).
+    Hash lists are shared, never copied per request (`_prompt_hashes`)."""
     n = wl.num_requests
     if "prompt_segments" in wl.extra:
-        hashes = [block_hashes(p, block_size) for p in wl.extra["prompt_segments"]]
+        hashes = _prompt_hashes(list(wl.extra["prompt_segments"]), block_size)
         if "parent" in wl.extra:
             _extend_to_answers(hashes, wl, block_size)
         return hashes
     if "hash_ids" in wl.extra:
-        # = block_hashes(mooncake_segments(ids, length, _UNIQUE_BASE + i)), with the chunks
-        # of a shared prefix hashed once and shared (memory per request: traces/mooncake.py)
-        from simulator.workloads.traces.mooncake import mooncake_block_hashes
-
-        check_int("block_size", block_size)
-        # a read-only sequence of lists (the prefix cache only indexes, iterates and sizes it)
-        return mooncake_block_hashes(wl.extra["hash_ids"], wl.input_len, block_size, _UNIQUE_BASE)  # type: ignore[return-value]
-    return [[] for _ in range(n)]
+        return _mooncake_hashes(list(wl.extra["hash_ids"]), wl.input_len.tolist(), block_size)
+    return NoHashes(n)
 
 
-def _extend_to_answers(hashes: list[list[int]], wl: Workload, block_size: int) -> None:
+def _mooncake_hashes(hash_ids: Sequence[Sequence[int]], input_len: Sequence[int],
+                     block_size: int) -> list[Sequence[int]]:
+    """Per Mooncake row, the block hashes of `mooncake_segments(ids, length, _UNIQUE_BASE + i)`,
+    each stored once: the hash of the last block of a 512-token id names its whole prefix (the
+    chain), so `nodes` maps it to the chain and length where that prefix ends, and a row whose
+    leading ids were seen continues along (or forks) that chain instead of storing them again.
+    A row holds a `HashView`; only its unseen blocks cost memory, 8 bytes each (issue 26: 20k
+    rows of 64k tokens took 225 kB a row as lists of int objects). With a block size that does
+    not divide 512 every row's hashes are its own (no sharing)."""
+    check_int("block_size", block_size)
+    out: list[Sequence[int]] = []
+    share = MOONCAKE_BLOCK_TOKENS % block_size == 0
+    nodes: dict[int, tuple[_Chain, int]] = {}  # last hash of a 512-token prefix -> (chain, its length)
+    for i, (hids, length) in enumerate(zip(hash_ids, input_len, strict=True)):
+        segs = mooncake_segments(list(hids), int(length), unique_id=_UNIQUE_BASE + i)  # checks the row
+        chain, at, k = _Chain(block_size), 0, 0  # the chain holding this row's prefix, the prefix's length
+        while share and k < len(segs) and segs[k].num_tokens == MOONCAKE_BLOCK_TOKENS:
+            probe = _Chain(block_size)  # this id's blocks, chained from the prefix's last hash
+            probe.parent = _hash_at(chain, at - 1)
+            probe.extend(segs[k:k + 1])
+            k += 1
+            node = nodes.get(probe.hashes[-1])
+            if node is not None:  # seen: continue along the chain that holds this prefix
+                chain, at = node
+                continue
+            chain = _tip(chain, at)
+            chain.hashes.extend(probe.hashes)
+            chain.parent = probe.hashes[-1]
+            at = len(chain)
+            nodes[chain.parent] = (chain, at)
+        if k < len(segs):  # a partial last id, an unshared tail, or no sharing: this row's own blocks
+            chain = _tip(chain, at)
+            chain.extend(segs[k:])
+            out.append(chain.view())
+        else:
+            out.append(HashView(chain.prefix, chain.hashes, at))
+    return out
+
+
+def _hash_at(chain: _Chain, k: int) -> int:
+    """Hash k of the chain (the root hash for k = -1)."""
+    if k < 0:
+        return _ROOT_HASH
+    p = len(chain.prefix)
+    return chain.prefix[k] if k < p else chain.hashes[k - p]
+
+
+def _tip(chain: _Chain, at: int) -> _Chain:
+    """A chain to extend from its block `at` (a boundary between blocks): the chain itself when
+    it ends there with no open block, else a fork sharing its first `at` hashes."""
+    if at == len(chain) and not chain.runs:
+        chain.parent = _hash_at(chain, at - 1)
+        return chain
+    fork = _Chain(chain.bs)
+    fork.prefix = HashView(chain.prefix, chain.hashes, at)
+    fork.parent = _hash_at(chain, at - 1)
+    return fork
+
+
+def _extend_to_answers(hashes: list[Sequence[int]], wl: Workload, block_size: int) -> None:
     """A request with a later turn also names the blocks of its answer: the child's prompt
     starts with the parent's prompt + answer, so the child's leading hashes are the parent's
-    whole sequence (vLLM hashes the blocks of generated tokens too)."""
+    whole sequence (vLLM hashes the blocks of generated tokens too). A view of the child's
+    shared list, not a copy."""
     for c, p in enumerate(wl.extra["parent"].tolist()):
         if p >= 0:
             full = (int(wl.input_len[p]) + int(wl.output_len[p])) // block_size
             if full > len(hashes[p]):
-                hashes[p] = hashes[c][:full]
+                child = hashes[c]
+                hashes[p] = (HashView(child.prefix, child.base, min(full, child.n)) if isinstance(child, HashView)
+                             else list(child[:full]))
 
 
 #: segment ids of Mooncake prompt tails not covered by hash_ids (apart from generator ids)
@@ -260,8 +555,22 @@ def shared_prefix(
     o_len = _pos_int(output_len, "output_len")
     if s_len + q_len < 1:
         raise SpecError("system_prompt_len + question_len: must be >= 1 token")
+    if s_len + q_len > MAX_TOKENS:
+        raise SpecError(f"system_prompt_len + question_len: {s_len} + {q_len} tokens; a prompt is at most "
+                        f"{MAX_TOKENS:,} tokens")
     n_prompts = g * ppg
+    if n_prompts > MAX_PROMPTS:
+        raise SpecError(f"num_groups x num_prompts_per_group: {g} x {ppg} = {n_prompts:,} prompts; at most "
+                        f"{MAX_PROMPTS:,} (each is shuffled and built before the run)")
     n = n_prompts if num_requests is None else _pos_int(num_requests, "num_requests")
+    # checked before anything is built (issue 26): a multi-turn round re-sends the history, so
+    # the last round's prompt is the system prompt + every earlier question and answer
+    rounds = (n - 1) // n_prompts if multi_turn else 0
+    longest = s_len + q_len + rounds * (q_len + o_len)
+    if longest > MAX_TOKENS:
+        raise SpecError(f"system_prompt_len: a prompt of {longest:,} tokens (system {s_len} + question {q_len}"
+                        + (f", plus {rounds:,} earlier rounds of {q_len} + {o_len} tokens re-sent" if rounds else "")
+                        + f"); a prompt is at most {MAX_TOKENS:,} tokens")
     rng = np.random.default_rng(seed)
     # All N prompts shuffled together (inference-perf: rng.permutation over the prompt list).
     order = rng.permutation(n_prompts)
@@ -271,22 +580,29 @@ def shared_prefix(
     parent = np.full(n, -1, dtype=np.int64)
     session = np.full(n, -1, dtype=np.int64)
     history: dict[int, Prompt] = {}
+    # one system prompt per group and one prompt object per prompt index, shared by every
+    # request (and every first round) using it: the group's system prompt is hashed once
+    systems = [(Segment(k, s_len),) if s_len else () for k in range(g)]
+    base: dict[int, Prompt] = {}
     for i in range(n):
         p = int(order[i % n_prompts])
-        sys_seg = Segment(p // ppg, s_len)
-        q_seg = Segment(g + p, q_len)
+        first = base.get(p)
+        if first is None:
+            sys_p = systems[p // ppg]
+            first = base[p] = Turn(sys_p, (Segment(g + p, q_len),)) if q_len else sys_p
         if not multi_turn:
-            prompts.append(tuple(s for s in (sys_seg, q_seg) if s.num_tokens))
+            prompts.append(first)
             continue
         session[i] = p
+        prompt: Prompt
         if i >= n_prompts:
             prev = i - n_prompts
             parent[i] = prev
             answer = Segment(g + n_prompts + prev, o_len)
-            prompt = (*history[p], answer, q_seg)
+            # the history by reference: a session's rounds share it (linear memory in -n)
+            prompt = Turn(history[p], (answer, Segment(g + p, q_len)) if q_len else (answer,))
         else:
-            prompt = (sys_seg, q_seg)
-        prompt = tuple(s for s in prompt if s.num_tokens)
+            prompt = first
         history[p] = prompt
         prompts.append(prompt)
     input_len = np.array([prompt_tokens(p) for p in prompts], dtype=np.int64)
@@ -343,7 +659,9 @@ def multi_turn_chats(
     for c, turns in enumerate(conversations):
         if len(turns) == 0:
             raise SpecError(f"conversations[{c}]: needs at least one turn")
-        history: list[Segment] = [Segment(c % nsys, sys_len)] if sys_len else []
+        # segments since the previous turn's prompt (which the next prompt links to, not copies)
+        pending: list[Segment] = [Segment(c % nsys, sys_len)] if sys_len else []
+        last: Prompt | None = None
         prev = -1
         for k, turn in enumerate(turns):
             try:
@@ -354,10 +672,13 @@ def multi_turn_chats(
                 ) from None
             u = _pos_int(u_raw, f"conversations[{c}][{k}].user_tokens", 0)
             a = _pos_int(a_raw, f"conversations[{c}][{k}].answer_tokens")
-            history.append(Segment(next_id, u))
+            pending.append(Segment(next_id, u))
             next_id += 1
-            prompt = tuple(s for s in history if s.num_tokens)
-            if not prompt:
+            own = tuple(s for s in pending if s.num_tokens)
+            pending = []
+            prompt: Prompt = own if last is None else Turn(last, own)
+            last = prompt
+            if not len(prompt):
                 raise SpecError(f"conversations[{c}][{k}]: the prompt would be empty")
             prompts.append(prompt)
             arr.append(float(starts[c]))
@@ -371,7 +692,7 @@ def multi_turn_chats(
             else:
                 thinks.append(float(rng.exponential(think)) if think > 0 else 0.0)
             prev = len(prompts) - 1
-            history.append(Segment(next_id, a))
+            pending.append(Segment(next_id, a))
             next_id += 1
     return PrefixWorkload(
         arrival_s=np.array(arr, dtype=np.float64),

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.specs.checks import SpecError, check_int
+from simulator.specs.checks import MAX_SEED, MAX_SIM_REQUESTS, SpecError, check_int
 from simulator.specs.fields import _did_you_mean
 
 #: Largest token count accepted in a trace or a length option (a sanity bound, not a model limit).
@@ -267,7 +267,7 @@ def vllm_rng(seed: int = 0) -> np.random.RandomState:
     (`vllm/benchmarks/serve.py`; /work/notes/vllm_client.md §1.1). Here it is an explicit
     `RandomState(seed)`, the same stream (NumPy documents the legacy stream as frozen), so the
     same seed gives vLLM's send times to the last bit."""
-    return np.random.RandomState(_check_count(seed, "seed"))
+    return np.random.RandomState(int(check_int("seed", seed, 0, maximum=MAX_SEED)))
 
 
 #: `--ramp-up-strategy` choices (vLLM `bench serve`)
@@ -466,8 +466,8 @@ def synthetic(
     from two further streams of the seed, so changing the rate leaves the lengths as they were
     (common random numbers across a rate sweep).
     """
-    n = _check_count(num_requests, "num_requests", 1)
-    seed = _check_count(seed, "seed")
+    n = int(check_int("num_requests", num_requests, 1, maximum=MAX_SIM_REQUESTS))
+    seed = int(check_int("seed", seed, 0, maximum=MAX_SEED))
     dist = length_dist or ("uniform" if range_ratio else "fixed")
     proc = process or ("poisson" if burstiness == 1 else "gamma")
     _, g_in, g_out = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))

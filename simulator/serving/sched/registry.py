@@ -57,10 +57,8 @@ any ratio).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from simulator.serving.sched.interface import (
     DECODE_SEGMENT,
@@ -77,46 +75,39 @@ from simulator.serving.sched.policies import (
     VllmMultiStep,
     VllmV0,
 )
-from simulator.specs.checks import SpecError, check_int
+from simulator.specs.checks import SpecError, check_choice
+from simulator.specs.fields import check_domains, domain
 
 
 @dataclass(frozen=True)
 class EngineConfig:
     """Limits of one replica's scheduler (vLLM's names)."""
 
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    block_size: int = 16
+    # each field's type and domain, declared next to its default (`specs.fields.domain`)
+    max_num_seqs: int = domain(256, "int", low=1)
+    max_num_batched_tokens: int = domain(8192, "int", low=1)
+    block_size: int = domain(16, "int", low=1)
     scheduler: str = "vllm"
-    gpu_memory_utilization: float = 0.9
-    max_model_len: int | None = None
-    kv_capacity_tokens: int | None = None  # override the memory model (tests, what-ifs)
-    max_segment_steps: int = 4096
-    max_duration_s: float | None = None  # simulated-time cap: what is unfinished then is cut off
-    debug: bool = False  # check conservation invariants while running
+    gpu_memory_utilization: float = domain(0.9, low=0.0, high=1.0, low_open=True)
+    max_model_len: int | None = domain(None, "int", low=1, optional=True)
+    kv_capacity_tokens: int | None = domain(None, "int", low=1, optional=True)  # override the memory model (tests, what-ifs)
+    max_segment_steps: int = domain(4096, "int", low=1)
+    # simulated-time cap: what is unfinished then is cut off
+    max_duration_s: float | None = domain(None, low=0.0, low_open=True, optional=True, unit="seconds")
+    debug: bool = domain(False, "bool")  # check conservation invariants while running
     #: the policy's own parameters (`SchedulerPolicy.PARAMS` of `scheduler`), e.g. {"watermark": 0.01}
-    policy_params: Mapping[str, Any] = field(default_factory=dict)
+    policy_params: Mapping[str, Any] = domain(kind="mapping", default_factory=dict)
     # automatic prefix caching (`serving/prefix_cache.py`): off here so results stay as they were;
     # engine profiles turn it on (vLLM V1, SGLang). `warm_cache`: the cache starts holding the
     # prompts of an earlier run of the same workload (bounded by capacity)
-    enable_prefix_caching: bool = False
-    warm_cache: bool = False
-    cpu_offload_bytes: float = 0.0  # host-memory tier for evicted prefix blocks (per replica)
+    enable_prefix_caching: bool = domain(False, "bool")
+    warm_cache: bool = domain(False, "bool")
+    # host-memory tier for evicted prefix blocks (per replica)
+    cpu_offload_bytes: float = domain(0.0, low=0.0, unit="bytes")
 
     def __post_init__(self) -> None:
-        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_segment_steps"):
-            check_int(name, getattr(self, name))
-        if self.scheduler not in SCHEDULERS:
-            raise SpecError(f"scheduler: {self.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
-        if not (0 < self.gpu_memory_utilization <= 1):
-            raise SpecError(f"gpu_memory_utilization: {self.gpu_memory_utilization!r} must be in (0, 1]")
-        if self.max_duration_s is not None and not (self.max_duration_s > 0):
-            raise SpecError(f"max_duration_s: {self.max_duration_s!r} must be > 0 seconds")
-        for name in ("max_model_len", "kv_capacity_tokens"):
-            check_int(name, getattr(self, name), optional=True)
-        c = self.cpu_offload_bytes
-        if isinstance(c, bool) or not isinstance(c, (int, float, np.number)) or not 0 <= c < float("inf"):
-            raise SpecError(f"cpu_offload_bytes: {c!r} must be a finite number of bytes >= 0")
+        check_domains(self)
+        check_choice("scheduler", self.scheduler, SCHEDULERS)
         if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.block_size:
             raise SpecError(f"kv_capacity_tokens: {self.kv_capacity_tokens!r} must be >= block_size")
         SCHEDULERS[self.scheduler].resolve_params(self.policy_params)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.specs.checks import SpecError
+from simulator.specs.checks import SpecError, check_path
 from simulator.specs.fields import _did_you_mean
 from simulator.specs.readers import load_csv_numbers, read_head
 from simulator.workloads.workload import MAX_TOKENS, Workload
@@ -113,7 +113,7 @@ def read_trace(path: str | Path, fmt: str = "auto", skip_bad_rows: bool = False)
     max_tokens=0). A malformed row raises SpecError naming the file, the 1-based line and the
     column, unless `skip_bad_rows`, in which case it is skipped and counted in `bad_rows`.
     """
-    p = Path(path)
+    p = check_path("trace", path)
     if fmt not in ("auto", *TRACE_FORMATS):
         raise SpecError(
             f"trace format: {fmt!r} is not one of auto, {', '.join(TRACE_FORMATS)}"
@@ -192,9 +192,15 @@ def _read_clean_simple(p: Path) -> Workload:
     return _sorted_workload(p, t, i, o, 0, 0, {})
 
 
-@functools.cache
 def builtin(name: str) -> Workload:
     """A built-in trace by name (see `BUILTIN_WORKLOADS`); cached (Workloads are immutable)."""
+    if not isinstance(name, str):  # checked before the cache, which needs a hashable key
+        raise SpecError(f"workload: {name!r} is not a built-in trace name; built-ins: {', '.join(BUILTIN_WORKLOADS)}")
+    return _builtin(name)
+
+
+@functools.cache
+def _builtin(name: str) -> Workload:
     key = name.strip().lower().replace("_", "-")
     if key not in BUILTIN_WORKLOADS:
         raise SpecError(

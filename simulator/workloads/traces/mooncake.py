@@ -11,11 +11,9 @@ built from chunks shared by every request with the same prefix (`mooncake_block_
 
 from __future__ import annotations
 
-import array
 import io
 import math
 import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -194,121 +192,3 @@ def _read_mooncake(path: Path, skip_bad_rows: bool) -> ParsedTrace:
     if any(h is not None for h in hashes):
         extra["hash_ids"] = object_column([() if h is None else h for h in hashes])
     return ParsedTrace(a[:, 0] / 1000.0, a[:, 1], a[:, 2], nbad, 0, extra)
-
-
-# ---------------------------------------------------------------------- block hashes
-
-#: tokens per `hash_ids` block in the Mooncake traces (`shared_prefix.MOONCAKE_BLOCK_TOKENS`)
-_ID_TOKENS = 512
-
-
-def _chain(parent: int, segments: list[tuple[int, int]], block_size: int, out: list[int]) -> int:
-    """Append the chained hashes of the full blocks of `segments` ((segment id, tokens), each
-    from its start) to `out`, starting from `parent`; returns the last parent. The formula of
-    `shared_prefix.block_hashes`: h_k = hash((h_{k-1}, runs of block k))."""
-    runs: list[tuple[int, int, int]] = []
-    room = block_size
-    for seg_id, tokens in segments:
-        off = 0
-        left = tokens
-        while left > 0:
-            take = min(left, room)
-            runs.append((seg_id, off, take))
-            off += take
-            left -= take
-            room -= take
-            if room == 0:
-                parent = hash((parent, tuple(runs)))
-                out.append(parent)
-                runs = []
-                room = block_size
-    return parent
-
-
-def _check_id(h: Any) -> int:
-    if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or h < 0:
-        raise SpecError(f"hash_ids: {h!r} must be an integer >= 0")
-    return int(h)
-
-
-class MooncakeBlockHashes(Sequence):
-    """Per request, the chained hashes of its prompt's full blocks (a read-only sequence of
-    lists, built on demand). Storage is shared: each distinct 512-token chunk, keyed by the
-    parent hash before it and its id, is hashed once into one flat int64 pool; a request keeps
-    the indices of its chunks (8 bytes per id) and the hashes of its tail (the blocks after its
-    last whole chunk). A 64k-token prompt at 16-token blocks costs ~1 kB of indices plus the
-    blocks of chunks no earlier request had, 8 bytes each, instead of ~240 kB of Python ints.
-    A list is built when a request is looked at (admission), the last few kept."""
-
-    def __init__(self, per_chunk: int, pool: np.ndarray, rows: list[Any], tails: list[Any]) -> None:
-        self._m = per_chunk
-        self._pool = pool
-        self._rows = rows
-        self._tails = tails
-        self._recent: dict[int, list[int]] = {}
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-    def __getitem__(self, r: Any) -> Any:
-        if not isinstance(r, int):
-            raise TypeError("MooncakeBlockHashes is indexed by a request number")
-        got = self._recent.get(r)
-        if got is not None:
-            return got
-        row, tail = self._rows[r], self._tails[r]  # IndexError ends iteration
-        if len(row):
-            idx = (np.asarray(row, dtype=np.int64)[:, None] * self._m + np.arange(self._m)).ravel()
-            got = self._pool[idx].tolist() + list(tail)
-        else:
-            got = list(tail)
-        if len(self._recent) >= 64:
-            self._recent.pop(next(iter(self._recent)))
-        self._recent[r] = got
-        return got
-
-
-def mooncake_block_hashes(hash_ids: Any, input_len: Any, block_size: int, unique_base: int) -> Sequence:
-    """Per request, the chained hashes of its prompt's full blocks of `block_size` tokens, equal
-    to `block_hashes(mooncake_segments(ids, length, unique_base + i), block_size)`: a
-    `MooncakeBlockHashes` when `block_size` divides 512 (chunks shared), else plain lists."""
-    whole = _ID_TOKENS % block_size == 0
-    memo: dict[tuple[int, int], int] = {}  # (parent, id) -> chunk index in the pool
-    last: list[int] = []  # chunk index -> its last hash (the next chunk's parent)
-    pool = array.array("q")
-    rows: list[Any] = []
-    tails: list[Any] = []
-    for i, (ids, length) in enumerate(zip(hash_ids, np.asarray(input_len).tolist(), strict=True)):
-        left = int(length)
-        row: list[int] = []
-        parent = 0  # shared_prefix._ROOT_HASH
-        k = 0
-        while whole and k < len(ids) and left >= _ID_TOKENS:
-            h = _check_id(ids[k])
-            c = memo.get((parent, h))
-            if c is None:
-                block: list[int] = []
-                _chain(parent, [(-(h + 1), _ID_TOKENS)], block_size, block)
-                c = memo[(parent, h)] = len(last)
-                last.append(block[-1])
-                pool.extend(block)
-            row.append(c)
-            parent = last[c]
-            left -= _ID_TOKENS
-            k += 1
-        rest: list[tuple[int, int]] = []
-        while k < len(ids) and left > 0:
-            take = min(left, _ID_TOKENS)
-            rest.append((-(_check_id(ids[k]) + 1), take))
-            left -= take
-            k += 1
-        if left:
-            rest.append((unique_base + i, left))
-        tail: list[int] = []
-        _chain(parent, rest, block_size, tail)
-        rows.append(array.array("q", row) if whole else row)
-        tails.append(array.array("q", tail) if whole else tail)
-    if not whole:
-        return [list(t) for t in tails]
-    flat = np.frombuffer(pool, dtype=np.int64) if len(pool) else np.zeros(0, dtype=np.int64)
-    return MooncakeBlockHashes(_ID_TOKENS // block_size, flat, rows, tails)
