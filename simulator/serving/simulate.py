@@ -58,7 +58,13 @@ from simulator.serving.client_view import ClientView
 from simulator.serving.events import RELEASE, EventQueue, engine_time
 from simulator.serving.multiturn import release_children, run_dependent
 from simulator.serving.pool import ROUTERS, Pool, kv_blocks
-from simulator.serving.records import REJECTED, Records, SimResult, cut_reason
+from simulator.serving.records import (
+    REJECTED,
+    Records,
+    SimResult,
+    check_arrivals_in_clock,
+    cut_reason,
+)
 from simulator.serving.replica import Replica
 from simulator.serving.sched.registry import EngineConfig
 from simulator.serving.speculative import SPECULATIVE_SCHEDULERS, SpecReplica, merged_spec_counters
@@ -134,6 +140,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         raise SpecError(f"cost: {type(cost).__name__} is not a cost model (a CostModel, or an object with step_time)")
     check_cost_model(cost)
     view = client or ClientView()
+    check_arrivals_in_clock(workload)
     front = float(view.frontend_s)  # F: send -> engine arrival (module docstring)
     if speculative is not None:
         cfg = _speculative_config(cfg, speculative)
