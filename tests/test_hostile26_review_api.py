@@ -206,3 +206,40 @@ def test_wide_draw_reaches_every_new_axis(mooncake_file):
             seen.add("pp")
     assert {"speculative_config", "deployment", "concurrency", "max_model_len", "sharegpt", "mc.jsonl",
             "ep", "pp"} <= seen
+
+
+# ============================================================== run_whatif's list arguments
+
+
+WI_BASE = dict(model="llama-3.1-8b", hardware="h100-sxm", workload="random", num_requests=8, input_len=200,
+               output_len=20, rate=2.0)
+SPEC = {"method": "ngram", "num_speculative_tokens": 2, "acceptance_rate": 0.5}
+
+
+@pytest.mark.parametrize("kind, kw, message", [
+    ("kv-dtype", dict(values=2.0, load=False), r"values: 2.0 \(float\) is not a list of KV formats"),
+    ("kv-dtype", dict(values=None, load=False), r"values: None \(NoneType\) is not a list of KV formats"),
+    ("kv-dtype", dict(values="fp8", load=False), r"values: 'fp8' \(str\) is not a list of KV formats"),
+    ("kv-dtype", dict(values=[None], load=False), r"values\[0\]: None is not one of fp32, bf16"),
+    ("hardware", dict(hardware=1.5, load=False), r"hardware: 1.5 \(float\) is not a list of hardware ids"),
+    ("hardware", dict(hardware=[None], load=False), r"hardware\[0\]: None \(NoneType\) is not a hardware id"),
+    ("hardware", dict(hardware=["h100-sxm"], prices=2.0, load=False),
+     r"prices: 2.0 \(float\) is not a mapping of hardware to \$ per GPU-hour"),
+    ("hardware", dict(hardware=["h100-sxm"], prices=["h100-sxm"], load=False), r"prices: \['h100-sxm'\] \(list\)"),
+    ("speculative", dict(speculative_config=SPEC, concurrencies=4), r"concurrencies: 4 \(int\) is not a list of integers"),
+])
+def test_whatif_list_arguments_are_checked(kind, kw, message):
+    """TypeError ('float' object is not iterable), KeyError (None) and AttributeError ('float'
+    object has no attribute 'items') before: 33 of 140 hostile whatif calls."""
+    with pytest.raises(SpecError, match=message) as e:
+        L.run_whatif(kind, Scenario(**WI_BASE), **kw)
+    if "is not a list" in message or "is not a mapping" in message or "is not a hardware" in message:
+        assert isinstance(e.value, TypeError)  # a SpecTypeError, as the other object arguments
+
+
+def test_whatif_lists_still_work():
+    r = L.run_whatif("kv-dtype", Scenario(**WI_BASE), ("bf16", "fp8"), load=False)
+    rows = {row["kv_dtype"]: row for row in r["values"]}
+    # fp8 halves the KV bytes per token: twice the tokens in the same budget (within a block)
+    assert rows["fp8"]["kv_bytes_per_token"] * 2 == rows["bf16"]["kv_bytes_per_token"]
+    assert rows["fp8"]["kv_capacity_tokens"] == pytest.approx(2 * rows["bf16"]["kv_capacity_tokens"], abs=32)

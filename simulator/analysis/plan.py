@@ -70,6 +70,7 @@ def cost_per_million_tokens(cost_per_hour: float, rate: float, mean_output_token
 def normalise_prices(prices: dict[str, float] | None) -> dict[str, float]:
     """{hardware ref or id: $/GPU-hour} -> {catalog id: price}; unknown hardware or a price
     that is not a positive number raises SpecError."""
+    check_instance("prices", prices, dict, optional=True, what="mapping of hardware to $ per GPU-hour")
     out: dict[str, float] = {}
     for ref, price in (prices or {}).items():
         if not _num(price) or price <= 0:
