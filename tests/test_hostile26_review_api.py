@@ -243,3 +243,25 @@ def test_whatif_lists_still_work():
     # fp8 halves the KV bytes per token: twice the tokens in the same budget (within a block)
     assert rows["fp8"]["kv_bytes_per_token"] * 2 == rows["bf16"]["kv_bytes_per_token"]
     assert rows["fp8"]["kv_capacity_tokens"] == pytest.approx(2 * rows["bf16"]["kv_capacity_tokens"], abs=32)
+
+
+# ============================================================== make_plan's candidate axes
+
+
+PLAN_BASE = dict(model="llama-3.2-1b", hardware="h100-sxm", workload="random", num_requests=20, input_len=100,
+                 output_len=10, goodput={"ttft": 2000})
+
+
+@pytest.mark.parametrize("kw, message, is_type", [
+    (dict(hardware=2.0), r"hardware: 2.0 \(float\) is not a list of hardware ids", True),
+    (dict(tps=float("nan")), r"tps: nan \(float\) is not a list of integers >= 1", True),
+    (dict(kv_dtypes=2.0), r"kv_dtypes: 2.0 \(float\) is not a list of KV formats", True),
+    (dict(weight_dtypes=True), r"weight_dtypes: True \(bool\) is not a list of weight formats", True),
+    # a bad format fails the plan, as a bad hardware name does; it was an "infeasible" row
+    (dict(kv_dtypes=["fp8", "bogus"]), r"kv_dtypes\[1\]: 'bogus' is not one of fp32, bf16", False),
+    (dict(weight_dtypes=[1.5]), r"weight_dtypes\[0\]: 1.5 is not one of fp32, bf16", False),
+])
+def test_plan_candidate_axes_are_checked(kw, message, is_type):
+    with pytest.raises(SpecError, match=message) as e:
+        L.make_plan(Scenario(**PLAN_BASE), 1.0, **{"hardware": ["h100-sxm"], "tps": [1], **kw})
+    assert isinstance(e.value, TypeError) == is_type
