@@ -265,3 +265,25 @@ def test_plan_candidate_axes_are_checked(kw, message, is_type):
     with pytest.raises(SpecError, match=message) as e:
         L.make_plan(Scenario(**PLAN_BASE), 1.0, **{"hardware": ["h100-sxm"], "tps": [1], **kw})
     assert isinstance(e.value, TypeError) == is_type
+
+
+# ============================================================== a speculative setting made for another replica
+
+
+def test_simulate_refuses_a_speculative_setting_made_for_another_cost_model():
+    """`Scenario` refuses speculative decoding with pp > 1 (not modelled); `simulate` given a
+    setting made for a pp = 1 cost model and a pp = 2 one ran it, and priced the draft and the
+    memory for the replica it was not running."""
+    cost = L.make_cost_model("llama-3.1-8b", "h100-sxm")
+    spec = Scenario(workload="random", speculative_config=SPEC).speculative(cost)
+    w = L.Workload(np.zeros(4), np.full(4, 100), np.full(4, 20))
+    with pytest.raises(SpecError, match=r"speculative: made for llama-3.1-8b on h100-sxm \(tp=1, pp=1, ep=1\), but "
+                                        r"the run prices llama-3.1-8b on h100-sxm \(tp=1, pp=2, ep=1\)"):
+        L.simulate(L.make_cost_model("llama-3.1-8b", "h100-sxm", pp=2), w, L.EngineConfig(), speculative=spec)
+    with pytest.raises(SpecError, match="speculative_config: speculative decoding with pp > 1 is not modelled"):
+        Scenario(workload="random", pp=2, speculative_config=SPEC).speculative()
+    with pytest.raises(SpecError, match=r"but the run prices llama-3.2-1b"):
+        L.simulate(L.make_cost_model("llama-3.2-1b", "h100-sxm"), w, L.EngineConfig(), speculative=spec)
+    # an equal cost model made again is the same replica: it runs, all 4 complete
+    res = L.simulate(L.make_cost_model("llama-3.1-8b", "h100-sxm"), w, L.EngineConfig(), speculative=spec)
+    assert res.status.tolist() == [1, 1, 1, 1]
