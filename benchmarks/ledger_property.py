@@ -10,7 +10,13 @@ does not model), and its result conserves requests: every request completed or r
 reason, only rejected ones have one, and the peak KV utilisation of every pool is <= 1. A
 violation is an `AssertionError` from the ledger, any other exception, or a broken invariant.
 
-    python benchmarks/ledger_property.py --n 2000 [--seed 0]
+    python benchmarks/ledger_property.py --n 2000 [--seed 0] [--wide]
+
+`--wide` (`draw_wide_config`) adds the axes of the issue-26 review: ShareGPT and Mooncake
+(a small JSONL with shared hash ids) workloads, MoE models with EP, PP and micro-batches,
+`max_model_len`, closed-loop clients and `--max-concurrency`, speculative decoding, and per-pool
+`deployment:` overrides and link values under disaggregation. Every run is also checked for
+finite, non-negative and ordered request times (arrival <= first token <= finish).
 
 prints the counts (ran, refused, violations) and the wall time; tests/test_hostile26_engine.py
 runs a bounded, derandomized subset in the default pytest run with the same `draw_config`.
@@ -19,8 +25,10 @@ runs a bounded, derandomized subset in the default pytest run with the same `dra
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -105,6 +113,72 @@ def draw_config(choose: Choose) -> dict[str, Any]:
     return kw
 
 
+#: a Mooncake trace (timestamps in ms, 16-token blocks) whose rows share hash-id prefixes
+MOONCAKE_ROWS = tuple(json.dumps(r) for r in (
+    {"timestamp": 0, "input_length": 300, "output_length": 20, "hash_ids": list(range(1, 20))},
+    {"timestamp": 10, "input_length": 300, "output_length": 5, "hash_ids": [*range(1, 19), 20]},
+    {"timestamp": 20, "input_length": 40, "output_length": 60, "hash_ids": [1, 2, 30]},
+    {"timestamp": 25, "input_length": 900, "output_length": 1, "hash_ids": [40]},
+    {"timestamp": 400, "input_length": 17, "output_length": 7, "hash_ids": [1, 2]},
+    {"timestamp": 400, "input_length": 600, "output_length": 100, "hash_ids": [1, 2, 3, 4, 5, 6]},
+))
+MOE_MODELS = ("qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v2-lite")
+
+
+def draw_wide_config(choose: Choose, mooncake_path: str) -> dict[str, Any]:
+    """`draw_config` plus the review's axes (module docstring); `mooncake_path`: a file holding
+    `MOONCAKE_ROWS`."""
+    kw = draw_config(choose)
+    other = choose("other_workload", (None, None, "sharegpt", "mooncake"))
+    if other is not None:
+        for k in ("input_len", "output_len", "range_ratio", "workload_params"):
+            kw.pop(k, None)
+        kw["workload"] = "sharegpt" if other == "sharegpt" else mooncake_path
+        kw["num_requests"] = choose("num_requests", (1, 7, 30) if other == "sharegpt" else (3, 6, 12))
+        if other == "mooncake" and choose("trace_clock", (0, 1)):
+            kw["rate"] = None  # the trace's own timestamps
+    if choose("moe", (0, 0, 1)):
+        tp = choose("tp", (1, 2, 4))
+        ep = choose("ep", (1, tp))  # a divisor of tp
+        kw.update(model=choose("moe_model", MOE_MODELS), tp=tp, ep=ep, pp=choose("pp", (1, 2)),
+                  pp_microbatches=choose("pp_microbatches", (1, 2, 4)),
+                  expert_imbalance=choose("expert_imbalance", (1.0, 1.0, float(ep))))
+        if choose("auto_kv", (0, 1)):
+            kw["kv_capacity_tokens"] = None
+    if choose("has_max_model_len", (0, 0, 0, 1)):
+        kw["max_model_len"] = choose("max_model_len", (64, 700, 2048))
+    if kw["disagg"] is None:
+        clients = choose("concurrency", (None, None, 1, 4))  # closed loop, or a cap at a finite rate
+        if clients is not None:
+            kw["concurrency"] = clients
+        if choose("speculative", (0, 0, 1)):
+            method = choose("spec_method", ("ngram", "eagle", "eagle3", "draft_model", "mtp"))
+            kw["speculative_config"] = {"method": method, "num_speculative_tokens": choose("spec_k", (1, 3, 5)),
+                                        "acceptance_rate": choose("spec_acceptance", (0.0, 0.5, 0.99)),
+                                        **({"model": "llama-3.2-1b"} if method == "draft_model" else {})}
+    else:
+        dep: dict[str, Any] = {}
+        if choose("prefill_overrides", (0, 1)):
+            dep["prefill"] = {k: v for k, v in (
+                ("tp", choose("prefill_tp", (1, 2))),
+                ("max_num_batched_tokens", choose("prefill_budget", (None, 128, 2048))),
+                ("kv_capacity_tokens", choose("prefill_kv", (None, 500, 5000)))) if v is not None}
+        if choose("decode_overrides", (0, 1)):
+            dep["decode"] = {k: v for k, v in (
+                ("tp", choose("decode_tp", (1, 2))), ("max_num_seqs", choose("decode_seqs", (None, 1, 4))),
+                ("kv_capacity_tokens", choose("decode_kv", (None, 700, 5000))),
+                ("block_size", choose("decode_block", (None, 1, 32)))) if v is not None}
+        if choose("link", (0, 1)):
+            dep["link"] = {"kind": choose("link_kind", ("auto", "nvlink", "scale-out")),
+                           "latency_s": choose("link_latency", (0.0, 1e-3, 1.0)),
+                           "overhead_s": choose("link_overhead", (0.0, 0.01)),
+                           "efficiency": choose("link_efficiency", (0.1, 1.0)),
+                           "bandwidth_bytes_per_s": choose("link_bandwidth", (1e6, 1e9, 1e12))}
+        if dep:
+            kw["deployment"] = dep
+    return kw
+
+
 def check_config(kw: dict[str, Any]) -> str | None:
     """Run one configuration: None when it ran clean or was refused with a SpecError ("refused: ..."
     is returned then), else the violation."""
@@ -117,7 +191,7 @@ def check_config(kw: dict[str, Any]) -> str | None:
     except Exception as e:  # noqa: BLE001 - any other exception is a finding, reported as one
         return f"VIOLATION {type(e).__name__}: {e}"
     st = res.status
-    n = int(kw["num_requests"])
+    n = int(kw["num_requests"])  # a trace replays tiled or cut to it
     rejected = set(np.flatnonzero(st == REJECTED).tolist())
     if len(st) != n or not ((st == COMPLETED) | (st == REJECTED)).all():
         return "VIOLATION conservation: a request ended neither completed nor rejected"
@@ -129,6 +203,18 @@ def check_config(kw: dict[str, Any]) -> str | None:
         v = res.meta.get(key)
         if v is not None and not v <= 1.0 + 1e-12:
             return f"VIOLATION {key} = {v} > 1"
+    done = st == COMPLETED
+    arrival, first, finish = res.arrival_s[done], res.first_token_s[done], res.finish_s[done]
+    for name, a in (("first_token_s", first), ("finish_s", finish)):
+        if not (np.isfinite(a).all() and (a >= 0).all()):
+            return f"VIOLATION {name}: a completed request has a non-finite or negative time"
+    if (first < arrival - 1e-9).any() or (finish < first - 1e-9).any():
+        return "VIOLATION time order: arrival <= first token <= finish broken"
+    if summary["completed"]:
+        for key in ("duration", "mean_ttft_ms", "p99_ttft_ms", "mean_e2el_ms", "output_throughput"):
+            v = summary.get(key)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                return f"VIOLATION summary {key} = {v!r}"
     return None
 
 
@@ -143,15 +229,20 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2000, help="configurations to run")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--show", type=int, default=10, help="violations printed in full")
+    ap.add_argument("--wide", action="store_true", help="also the review's axes (draw_wide_config)")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     choose = seeded_choose(rng)
+    tmp = tempfile.TemporaryDirectory()
+    mooncake = Path(tmp.name) / "mooncake.jsonl"
+    mooncake.write_text("\n".join(MOONCAKE_ROWS) + "\n")
+    draw = (lambda c: draw_wide_config(c, str(mooncake))) if args.wide else draw_config
     t0 = time.perf_counter()
     counts: Counter[str] = Counter()
     by_axis: Counter[tuple[str, str]] = Counter()
     shown = 0
     for i in range(args.n):
-        kw = draw_config(choose)
+        kw = draw(choose)
         out = check_config(kw)
         kind = "ran" if out is None else ("refused" if out.startswith("refused") else "violation")
         counts[kind] += 1

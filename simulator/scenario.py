@@ -100,6 +100,11 @@ _ENGINE_INPUTS = ("engine", "hardware", "tp", "pp", "max_model_len", "model", "w
 MAX_SIM_REQUESTS = 10**12
 
 
+#: the synthetic workload's lengths (read by `NamedWorkload.uses_lengths` workloads; output_len
+#: also by `uses_output_len` ones) and their defaults, which any other workload must leave as they are
+_LENGTH_FIELDS = ("input_len", "output_len", "range_ratio")
+
+
 @dataclass(frozen=True)
 class Scenario:
     """Model x hardware x parallelism x engine limits x workload x SLOs."""
@@ -217,9 +222,18 @@ class Scenario:
              "must be a file path (or omitted)")
         need(isinstance(self.workload_params, dict), "workload_params", "must be a mapping of workload parameters")
         self._check_workload()
+        # the prefix cache's companions act only on a prefix cache: with caching off they were
+        # accepted and silently had no effect (issue 26 review)
+        for name, on in (("warm_cache", self.warm_cache), ("kv_offloading_size", self.kv_offloading_size > 0)):
+            if on and not self.enable_prefix_caching:
+                why = (f"engine {self.engine!r} leaves it off" if "enable_prefix_caching" in self.auto_fields
+                       else "enable_prefix_caching is false")
+                raise SpecError(f"{name}: {getattr(self, name)!r} applies only with prefix caching, and {why}; "
+                                "set enable_prefix_caching: true or drop it")
         if self.disagg is not None or self.deployment:
             if self.disagg is not None:
                 object.__setattr__(self, "disagg", "{}:{}".format(*parse_disagg(self.disagg)))
+                self._check_disagg_settings()
             check_deployment(self.deployment)
             if self.disagg is None:
                 # refused, not applied: its prefill/decode/link settings describe two pools; a
@@ -229,6 +243,17 @@ class Scenario:
         # any spelling (mapping, "ttft:500 e2el:2000", a list of items) -> {metric: ms}; validates
         object.__setattr__(self, "goodput", goodput_ms(self.goodput))
         self._check_speculative()
+
+    def _check_disagg_settings(self) -> None:
+        """The aggregated-only settings, refused under disagg: the deployment gives the replicas
+        (P + D), and the disaggregated engine has no client view (no timeout); both were accepted
+        and silently had no effect (issue 26 review)."""
+        if self.replicas != 1:
+            raise SpecError(f"replicas: {self.replicas!r} applies only to an aggregated run; disagg {self.disagg} "
+                            "sets the replicas (P prefill + D decode): drop replicas or disagg")
+        if self.request_timeout_s is not None:
+            raise SpecError(f"request_timeout_s: {self.request_timeout_s!r}: the client's timeout is not modelled for "
+                            f"a disaggregated deployment (disagg {self.disagg}); drop request_timeout_s or disagg")
 
     def _check_workload(self) -> None:
         """The workload's own parameters, its dataset file, ramp-up and burstiness."""
@@ -246,6 +271,18 @@ class Scenario:
             raise SpecError(f"dataset_path: {self.dataset_path!r} applies to workload {' / '.join(sorted(set(takes)))} "
                             f"only; workload {self.workload!r} reads no dataset file")
         self._check_ramp_up(named)
+        # the synthetic lengths act only on a workload that reads them: another workload (or a
+        # trace) sets its own lengths, and a value given for it was silently ignored (the CLI
+        # refused it; `Scenario(...)`, `from_dict` and a scenario YAML did not; issue 26 review)
+        uses = (_LENGTH_FIELDS if named is not None and named.uses_lengths
+                else ("output_len",) if named is not None and named.uses_output_len else ())
+        for k in _LENGTH_FIELDS:
+            if k not in uses and getattr(self, k) != _LENGTH_DEFAULTS[k]:
+                readers = sorted({w.name for w in NAMED_WORKLOADS.values()
+                                  if w.uses_lengths or (k == "output_len" and w.uses_output_len)})
+                what = f"workload {named.name!r}" if named is not None else f"trace {self.workload!r}"
+                raise SpecError(f"{k}: {getattr(self, k)!r} applies to workload {' / '.join(readers)} only; "
+                                f"{what} sets its own prompt and output lengths")
         if named is None and self.rate is None and self.burstiness != 1.0:
             raise SpecError(
                 f"burstiness: {self.burstiness!r} applies only with a rate: trace {self.workload!r} "
@@ -335,6 +372,10 @@ class Scenario:
             new = named_workload(kw["workload"])
             keep = {p.name for p in new.params} if new is not None else set()
             kw["workload_params"] = {k: v for k, v in self.workload_params.items() if k in keep}
+            # and the synthetic lengths it does not read (as `_check_workload` requires)
+            uses = (_LENGTH_FIELDS if new is not None and new.uses_lengths
+                    else ("output_len",) if new is not None and new.uses_output_len else ())
+            kw.update({k: _LENGTH_DEFAULTS[k] for k in _LENGTH_FIELDS if k not in uses and k not in kw})
         if params:
             kw["workload_params"] = {**kw.get("workload_params", self.workload_params), **params}
         return dataclasses.replace(self, **kw)
@@ -582,6 +623,9 @@ class Scenario:
         if notes:
             summary["notes"] = notes
         return res, summary
+
+_LENGTH_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Scenario) if f.name in _LENGTH_FIELDS}
+
 
 def parse_rate(text: Any) -> float:
     """A request rate: a positive number or 'inf'."""

@@ -230,7 +230,7 @@ def _calls():
         ("make_executor", L.make_executor, dict(serial=True, workers=None, dask=None)),
         ("Validator", L.Validator, dict(hardware_specs=None, workloads=None, efficiency=None, num_requests=None,
                                         engine=None)),
-        ("Scenario", L.Scenario, dict(num_requests=5, seed=0, rate=1.0, input_len=10, output_len=5)),
+        ("Scenario", L.Scenario, dict(workload="random", num_requests=5, seed=0, rate=1.0, input_len=10, output_len=5)),
     ]
 
 

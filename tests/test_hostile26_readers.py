@@ -50,7 +50,7 @@ def _profile_run(tmp_path: Path, text: str):
 
     f = tmp_path / "engine.yaml"
     f.write_text(text)
-    sc = Scenario(model="llama-3.1-8b", hardware="h100-sxm", engine=str(f), num_requests=3, input_len=100,
+    sc = Scenario(workload="random", model="llama-3.1-8b", hardware="h100-sxm", engine=str(f), num_requests=3, input_len=100,
                   output_len=10)
     sc.engine_config()
     sc.cost_model()

@@ -102,7 +102,7 @@ def test_vllm_bucket_boundaries():
 def test_histogram_counts_equal_completed_requests_two_replicas():
     from simulator.cli.prometheus import REQUEST_LATENCY_BUCKETS_S, TTFT_BUCKETS_S, prometheus_text
 
-    sc = Scenario(model="llama-3.1-8b", hardware="h100-sxm", num_requests=300, rate=20.0, replicas=2,
+    sc = Scenario(workload="random", model="llama-3.1-8b", hardware="h100-sxm", num_requests=300, rate=20.0, replicas=2,
                   input_len=512, output_len=64, range_ratio=0.5, seed=3)
     res, summary = sc.run(itl_times=True)
     fams = parse(prometheus_text(res, "meta-llama/Llama-3.1-8B"))
@@ -225,7 +225,7 @@ def test_summary_and_energy_use_busy_utilization():
     from simulator.cost.utilization import weighted_quantile
     from simulator.metrics.energy import run_energy
 
-    res, s = Scenario(model="llama-3.1-8b", hardware="h100-sxm", num_requests=200, rate=8.0,
+    res, s = Scenario(workload="random", model="llama-3.1-8b", hardware="h100-sxm", num_requests=200, rate=8.0,
                       input_len=1024, output_len=128, seed=1).run()
     rows = _rows(res)
     t = rows["busy_s"].to_numpy()
@@ -247,7 +247,7 @@ def test_timeline_plot_has_utilization_panel(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(plots, "_png_bytes", lambda fig: seen.setdefault("fig", fig) and b"")
-    res, _ = Scenario(model="llama-3.1-8b", hardware="h100-sxm", num_requests=50, rate=5.0,
+    res, _ = Scenario(workload="random", model="llama-3.1-8b", hardware="h100-sxm", num_requests=50, rate=5.0,
                       input_len=256, output_len=32).run()
     plots.timeline_png(res.timeline)
     ax = seen["fig"].axes[-1]

@@ -41,7 +41,7 @@ def wl(arrivals, ins, outs):
 
 @pytest.fixture(scope="module")
 def two_replicas():
-    sc = Scenario(model="llama-3.1-8b", hardware="h100-sxm", num_requests=400, rate=8.0, replicas=2,
+    sc = Scenario(workload="random", model="llama-3.1-8b", hardware="h100-sxm", num_requests=400, rate=8.0, replicas=2,
                   input_len=512, output_len=64, range_ratio=0.5, seed=3)
     return sc.run(itl_times=True)
 
@@ -185,7 +185,7 @@ def test_decimated_timeline_reads_sample_and_hold(monkeypatch, two_replicas):
             super().__init__(timeline_max_points=64)
 
     monkeypatch.setattr(S, "TimedStepLog", Small)
-    sc = Scenario(model="llama-3.1-8b", hardware="h100-sxm", num_requests=400, rate=8.0, replicas=2,
+    sc = Scenario(workload="random", model="llama-3.1-8b", hardware="h100-sxm", num_requests=400, rate=8.0, replicas=2,
                   input_len=512, output_len=64, range_ratio=0.5, seed=3)
     res, summary = sc.run(itl_times=True)
     full, _ = two_replicas
@@ -282,7 +282,7 @@ def test_bad_options_are_one_line(tmp_path, extra, message):
 
 
 def test_itl_times_needed():
-    res, _ = Scenario(num_requests=5, rate=1.0, input_len=32, output_len=4).run()
+    res, _ = Scenario(workload="random", num_requests=5, rate=1.0, input_len=32, output_len=4).run()
     with pytest.raises(Exception, match="itl_times=True"):
         P.run_series(res, "m")
 
@@ -349,7 +349,7 @@ def test_speculative_chunks_count_every_token():
     """Speculative decoding: a verify step's chunk of n tokens is one inter-token gap and n
     generated tokens (vLLM streams it as one message); the counter still ends at the run's
     output tokens, and the gaps are fewer than the tokens after the first."""
-    sc = Scenario(model="llama-3.1-8b", hardware="h100-sxm", num_requests=60, rate=4.0, input_len=256,
+    sc = Scenario(workload="random", model="llama-3.1-8b", hardware="h100-sxm", num_requests=60, rate=4.0, input_len=256,
                   output_len=64, seed=2, speculative_config={"method": "ngram", "num_speculative_tokens": 3,
                                                               "acceptance_rate": 0.7})
     res, summary = sc.run(itl_times=True)

@@ -44,7 +44,8 @@ from simulator.analysis.capacity import Reuse, meets_slo, probe, refine, search
 from simulator.analysis.executors import Executor
 from simulator.scenario import Scenario
 from simulator.specs.catalog import load_hardware, load_model
-from simulator.specs.checks import SpecError, check_instance, check_int
+from simulator.specs.checks import SpecError, check_choice, check_instance, check_int, check_list
+from simulator.specs.dtypes import DTYPES
 from simulator.workloads.named import named_workload
 from simulator.workloads.workload import scale_to_rate, take, with_arrivals
 
@@ -70,6 +71,7 @@ def cost_per_million_tokens(cost_per_hour: float, rate: float, mean_output_token
 def normalise_prices(prices: dict[str, float] | None) -> dict[str, float]:
     """{hardware ref or id: $/GPU-hour} -> {catalog id: price}; unknown hardware or a price
     that is not a positive number raises SpecError."""
+    check_instance("prices", prices, dict, optional=True, what="mapping of hardware to $ per GPU-hour")
     out: dict[str, float] = {}
     for ref, price in (prices or {}).items():
         if not _num(price) or price <= 0:
@@ -78,13 +80,15 @@ def normalise_prices(prices: dict[str, float] | None) -> dict[str, float]:
     return out
 
 
-def _as_list(values: Any, default: Any) -> list[Any]:
+def _as_list(name: str, values: Any, default: Any, what: str) -> list[Any]:
+    """A candidate axis: None (the scenario's own value), one value, or a list of them; anything
+    else is a SpecTypeError (a number used to raise TypeError from iterating it)."""
     if values is None:
         return [default]
-    if isinstance(values, (str, int)):
+    if isinstance(values, (str, int)) and not isinstance(values, bool):
         values = [values]
     out: list[Any] = []
-    for v in values:
+    for v in check_list(name, values, what) or []:
         if v not in out:
             out.append(v)
     if not out:
@@ -508,13 +512,18 @@ def plan(base: Scenario, rate: float, hardware: Sequence[str] | None = None, tps
     """
     _check_inputs(base, rate, headroom)
     price_map = normalise_prices(prices)
-    hw_refs = [str(h) for h in _as_list(hardware, base.hardware)]
+    hw_refs = [str(h) for h in _as_list("hardware", hardware, base.hardware, "hardware ids")]
     hw_specs = {ref: load_hardware(ref) for ref in hw_refs}  # a bad name fails the whole plan
-    tp_list = _as_list(tps, base.tp)
+    tp_list = _as_list("tps", tps, base.tp, "integers >= 1")
     for tp in tp_list:
         check_int("tp", tp)
-    kv_list = _as_list(kv_dtypes, base.kv_dtype)
-    wd_list = _as_list(weight_dtypes, base.weight_dtype)
+    kv_list = _as_list("kv_dtypes", kv_dtypes, base.kv_dtype, "KV formats")
+    wd_list = _as_list("weight_dtypes", weight_dtypes, base.weight_dtype, "weight formats")
+    # a bad format fails the whole plan, as a bad hardware name does (it was an infeasible row)
+    for name, values in (("kv_dtypes", kv_list), ("weight_dtypes", wd_list)):
+        for i, v in enumerate(values):
+            if v is not None:
+                check_choice(f"{name}[{i}]", v, DTYPES)
     base1 = base.replace(replicas=1, rate=None)
     wl = base1.make_workload()
     mean_in = float(wl.input_len.mean())

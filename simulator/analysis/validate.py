@@ -290,13 +290,15 @@ class Validator:
         if key not in self._pred:
             try:
                 # the row's limits, else its benchmark tool's, else the engine profile's
+                # the row's lengths make a random workload; a dataset or trace has its own
+                lengths: dict[str, Any] = ({"input_len": row["input_len"] or 1, "output_len": row["output_len"] or 1}
+                           if workload == "random" else {})
                 limits = row_settings(self.profile_of(row), cost, dict(row), n,
                                       offline=sc_name == "offline_max_throughput" and not self.num_requests)
                 sc = Scenario(model=cost.model, hardware=cost.hardware, tp=row["tp"], pp=row["pp"],
                               weight_dtype=row["weight_dtype"], activation_dtype=row["activation_dtype"],
                               kv_dtype=row["kv_dtype"], replicas=row["replicas"], workload=workload,
-                              rate=rate, concurrency=conc, input_len=row["input_len"] or 1,
-                              output_len=row["output_len"] or 1, **limits)
+                              rate=rate, concurrency=conc, **lengths, **limits)
                 w = _bench_lengths(row, n, conc) or sc.make_workload()
                 res = simulate(cost, w, sc.engine_config(cost), sc.replicas, sc.router,
                                client=client_view_for(self.profile_of(row)))

@@ -37,8 +37,15 @@ from simulator.cost.predict import predict_static
 from simulator.cost.stepbatch import StepBatch
 from simulator.scenario import Scenario
 from simulator.specs.catalog import load_hardware
-from simulator.specs.checks import SpecError, check_instance, check_int, is_number
-from simulator.specs.dtypes import DTYPE_BYTES
+from simulator.specs.checks import (
+    SpecError,
+    check_choice,
+    check_instance,
+    check_int,
+    check_list,
+    is_number,
+)
+from simulator.specs.dtypes import DTYPE_BYTES, DTYPES
 
 
 def _ratio(v: Any, ref: Any) -> float | None:
@@ -76,7 +83,8 @@ def kv_dtype_whatif(base: Scenario, values: Sequence[str] = ("bf16", "fp8", "int
     """KV-cache quantization what-if. `seq_len`: the sequence length concurrency is counted
     at (default: the workload's mean prompt + output). `load=False` skips the sweeps
     (static numbers only). Ratios are to the first value."""
-    values = list(dict.fromkeys(values))
+    values = list(dict.fromkeys(check_choice(f"values[{i}]", v, DTYPES)
+                                for i, v in enumerate(check_list("values", values, "KV formats") or [])))
     if not values:
         raise SpecError("kv-dtype what-if: give at least one KV format")
     I, O, L = _mean_lengths(base, seq_len)  # noqa: E741
@@ -223,8 +231,9 @@ def speculative_whatif(base: Scenario, speculative_config: Any = None, concurren
     spec_sc = base.replace(speculative_config=cfg_in, rate=None)
     spec = spec_sc.speculative()
     assert spec is not None
-    cs = sorted({int(check_int("concurrency", c)) for c in (concurrencies or SPEC_CONCURRENCIES)
-                 if concurrencies is not None or c <= base.max_num_seqs})
+    given = check_list("concurrencies", concurrencies, "integers >= 1", optional=True)
+    cs = sorted({int(check_int("concurrency", c)) for c in (SPEC_CONCURRENCIES if given is None else given)
+                 if given is not None or c <= base.max_num_seqs})
     if not cs:
         raise SpecError("speculative what-if: give at least one concurrency")
     def requests(c: int) -> int:  # the scenario's own count when given (-n), else per client
@@ -295,7 +304,8 @@ def hardware_whatif(base: Scenario, hardware: Sequence[str], prices: dict[str, f
     (the trace's own timing when the scenario has no rate), saturation rate and SLO capacity
     (one sweep, one curve per accelerator), $/hour for the scenario's GPUs and $ per million
     output tokens, both at the base rate (as served) and at the SLO capacity."""
-    hws = list(dict.fromkeys(str(h) for h in hardware))
+    hws = list(dict.fromkeys(str(check_instance(f"hardware[{i}]", h, str, what="hardware id or file path"))
+                             for i, h in enumerate(check_list("hardware", hardware, "hardware ids") or [])))
     if not hws:
         raise SpecError("hardware what-if: give at least one accelerator")
     price_map = normalise_prices(prices)

@@ -51,6 +51,7 @@ from simulator.serving.records import (
     REJECTED,
     Records,
     SimResult,
+    check_arrivals_in_clock,
     cut_reason,
 )
 from simulator.serving.replica import Replica
@@ -171,6 +172,7 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
     pcfg, dcfg = prefill_cfg or EngineConfig(), decode_cfg or EngineConfig()
     check_cost_model(prefill_cost)
     check_cost_model(decode_cost)
+    check_arrivals_in_clock(workload)
     for name, v in (("prefill replicas", prefill_replicas), ("decode replicas", decode_replicas)):
         check_int(name, v)
     for name, rt in (("prefill router", prefill_router), ("decode router", decode_router)):

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simulator.specs.checks import SpecError
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -23,6 +25,16 @@ PENDING, COMPLETED, REJECTED = 0, 1, 2
 #: (2**-52 relative), well under the shortest step; far beyond, steps round to zero. Arrival
 #: times (`scenario.Scenario`) and KV transfers (`disagg.py`) beyond it are refused.
 MAX_CLOCK_S = 1e10
+
+
+def check_arrivals_in_clock(workload: Any) -> None:
+    """Refuse an open-loop workload whose arrivals lie beyond `MAX_CLOCK_S`: there a step's
+    time rounds away (an arrival at 1e300 s got a TTFT and an E2EL of 0). `Scenario` checks its
+    own workloads with a rate hint; this is the engine's entry check for any `Workload`."""
+    a = workload.arrival_s
+    if workload.concurrency is None and len(a) and not float(a[-1]) <= MAX_CLOCK_S:
+        raise SpecError(f"workload.arrival_s[{len(a) - 1}]: {float(a[-1]):.4g} s is beyond the simulated clock's "
+                        f"range of {MAX_CLOCK_S:g} s (float seconds stop resolving short steps beyond it)")
 
 
 def cut_reason(cap: float | None) -> str:

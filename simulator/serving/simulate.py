@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,13 @@ from simulator.serving.client_view import ClientView
 from simulator.serving.events import RELEASE, EventQueue, engine_time
 from simulator.serving.multiturn import release_children, run_dependent
 from simulator.serving.pool import ROUTERS, Pool, kv_blocks
-from simulator.serving.records import REJECTED, Records, SimResult, cut_reason
+from simulator.serving.records import (
+    REJECTED,
+    Records,
+    SimResult,
+    check_arrivals_in_clock,
+    cut_reason,
+)
 from simulator.serving.replica import Replica
 from simulator.serving.sched.registry import EngineConfig
 from simulator.serving.speculative import SPECULATIVE_SCHEDULERS, SpecReplica, merged_spec_counters
@@ -134,9 +141,10 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         raise SpecError(f"cost: {type(cost).__name__} is not a cost model (a CostModel, or an object with step_time)")
     check_cost_model(cost)
     view = client or ClientView()
+    check_arrivals_in_clock(workload)
     front = float(view.frontend_s)  # F: send -> engine arrival (module docstring)
     if speculative is not None:
-        cfg = _speculative_config(cfg, speculative)
+        cfg = _speculative_config(cfg, speculative, cost)
     n = workload.num_requests
     blocks, mml = kv_blocks(cost, cfg)
     out = Records(n)
@@ -237,12 +245,32 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     return res
 
 
-def _speculative_config(cfg: EngineConfig, spec: SpeculativeDecoding) -> EngineConfig:
+def _replica_of(cost: Any) -> tuple[Any, ...]:
+    """What a cost model prices: model, hardware, parallelism and formats (None where a custom
+    cost model does not say)."""
+    return (getattr(getattr(cost, "model", None), "id", None), getattr(getattr(cost, "hardware", None), "id", None),
+            getattr(cost, "par", None), getattr(cost, "dtypes", None))
+
+
+def _check_speculative_target(cost: Any, spec: SpeculativeDecoding) -> None:
+    """The speculative setting must be made for the replica the run prices: its memory plan,
+    draft and the pp > 1 refusal are the target's (a pp = 1 setting given a pp = 2 cost model
+    ran, though speculative decoding with pp > 1 is refused as not modelled)."""
+    mine, target = _replica_of(cost), _replica_of(spec.target)
+    if spec.target is not cost and None not in mine and mine != target:
+        def show_(r: tuple[Any, ...]) -> str:
+            return f"{r[0]} on {r[1]} (tp={r[2].tp}, pp={r[2].pp}, ep={r[2].ep})"
+        raise SpecError(f"speculative: made for {show_(target)}, but the run prices {show_(mine)}; make it from "
+                        "the run's cost model (Scenario.speculative(cost), resolve.make_speculative)")
+
+
+def _speculative_config(cfg: EngineConfig, spec: SpeculativeDecoding, cost: Any) -> EngineConfig:
     """The limits a speculative run needs: vLLM V1's scheduler, and the KV capacity net of the
     draft's weights and KV (unless fixed by `kv_capacity_tokens`)."""
     if cfg.scheduler not in SPECULATIVE_SCHEDULERS:
         raise SpecError(f"scheduler: speculative decoding is modelled under vLLM V1's scheduler "
                         f"({', '.join(SPECULATIVE_SCHEDULERS)}), not {cfg.scheduler!r}")
+    _check_speculative_target(cost, spec)
     if cfg.kv_capacity_tokens is not None:
         return cfg
     plan = spec.memory(cfg.gpu_memory_utilization, cfg.max_num_batched_tokens, cfg.max_num_seqs)

@@ -156,6 +156,18 @@ def check_instance(name: str, value: Any, cls: type | tuple[type, ...], *, optio
                     + (" (or None)" if optional else ""))
 
 
+def check_list(name: str, value: Any, what: str, *, optional: bool = False) -> list[Any] | None:
+    """A list argument of the Python API (a list or tuple; a bare string is one value, not a
+    list of its characters): a list, or None with `optional`; else "<name>: <value> (<type>)
+    is not a list of <what>" (never a TypeError from iterating a number; issue 26 review)."""
+    if value is None and optional:
+        return None
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    raise SpecTypeError(f"{name}: {show(value)} ({type(value).__name__}) is not a list of {what}"
+                        + (" (or None)" if optional else ""))
+
+
 def check_callable(name: str, value: Any, *, optional: bool = True) -> Any:
     """A callback argument: callable (or None with `optional`)."""
     if (value is None and optional) or callable(value):

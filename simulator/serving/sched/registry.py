@@ -110,6 +110,10 @@ class EngineConfig:
         check_choice("scheduler", self.scheduler, SCHEDULERS)
         if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < self.block_size:
             raise SpecError(f"kv_capacity_tokens: {self.kv_capacity_tokens!r} must be >= block_size")
+        # both act only on the prefix cache: with caching off they were silently ignored
+        for name in ("warm_cache", "cpu_offload_bytes"):
+            if getattr(self, name) and not self.enable_prefix_caching:
+                raise SpecError(f"{name}: {getattr(self, name)!r} applies only with enable_prefix_caching=True")
         SCHEDULERS[self.scheduler].resolve_params(self.policy_params)
 
 #: scheduler name -> policy class (one instance per replica)
