@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.cost.network import scaleout_link, scaleup_link
 from simulator.cost.roofline import CostModel
-from simulator.specs.checks import SpecError
+from simulator.specs.checks import SpecError, is_number, show
 from simulator.specs.fields import _did_you_mean
 
 if TYPE_CHECKING:  # imported where a link is made: an aggregated run never loads the disagg engine
@@ -83,6 +83,10 @@ def kv_link(prefill: CostModel, decode: CostModel, P: int, D: int, over: dict[st
     else:
         a, b = scaleout_link(hp), scaleout_link(hd)
     eff = min(hp.efficiency.link_efficiency, hd.efficiency.link_efficiency)
+    for key in ("bandwidth_bytes_per_s", "efficiency", "latency_s", "overhead_s"):
+        # a number, not its text or a bool: float() turned `overhead_s: true` into 1 s per transfer
+        if key in over and not is_number(over[key]):
+            raise SpecError(f"deployment.link.{key}: {show(over[key])} must be a number")
     try:
         values = (float(over.get("bandwidth_bytes_per_s", min(a.bandwidth_bytes_per_s, b.bandwidth_bytes_per_s))),
                   float(over.get("efficiency", eff)),

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,6 +99,29 @@ _ENGINE_INPUTS = ("engine", "hardware", "tp", "pp", "max_model_len", "model", "w
 #: beyond numpy's array sizes (2**63 raised ValueError); below it a run too big for the
 #: machine's memory is refused by `run` with a memory message
 MAX_SIM_REQUESTS = 10**12
+#: peak bytes a simulated request costs: docs/reliability.md's memory bound (105 B kept +
+#: 76 B of the summary's temporaries). Checked before the workload is built: between ~1e8
+#: requests and the 1e12 cap, numpy's lazily committed arrays were allocated without a
+#: MemoryError and the kernel's OOM killer ended the process instead (-n 2147483648).
+PEAK_BYTES_PER_REQUEST = 181
+
+
+def _physical_memory_bytes() -> int | None:
+    """This machine's memory (None where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_requests_fit(num_requests: int) -> None:
+    """Refuse a run whose request records alone would exceed this machine's memory."""
+    total = _physical_memory_bytes()
+    need = num_requests * PEAK_BYTES_PER_REQUEST
+    if total and need > total:
+        raise SpecError(f"num_requests: {num_requests:,} requests need about {need / 1e9:,.1f} GB at the peak "
+                        f"({PEAK_BYTES_PER_REQUEST} bytes each, docs/reliability.md), more than this machine's "
+                        f"{total / 1e9:,.1f} GB of memory; simulate fewer")
 
 
 #: the synthetic workload's lengths (read by `NamedWorkload.uses_lengths` workloads; output_len
@@ -235,6 +259,10 @@ class Scenario:
                 object.__setattr__(self, "disagg", "{}:{}".format(*parse_disagg(self.disagg)))
                 self._check_disagg_settings()
             check_deployment(self.deployment)
+            if self.disagg is not None and self.replicas != 1:
+                # the pools' replica counts are P and D; replicas was dropped without a word
+                raise SpecError(f"replicas: {self.replicas} applies to an aggregated run; with disagg "
+                                f"{self.disagg} the pools have P and D replicas (give disagg: P:D)")
             if self.disagg is None:
                 # refused, not applied: its prefill/decode/link settings describe two pools; a
                 # single pool has no place for them, and dropping them would run another deployment
@@ -497,6 +525,8 @@ class Scenario:
     def make_workload_noted(self) -> tuple[wl.Workload, str]:
         """The workload and how a trace was replayed ("" for generated workloads); refused when
         its arrival times lie beyond `MAX_CLOCK_S`, where float seconds stop resolving a step."""
+        if self.num_requests_given:
+            check_requests_fit(self.num_requests)
         w, note = self._make_workload()
         a = w.arrival_s
         if len(a) and max(abs(float(a[0])), abs(float(a[-1]))) > MAX_CLOCK_S:

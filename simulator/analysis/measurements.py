@@ -374,7 +374,25 @@ def _saved_engine(data: Mapping[str, Any], p: Path) -> str:
     engine = saved.get("engine")
     if engine is not None and not (isinstance(engine, str) and engine.strip()):
         raise SpecError(f"{p}: llmsim_scenario.engine: {show(engine)} is not an engine profile id (or null)")
-    return engine or "generic"
+    from simulator.profiles.profile import _engine_files
+
+    known = _engine_files()
+    if engine is not None and engine.strip() not in known:
+        # rows are priced by a built-in profile (`engine_for_row`): anything else was priced as
+        # generic without a word, whatever the run used (a user profile file, a bad id)
+        raise SpecError(f"{p}: llmsim_scenario.engine: {show(engine)} is not a built-in engine profile "
+                        f"({', '.join(sorted(known))}); validate prices a result by the profile it names")
+    from simulator.workloads.named import named_workload
+
+    workload = saved.get("workload")
+    if (saved.get("rate") is None and saved.get("ramp_up_strategy") is None and isinstance(workload, str)
+            and named_workload(workload) is None and data.get("max_concurrency") is None):
+        # a trace replayed at its own timing: the file says request_rate "inf" (vLLM's field has
+        # no other spelling), which prices an offline run; the own result was off by 1,268 %
+        raise SpecError(f"{p}: llmsim_scenario: the run replayed trace {workload!r} at its own arrival times, "
+                        "which request_rate cannot record (the file says inf: all at once); validate a run "
+                        "given a --rate (or re-simulate this one)")
+    return engine.strip() if engine else "generic"
 
 
 def _check_vllm_args(**args: Any) -> None:

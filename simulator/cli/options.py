@@ -522,6 +522,10 @@ def metrics_options(fn: Any) -> Any:
     return fn
 
 
+#: 9999-12-31T23:59:59Z in unix seconds: the last time an ISO 8601 date can name
+MAX_UNIX_S = 253402300799
+
+
 def parse_metrics_start(text: str | None, duration_s: float) -> float:
     """--metrics-start as unix seconds: a number, ISO 8601 or 'now'; None: now - duration."""
     import datetime
@@ -542,9 +546,12 @@ def parse_metrics_start(text: str | None, duration_s: float) -> float:
                             "(e.g. 2026-01-01T00:00:00Z) or 'now'") from None
         if d.tzinfo is None:
             d = d.replace(tzinfo=datetime.timezone.utc)
-        return d.timestamp()
-    if not math.isfinite(v) or v < 0:
-        raise SpecError(f"--metrics-start: {text!r} must be unix seconds >= 0")
+        v = d.timestamp()
+    # the domain of both spellings: 1970 to the end of year 9999, the last time ISO 8601 (and
+    # Prometheus' timestamps) can write; 1e308 gave 309-digit timestamps, year 1 negative ones
+    if not math.isfinite(v) or not 0 <= v <= MAX_UNIX_S:
+        raise SpecError(f"--metrics-start: {text!r} must be unix seconds in [0, {MAX_UNIX_S}] "
+                        "(1970-01-01 to 9999-12-31T23:59:59Z)")
     return v
 
 

@@ -271,6 +271,15 @@ def vllm_result_target(opts: dict[str, Any]) -> Target | None:
     return Target(option or "--save-result", folder, (), pattern=rf"{start}-.*qps.*\.json")
 
 
+def _check_named_files(t: Target) -> None:
+    """A folder (or FIFO) where a folder option writes one of its files is refused: swapping the
+    set in replaced it, deleting what the folder held (`--out D` with a folder D/summary.json)."""
+    for f in t.files() if t.names else ():
+        if os.path.lexists(f) and not (f.is_file() or os.path.islink(f)):
+            raise SpecError(f"{t.option}: {t.path}: {f} exists and is not a regular file (a folder, FIFO "
+                            "or device) where this option writes a file; move it or give another path")
+
+
 def check_outputs(*targets: Target | None, inputs: Iterable[tuple[str, Any]] = ()) -> None:
     """Every output option of a command, checked before anything is computed (SpecError, one line
     naming the option and the path): each can be written (`check_out_file` / `check_out_dir`); no
@@ -279,6 +288,7 @@ def check_outputs(*targets: Target | None, inputs: Iterable[tuple[str, Any]] = (
     ts = [t for t in targets if t is not None]
     for t in ts:
         _check_path(t.path, t.option, want_dir=t.names is not None)
+        _check_named_files(t)
     owner: dict[Path, Target] = {}
     for t in ts:
         for f in t.files():

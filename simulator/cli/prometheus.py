@@ -219,7 +219,7 @@ def run_series(res: Any, model_name: str, interval_s: float | None = None,
     W = sample_interval(res, interval_s, points)
     end = _end_time(res)
     if end / W + 2 > MAX_SAMPLES:
-        raise SpecError(f"--metrics-interval: {W:g} s gives {int(end / W) + 2} samples over the "
+        raise SpecError(f"--metrics-interval: {W:g} s gives {end / W + 2:.4g} samples over the "
                         f"{end:.6g} s run, more than {MAX_SAMPLES}; use a longer interval")
     grid = _Grid(W, end)
     fams: dict[str, Family] = {}

@@ -670,7 +670,7 @@ def check_vllm_result(sc: Any, opts: dict[str, Any]) -> None:
     from simulator.specs.checks import SpecError
 
     vr.check_result_options(sc, opts.get("percentile_metrics"),
-                            opts.get("metric_percentiles") or vr.DEFAULT_METRIC_PERCENTILES, opts.get("metadata") or ())
+                            _metric_percentiles(opts), opts.get("metadata") or ())
     if opts.get("result_filename") is None:
         header = vr.result_header(sc, load_model(sc.model), label=opts.get("label"), when=datetime.now())
         outputs.check_file_name("--label", vr.result_filename(header))
@@ -681,6 +681,15 @@ def check_vllm_result(sc: Any, opts: dict[str, Any]) -> None:
                 path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as e:
                 raise SpecError(f"--append-result: cannot read {path} ({e})") from None
+
+
+def _metric_percentiles(opts: dict[str, Any]) -> str:
+    """--metric-percentiles as given; its default only when absent (an empty value was run as
+    the default, 99, without a word: it is refused by the parser as vLLM's float('') fails)."""
+    from simulator.cli import vllm_result as vr
+
+    given = opts.get("metric_percentiles")
+    return vr.DEFAULT_METRIC_PERCENTILES if given is None else given
 
 
 def save_vllm_result(sc: Any, res: Any, opts: dict[str, Any]) -> Any:
@@ -695,7 +704,7 @@ def save_vllm_result(sc: Any, res: Any, opts: dict[str, Any]) -> Any:
 
     result = vr.result_json(sc, res, sc.cost_model().model, version=llmsim_version(),
                             percentile_metrics=opts.get("percentile_metrics"),
-                            metric_percentiles=opts.get("metric_percentiles") or vr.DEFAULT_METRIC_PERCENTILES,
+                            metric_percentiles=_metric_percentiles(opts),
                             label=opts.get("label"), save_detailed=bool(opts.get("save_detailed")),
                             metadata=opts.get("metadata") or ())
     path = Path(opts.get("result_dir") or ".") / (opts.get("result_filename") or vr.result_filename(result))

@@ -664,6 +664,11 @@ def engine_for_row(engine_text: str, model: str = "") -> str:
     efficiencies, which were fitted on exactly those static rows.
     """
     text = engine_text or ""
+    if text.strip() in _engine_files():
+        # a built-in id names itself: llmsim's own results and points carry it, and the text
+        # rules below read "vllm-v0" as vllm and "trtllm-static" as trtllm (`validate` re-priced
+        # a run saved under --engine vllm-v0 with V1's scheduler)
+        return text.strip()
     low = text.lower()
     family = _family(low.split("(", 1)[0]) or _family(low)
     if family == "trtllm":

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 import sys
 import typing
 from pathlib import Path
@@ -182,8 +184,21 @@ def check_path(name: str, value: Any) -> Path:
     return Path(value)
 
 
+def check_not_special(path: str | os.PathLike[str]) -> None:
+    """Refuse a FIFO, socket or device before it is opened for reading: opening a FIFO blocks
+    until some writer comes (`--dataset-path FIFO` hung), a device never ends. A path that
+    does not exist or is a folder is left to `open`, which names the reason."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise SpecError(f"{path}: not a regular file (a FIFO, socket or device); give a file path")
+
+
 def read_text_bounded(path: Path, limit: int, what: str) -> str:
     """The UTF-8 text of `path`, refused (one line) when larger than `limit` bytes or unreadable."""
+    check_not_special(path)
     try:
         with open(path, "rb") as fh:
             data = fh.read(limit + 1)

@@ -27,7 +27,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from simulator.specs.checks import MAX_DEPTH, MAX_INT_DIGITS, SpecError, check_tree, show
+from simulator.specs.checks import (
+    MAX_DEPTH,
+    MAX_INT_DIGITS,
+    SpecError,
+    check_not_special,
+    check_tree,
+    show,
+)
 
 MAX_TRACE_BYTES = 4_000_000_000
 MAX_JSONL_LINE_BYTES = 1_000_000
@@ -39,6 +46,7 @@ def read_bytes(path: str | os.PathLike[str], limit: int, what: str) -> bytes:
     """The bytes of `path`, refused (one line) when its size exceeds `limit` (checked from
     `fstat` before any byte is read, so a huge file costs no memory) or when it is unreadable."""
     p = Path(path)
+    check_not_special(p)
     try:
         with open(p, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
@@ -177,6 +185,7 @@ def read_csv_file(path: str | os.PathLike[str], limit: int, what: str, **kw: Any
     import pandas as pd
 
     p = Path(path)
+    check_not_special(p)
     try:
         size = p.stat().st_size
     except OSError as e:
@@ -192,6 +201,7 @@ def read_csv_file(path: str | os.PathLike[str], limit: int, what: str, **kw: Any
 def read_head(path: str | os.PathLike[str], size: int) -> bytes:
     """The first `size` bytes of `path` (a format sniff)."""
     p = Path(path)
+    check_not_special(p)
     try:
         with open(p, "rb") as fh:
             return fh.read(size)
@@ -232,6 +242,7 @@ def csv_dict_reader(path: str | os.PathLike[str], limit: int, what: str) -> tupl
     import csv
 
     p = Path(path)
+    check_not_special(p)
     try:
         size = p.stat().st_size
         if size > limit:
@@ -247,6 +258,7 @@ def load_npz(path: str | os.PathLike[str], what: str) -> Any:
     """A numpy `.npz` archive (packaged data tables), never unpickling objects."""
     import numpy as np
 
+    check_not_special(path)
     try:
         return np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:

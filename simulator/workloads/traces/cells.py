@@ -125,7 +125,7 @@ def _to_ns(col: pd.Series) -> np.ndarray:
         s = s.astype("str")
         try:
             ts = pd.to_datetime(s, format="ISO8601", errors="coerce", utc=True)
-            ns = np.array(ts.dt.tz_localize(None), dtype="datetime64[ns]").view(np.int64)
+            ns = _as_ns(np.asarray(ts.dt.tz_localize(None).to_numpy()))
         except (ValueError, TypeError, OverflowError):
             return np.full(len(s), _NAT, dtype=np.int64)
         # ISO 8601 also allows bare years ("2023", "-1"); a trace timestamp has a full date.
@@ -141,4 +141,20 @@ def _to_ns(col: pd.Series) -> np.ndarray:
 
 
 _NAT = np.iinfo(np.int64).min
+
+
+def _as_ns(arr: np.ndarray) -> np.ndarray:
+    """datetime64 values of any unit as int64 ns; those beyond the ns range (years before 1678
+    or after 2261) -> _NAT, a bad timestamp. pandas returns a coarser unit when every date of a
+    column lies outside that range, and casting it to ns wrapped around silently (a trace of
+    years 0001 and 9999 ran with arrivals 1.9e9 s apart)."""
+    unit, count = np.datetime_data(arr.dtype)
+    if unit == "ns" and count == 1:
+        return arr.view(np.int64).copy()
+    v = arr.view(np.int64)
+    per = int(np.array([count], dtype=f"m8[{unit}]").astype("m8[ns]").view(np.int64)[0])  # ns per step
+    ok = (v != _NAT) & (np.abs(v) <= (np.iinfo(np.int64).max - 1) // per)
+    out = np.full(len(v), _NAT, dtype=np.int64)
+    out[ok] = v[ok] * per
+    return out
 
