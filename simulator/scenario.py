@@ -259,10 +259,6 @@ class Scenario:
                 object.__setattr__(self, "disagg", "{}:{}".format(*parse_disagg(self.disagg)))
                 self._check_disagg_settings()
             check_deployment(self.deployment)
-            if self.disagg is not None and self.replicas != 1:
-                # the pools' replica counts are P and D; replicas was dropped without a word
-                raise SpecError(f"replicas: {self.replicas} applies to an aggregated run; with disagg "
-                                f"{self.disagg} the pools have P and D replicas (give disagg: P:D)")
             if self.disagg is None:
                 # refused, not applied: its prefill/decode/link settings describe two pools; a
                 # single pool has no place for them, and dropping them would run another deployment
