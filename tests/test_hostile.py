@@ -19,13 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reliability_helpers import invoke, one_line_error
 
 from simulator.analysis import measurements
 from simulator.analysis import validate as V
-from simulator.cli.commands import main
 from simulator.cost.memory import memory_plan
 from simulator.cost.predict import DECODE_CHUNK, decode_step_arrays, predict_static
 from simulator.cost.roofline import CostModel
@@ -48,23 +47,6 @@ GOOD_ROW = {"id": "r1", "source": "s", "model": "llama-3.1-8b", "hardware": "h10
             "metric": "output_tokens_per_s", "value": "100", "unit": "tokens/s"}
 
 
-def invoke(*args: str):
-    try:  # click < 8.2 mixes stderr into output unless told not to
-        runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]
-    except TypeError:
-        runner = CliRunner()
-    return runner.invoke(main, list(args))
-
-
-def one_line_error(r, *words: str) -> str:
-    """Exit 2, nothing on stdout, exactly one `error: ` line on stderr holding every word."""
-    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
-    assert r.exit_code == 2, (r.exit_code, r.output)
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    for w in words:
-        assert w in lines[0], f"{w!r} not in {lines[0]!r}"
-    return lines[0]
 
 
 def write_csv(path: Path, **changes: str) -> Path:

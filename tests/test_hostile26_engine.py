@@ -6,7 +6,6 @@ workloads (`benchmarks/ledger_property.py`)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -18,6 +17,7 @@ import yaml
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reliability_helpers import load_script
 
 from simulator.cli.commands import main
 from simulator.resolve import make_cost_model
@@ -294,15 +294,7 @@ def test_max_num_seqs_beyond_the_token_budget_costs_nothing():
 # ============================================================== the ledger property (must show: 2,000 clean)
 
 
-def _ledger_module() -> Any:
-    spec = importlib.util.spec_from_file_location("ledger_property", ROOT / "benchmarks" / "ledger_property.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-LEDGER = _ledger_module()
+LEDGER = load_script("benchmarks/ledger_property.py")
 
 
 @st.composite

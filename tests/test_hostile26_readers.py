@@ -11,11 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reliability_helpers import invoke, one_line_error
 
-from simulator.cli.commands import main
 from simulator.specs.checks import SpecError
 
 pytestmark = pytest.mark.reliability
@@ -25,23 +24,6 @@ DATA = Path(__file__).parent / "data"
 VLLM = json.loads((DATA / "vllm_bench_serve_result.json").read_text())
 
 
-def invoke(*args: str):
-    try:  # click < 8.2 mixes stderr into output unless told not to
-        runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]
-    except TypeError:
-        runner = CliRunner()
-    return runner.invoke(main, list(args))
-
-
-def one_line_error(r, *words: str) -> str:
-    """Exit 2, exactly one `error: ` line on stderr holding every word, no traceback."""
-    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
-    assert r.exit_code == 2, (r.exit_code, r.output)
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    for w in words:
-        assert w in lines[0], f"{w!r} not in {lines[0]!r}"
-    return lines[0]
 
 
 def _profile_run(tmp_path: Path, text: str):

@@ -18,7 +18,6 @@ clock accepted by the engine's own entry. Each test failed on the commit reviewe
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reliability_helpers import load_script
 
 import simulator as L
 from simulator.scenario import Scenario
@@ -160,15 +160,7 @@ def test_disaggregated_run_refuses_arrivals_beyond_the_clock():
 # ============================================================== the ledger property, widened
 
 
-def _ledger_module() -> Any:
-    spec = importlib.util.spec_from_file_location("ledger_property", ROOT / "benchmarks" / "ledger_property.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-LEDGER = _ledger_module()
+LEDGER = load_script("benchmarks/ledger_property.py")
 
 
 @pytest.fixture(scope="module")

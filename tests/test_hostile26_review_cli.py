@@ -15,10 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from reliability_helpers import invoke, one_line_error
 
 from simulator import scenario as scenario_mod
-from simulator.cli.commands import main
 from simulator.specs import readers
 from simulator.specs.checks import SpecError, read_text_bounded
 
@@ -28,23 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN = ["simulate", "-m", "llama-3.1-8b", "-H", "h100-sxm", "-q"]
 
 
-def invoke(*args: str):
-    try:  # click < 8.2 mixes stderr into output unless told not to
-        runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]
-    except TypeError:
-        runner = CliRunner()
-    return runner.invoke(main, list(args))
-
-
-def one_line_error(r, *words: str) -> str:
-    """Exit 2, exactly one `error: ` line on stderr holding every word, no traceback."""
-    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
-    assert r.exit_code == 2, (r.exit_code, r.output)
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    for w in words:
-        assert w in lines[0], f"{w!r} not in {lines[0]!r}"
-    return lines[0]
 
 
 # ------------------------------------------------------------- FIFO inputs: a hang before
