@@ -25,7 +25,7 @@ from simulator.analysis.measurements import read_measurements  # noqa: E402
 from simulator.profiles.profile import load_engine  # noqa: E402
 
 FILE = "dev_inferencemax_gptoss.csv"
-PARAMS = ("dequant_gemm_efficiency", "moe_layer_overhead_s")
+PARAMS = ("expert_width_ramp", "dequant_gemm_efficiency", "moe_layer_overhead_s")
 
 
 def main(argv: list[str] | None = None) -> int:

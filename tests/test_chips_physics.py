@@ -238,3 +238,59 @@ def test_pipeline_interleaved_has_no_drain() -> None:
     full, half = decode_step(m, 512, 1000), decode_step(m, 256, 1000)
     assert inter.time(full) == pytest.approx(drained.time(half), rel=1e-12)
     assert inter.time(full) < drained.time(full)
+
+
+@pytest.mark.parametrize("activation,kv,expected", [
+    ("bf16", "bf16", "bf16"), ("bf16", "fp8", "bf16"), ("fp8", "fp8", "fp8"),
+    # a W8A8 fp8 run with a 16-bit cache: attention reads the cache's format
+    ("fp8", "bf16", "bf16"), ("fp8", "fp16", "fp16"),
+    # W4A4 (NVFP4): attention at the fp8 cache's format, never 4-bit
+    ("fp4", "fp8", "fp8"), ("fp4", "fp4", "fp8"), ("int4", "int4", "int8"), ("fp4", "bf16", "bf16"),
+])
+def test_attention_format(activation: str, kv: str, expected: str) -> None:
+    from simulator.specs.dtypes import attention_format
+
+    assert attention_format(activation, kv) == expected
+
+
+def test_w4a4_attention_runs_at_fp8() -> None:
+    """Llama-3-8B, W4A4 with an fp8 KV cache on an ideal B200 (fp4 9000, fp8 4500 TFLOP/s):
+    a 4096-token prefill's attention, 4 x 32 heads x 128 = 16384 FLOPs per query-key pair per
+    layer over Ap = 4096^2 / 2 pairs, runs at the fp8 rate, not the fp4 one (before: twice as fast)."""
+    m = load_model(L3)
+    hw = load_hardware("b200")
+    hw = dataclasses.replace(hw, efficiency=Efficiency())
+    c = CostModel(m, hw, dtypes=DTypes("fp4", "fp4", "fp8"))
+    assert c.attention_dtype == "fp8" and c.gemm_dtype == "fp4"
+    o = op(c, StepBatch(T=4096, S=1, Ap=4096 * 4096 / 2, R=4096), "attention")
+    flops = 32 * 16384 * 4096 * 4096 / 2
+    assert o["flops"] == pytest.approx(flops, rel=1e-12)
+    assert o["time_ms"] / 1e3 == pytest.approx(flops / 4500e12, rel=1e-9)
+
+
+def test_expert_width_ramp() -> None:
+    """gpt-oss-120b (128 experts, top-4, H = I_e = 2880), bf16 on an ideal H100 at tp = 8:
+    each GPU holds a W = 2880 / 8 = 360-wide slice of every expert. With W0 = 360 the experts'
+    per-row compute doubles (1 + 360 / 360); the small-batch floor (T0 U) does not move. With
+    ep = 8 the experts are whole on their ranks: W = 2880, factor 1 + 360 / 2880 = 1.125.
+    The experts' compute over T = 8192 rows: 2 x 3 x 2880 x 360 x 4 FLOPs per row per layer,
+    36 layers, at 989 TFLOP/s (the op's compute side; at this T its memory side is larger)."""
+    m = load_model("gpt-oss-120b")
+    per_row = 36 * 2 * 3 * 2880 * 360 * 4 / 989e12
+
+    def compute_s(c: CostModel) -> float:
+        o = next(o for o in c.ops if o.name == "moe_experts")
+        return float(o.compute_s @ c.features(8192, 1, 0.0, 8192 * 4096.0, 8192, 0.0, 0.0))
+
+    for ep, factor in ((1, 2.0), (8, 1.125)):
+        par = Parallelism(8, ep=ep)
+        base = CostModel(m, ideal_hw(), par, DTypes("bf16", "bf16", "bf16"))
+        ramp = CostModel(m, ideal_hw(expert_width_ramp=360.0), par, DTypes("bf16", "bf16", "bf16"))
+        assert compute_s(base) == pytest.approx(8192 * per_row, rel=1e-9)
+        assert compute_s(ramp) == pytest.approx(8192 * per_row * factor, rel=1e-9)
+    # the floor: T0 = 64 on one decode token: the ramp term f_exp T0 U is the same with W0
+    kw = {"gemm_ramp_tokens": 64.0}
+    par = Parallelism(8)
+    lin0 = CostModel(m, ideal_hw(**kw), par, DTypes("bf16", "bf16", "bf16")).linear_terms()
+    lin1 = CostModel(m, ideal_hw(expert_width_ramp=360.0, **kw), par, DTypes("bf16", "bf16", "bf16")).linear_terms()
+    assert np.array_equal(lin0.ramp_s_per_token, lin1.ramp_s_per_token)

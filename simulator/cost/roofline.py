@@ -45,7 +45,7 @@ from simulator.cost.network import group_link, scaleout_link, scaleup_link
 from simulator.cost.parallel import alltoall_time_s, pipelined, pp_sends
 from simulator.cost.stepbatch import StepBatch
 from simulator.specs.checks import SpecError, SpecTypeError, check_choice
-from simulator.specs.dtypes import DTYPE_BYTES, DTypes
+from simulator.specs.dtypes import DTYPE_BYTES, DTypes, attention_format
 from simulator.specs.fields import _did_you_mean
 from simulator.specs.hardware import SCALAR_EFFICIENCY_FIELDS, Efficiency, HardwareSpec
 from simulator.specs.model import ModelSpec
@@ -97,6 +97,7 @@ class Rates:
     sequence_overhead_s: float = 0.0  # per sequence per step
     gqa_kv_sharing: float = 1.0  # 1: each KV head read once; 0: once per query head
     kv_dequant_elements_per_s: float = 0.0  # 0: a native path for the KV format (no conversion)
+    expert_width_ramp: float = 0.0  # W0: the experts' per-row compute x (1 + W0 / W), W = I_e ep / tp
 
     @classmethod
     def of(cls, hw: HardwareSpec, gemm_dtype: str, attention_dtype: str, kv_dtype: str, eff: Efficiency,
@@ -138,6 +139,7 @@ class Rates:
             sequence_overhead_s=eff.sequence_overhead_s,
             gqa_kv_sharing=eff.gqa_kv_sharing,
             kv_dequant_elements_per_s=rate or 0.0,
+            expert_width_ramp=eff.expert_width_ramp,
         )
 
 
@@ -280,8 +282,11 @@ def _mla_projections(gemm: Callable[..., None], add: Callable[..., None], m: Mod
 
 
 def _moe_ops(gemm: Callable[..., None], add: Callable[..., None], m: ModelSpec, par: Parallelism, n_mat: int,
-             bw_exp: float, ba: float, P_exp: float, T0_exp: float, side: np.ndarray | None) -> None:
-    """The MoE layers: router, routed experts (over all tp GPUs), shared experts."""
+             bw_exp: float, ba: float, P_exp: float, T0_exp: float, side: np.ndarray | None,
+             width_ramp: float = 0.0) -> None:
+    """The MoE layers: router, routed experts (over all tp GPUs), shared experts. `width_ramp`
+    (W0): each GPU's slice of an expert is W = I_e ep / tp wide, and its per-row compute runs at
+    W / (W + W0) of the rate (`Efficiency.expert_width_ramp`)."""
     assert m.moe is not None
     moe, nl, H, t = m.moe, m.num_moe_layers, m.hidden_size, par.tp
     gemm("moe_router", nl, H, moe.num_experts, scale=side)
@@ -290,10 +295,13 @@ def _moe_ops(gemm: Callable[..., None], add: Callable[..., None], m: ModelSpec, 
     # per-expert GEMMs see T k / U rows: time f (T k + T0 U) / (P eta_c)
     f_exp = 2.0 * n_mat * H * Ie
     rho = par.expert_imbalance  # the busiest EP rank's tokens over the mean (parallel.py)
+    # the main loop over a W-wide slice of each expert: per-row compute x (1 + W0 / W); the
+    # small-batch floor T0 (the weight read) does not move
+    phi = 1.0 + width_ramp * t / (moe.expert_intermediate_size * par.ep)
     add("moe_experts", "gemm", nl, _vec(T=f_tok * rho),
         w=_vec(U=n_mat * H * Ie * bw_exp),
         a=_vec(T=rho * moe.experts_per_token * (2 * H + n_mat * Ie) * ba),
-        comp=_vec(T=rho * f_tok / P_exp), ramp=_vec(U=f_exp * T0_exp / P_exp),
+        comp=_vec(T=rho * f_tok * phi / P_exp), ramp=_vec(U=f_exp * T0_exp / P_exp),
         launches=_vec(one=1.0))
     if moe.num_shared_experts:
         Is = moe.shared_intermediate / par.attention_tp
@@ -395,16 +403,15 @@ class CostModel:
         dense = DTypes(m.unquantized_dtype(self.dtypes.weight), self.dtypes.activation, self.dtypes.kv)
         self.expert_gemm_dtype = hw.gemm_dtype(self.dtypes.gemm)
         self.gemm_dtype = hw.gemm_dtype(dense.gemm)
-        self.attention_dtype = hw.gemm_dtype(self.dtypes.activation)
+        attn = attention_format(self.dtypes.activation, self.dtypes.kv)
+        self.attention_dtype = hw.gemm_dtype(attn)
         self.notes: list[str] = []
         for want, got in ((dense.gemm, self.gemm_dtype), (self.dtypes.gemm, self.expert_gemm_dtype)):
             note = f"{hw.id} has no {want} tensor rate: GEMMs priced at its {got} rate"
             if got != want and note not in self.notes:
                 self.notes.append(note)
-        if self.attention_dtype != self.dtypes.activation:
-            self.notes.append(
-                f"{hw.id} has no {self.dtypes.activation} rate: attention priced at {self.attention_dtype}"
-            )
+        if self.attention_dtype != attn:
+            self.notes.append(f"{hw.id} has no {attn} rate: attention priced at {self.attention_dtype}")
         notice = hardware.efficiency_notice()  # the catalog entry's provenance, before --ideal/--efficiency
         if notice:
             self.notes.append(notice)
@@ -440,7 +447,8 @@ class CostModel:
 
     def _rates(self, eff: Efficiency, link_latency_s: float) -> Rates:
         """This model's rates at efficiencies `eff`: weight-only GEMMs (weights narrower than
-        activations) at the dequantising efficiency, a KV cache narrower than the activations
+        activations) at the dequantising efficiency, attention at `dtypes.attention_format` (the
+        wider of activations and KV cache, at least 8 bits), a KV cache narrower than that
         converted at eff's rate where the kernel has no native path for it."""
         m, dt = self.model, self.dtypes
         w_dense = DTYPE_BYTES[m.unquantized_dtype(dt.weight)]
@@ -449,7 +457,7 @@ class CostModel:
                         weight_only=min(w_dense / ba, 1.0),
                         expert_gemm_dtype=self.expert_gemm_dtype,
                         expert_weight_only=min(DTYPE_BYTES[dt.weight] / ba, 1.0),
-                        dequant_kv=DTYPE_BYTES[dt.kv] < ba)
+                        dequant_kv=DTYPE_BYTES[dt.kv] < DTYPE_BYTES[self.attention_dtype])
 
     def _build_ops(self, rates: Rates) -> list[Op]:
         m, par, dt = self.model, self.par, self.dtypes
@@ -557,7 +565,7 @@ class CostModel:
             gemm("mlp_gate_up", m.num_dense_layers, H, (n_mat - 1) * I_, scale=side)
             gemm("mlp_down", m.num_dense_layers, I_, H, scale=side)
         if m.moe is not None:
-            _moe_ops(gemm, add, m, par, n_mat, bw_exp, ba, P_exp, T0_exp, side)
+            _moe_ops(gemm, add, m, par, n_mat, bw_exp, ba, P_exp, T0_exp, side, rates.expert_width_ramp)
 
         # --- norms, residuals, activation function: memory-bound element-wise work
         add("norm_act", "vector", L, _vec(T=10.0 * H), a=_vec(T=4.0 * H * ba), scale=side)

@@ -198,6 +198,7 @@ CLASS_FACTORS = {
     "kernel_overhead_s": "replaces the chip's per-kernel launch overhead (graph launch, tail effects)",
     "moe_layer_overhead_s": "per MoE layer per step with weight-only (dequantising) experts: that path's fixed kernels",
     "allreduce_latency_s": "replaces the per all-reduce latency on this family (the collective library's)",
+    "expert_width_ramp": "the experts' GEMM width ramp W0: per-row compute x (1 + W0 / W), W = each GPU's expert slice",
 }
 _FRACTION_FACTORS = ("gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative")
 #: relative factors: an engine may reach more than the chip's reference engines (the chip's
@@ -706,7 +707,7 @@ def _class_changes(eff: Any, f: dict[str, float]) -> dict[str, Any]:
         out["attention_efficiency_by_kv_dtype"] = {k: min(v * r, 1.0)
                                                    for k, v in eff.attention_efficiency_by_kv_dtype.items()}
     for name in ("gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative", "step_overhead_s",
-                 "kernel_overhead_s", "moe_layer_overhead_s"):
+                 "kernel_overhead_s", "moe_layer_overhead_s", "expert_width_ramp"):
         if name in f:
             out[name] = f[name]
     if "kv_dequant_rate_fp8" in f:

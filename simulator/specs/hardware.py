@@ -57,6 +57,12 @@ class Efficiency:
     paid once per MoE layer per step when the experts run a dequantising (weight-only) kernel:
     that path's routing, token sort/align, bias and activation kernels, whose time does not
     shrink with the batch or the tensor-parallel degree (0 for 16-bit or W8A8/W4A4 experts).
+    `expert_width_ramp` (W0, elements) is the routed experts' GEMM width ramp: a grouped MoE
+    GEMM tiles each expert on its own, and under tensor parallelism each GPU holds a slice
+    W = I_e ep / tp of every expert's intermediate width, so the gate/up GEMM's output and the
+    down GEMM's reduction shrink with tp; the main loop then reaches W / (W + W0) of its rate
+    (per-tile prologue, epilogue and pipeline fill no longer amortised). It scales the experts'
+    per-row compute by 1 + W0 / W, not their small-batch floor (a weight read). 0: no ramp.
 
     Optional per-format values (absent: every format uses the single value above):
     `compute_efficiency_by_dtype` and `gemm_ramp_tokens_by_dtype` map a GEMM's tensor-core format
@@ -81,6 +87,7 @@ class Efficiency:
     dequant_gemm_efficiency: float = _pos(1.0, **_EFF_RANGE)
     dequant_ramp_relative: float = _pos(1.0, **_EFF_RANGE)
     moe_layer_overhead_s: float = _nonneg(0.0, max=0.01, unit="s")
+    expert_width_ramp: float = _nonneg(0.0, max=1e5)
     compute_efficiency_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     gemm_ramp_tokens_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     attention_efficiency_by_kv_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
@@ -140,7 +147,7 @@ _VALIDATED = re.compile(r"\bvalidated on\b", re.IGNORECASE)
 SCALAR_EFFICIENCY_FIELDS = ("compute_efficiency", "memory_efficiency", "attention_efficiency", "gemm_ramp_tokens",
                             "kernel_overhead_s", "step_overhead_s", "link_efficiency", "sequence_overhead_s",
                             "gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative",
-                            "moe_layer_overhead_s")
+                            "moe_layer_overhead_s", "expert_width_ramp")
 
 
 def parse_efficiency_overrides(items: list[str] | tuple[str, ...]) -> dict[str, float]:
