@@ -255,6 +255,37 @@ def test_roofline_out_with_a_254_byte_name(tmp_path):
     assert out.stat().st_size > 0
 
 
+@pytest.mark.parametrize("signal_exc,code,word", [("terminated", 143, "terminated"), ("interrupt", 130, "interrupted")])
+def test_a_signal_wrapped_by_an_import_still_exits_as_the_signal(signal_exc, code, word) -> None:
+    """SIGTERM that lands while matplotlib defines a class reaches the command as RuntimeError
+    ("Error calling __set_name__ ...") with the signal as its cause: seen in CI as exit 1 and a
+    traceback from `sweep` writing its plots. It must exit as the signal does, in one line."""
+    import click
+
+    from simulator.cli.group import CliGroup, Terminated
+
+    @click.group(cls=CliGroup)
+    def grp() -> None:
+        pass
+
+    @grp.command()
+    def boom() -> None:
+        err = Terminated() if signal_exc == "terminated" else KeyboardInterrupt()
+        try:
+            raise err
+        except KeyboardInterrupt as k:
+            raise RuntimeError("Error calling __set_name__ on 'x' instance 'converter' in 'Axis'") from k
+
+    @grp.command()
+    def plain() -> None:
+        raise RuntimeError("a bug, not a signal")
+
+    res = CliRunner().invoke(grp, ["boom"])
+    assert res.exit_code == code and res.output.strip().splitlines()[-1] == word
+    res = CliRunner().invoke(grp, ["plain"])  # other exceptions are not swallowed
+    assert res.exit_code == 1 and isinstance(res.exception, RuntimeError)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux process checks")
 def test_sigterm_of_a_pooled_sweep_stops_its_workers(tmp_path):
     """kill -TERM: the sweep unwinds (exit 143), its pool workers end, no staging folder left."""

@@ -51,6 +51,15 @@ class CliGroup(click.Group):
         except MemoryError:
             click.echo("error: out of memory: reduce --num-requests, --replicas or the sweep size", err=True)
             ctx.exit(2)
+        except Exception as e:
+            # a signal that lands inside an import can come back wrapped: Python re-raises an
+            # exception from a descriptor's __set_name__ as RuntimeError (matplotlib's Axis
+            # during a sweep's plots), so SIGTERM gave a traceback and exit 1
+            k = _interrupt_in_chain(e)
+            if k is None:
+                raise
+            click.echo("terminated" if isinstance(k, Terminated) else "interrupted", err=True)
+            ctx.exit(143 if isinstance(k, Terminated) else 130)
         finally:
             if main_thread:
                 signal.signal(signal.SIGTERM, old)
@@ -62,3 +71,15 @@ class Terminated(KeyboardInterrupt):
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated()
+
+
+def _interrupt_in_chain(e: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM behind `e` (its __cause__ / __context__ chain), or None."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
