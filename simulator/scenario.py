@@ -629,8 +629,11 @@ class Scenario:
         if pc.model.id != dc.model.id:
             raise SpecError("deployment: both pools must serve the same model")
         link = kv_link(pc, dc, P, D, (sc.deployment or {}).get("link"))
+        # the client's side (API-server latency, async lag) is the prefill pool's engine's: the
+        # request enters there (before, a disaggregated TTFT left it out and `plan --disagg`
+        # compared it with aggregated TTFTs that include it)
         res = simulate_disagg(pc, dc, workload, link, ps.engine_config(), ds.engine_config(), P, D,
-                              ps.router, ds.router, progress, itl_times)
+                              ps.router, ds.router, progress, itl_times, client=ps.client_view())
         summary = summarize(res, sc.slos_s)
         summary.update(transfer_summary(res))
         summary.update({

@@ -30,6 +30,12 @@ layer-wise streaming of KV during prefill (Mooncake / DistServe overlap), prefix
 across pools and in the decode pool (with `enable_prefix_caching` each prefill replica caches
 prefixes as an aggregated replica does; the whole prompt's KV still crosses the link),
 closed-loop clients (open-loop arrivals only).
+
+The client view (`serving.client_view.ClientView`, the engine profile's) acts where the
+request enters: the API-server latency F delays every arrival at the prefill pool (TTFT and
+E2E grow by F, as in `simulate`), and under async scheduling (`lag_steps` 1) a request that
+reaches a busy prefill replica waits out one more step. The decode pool receives requests from
+the link, not from a client, and gets neither. A client timeout is refused (`scenario.py`).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from simulator.cost.roofline import CostModel
+from simulator.serving.client_view import ClientView
 from simulator.serving.events import HANDOFF, PREFILL_DONE, EventQueue
 from simulator.serving.pool import ROUTERS, Pool, kv_blocks
 from simulator.serving.records import (
@@ -58,7 +65,7 @@ from simulator.serving.replica import Replica
 from simulator.serving.sched.registry import EngineConfig
 from simulator.serving.simulate import _attach_prefix_caches, _hit_rate
 from simulator.serving.steplog import StepLog, TimedStepLog
-from simulator.specs.checks import SpecError, check_cost_model, check_int
+from simulator.specs.checks import SpecError, check_cost_model, check_instance, check_int
 from simulator.workloads.workload import Workload
 
 
@@ -161,15 +168,22 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
                     prefill_cfg: EngineConfig | None = None, decode_cfg: EngineConfig | None = None,
                     prefill_replicas: int = 1, decode_replicas: int = 1,
                     prefill_router: str = "round-robin", decode_router: str = "round-robin",
-                    progress: Callable[[int, int], None] | None = None, itl_times: bool = False) -> SimResult:
+                    progress: Callable[[int, int], None] | None = None, itl_times: bool = False,
+                    client: ClientView | None = None) -> SimResult:
     """Serve `workload` on P prefill replicas handing KV to D decode replicas (module docstring).
     `itl_times`: keep when and on which decode replica each inter-token gap was observed
-    (`SimResult.itl_timed`, as `simulate` does).
+    (`SimResult.itl_timed`, as `simulate` does). `client`: the API-server latency and async lag
+    in front of the prefill pool (module docstring; None: neither).
 
     The result's `meta` adds the transfer record: `kv_transfer_s` (prefill completion to
     arrival at the decode pool, queueing included), `kv_transfer_queue_s`, `kv_transfer_bytes`.
     """
     pcfg, dcfg = prefill_cfg or EngineConfig(), decode_cfg or EngineConfig()
+    check_instance("client", client, ClientView, optional=True)
+    view = client or ClientView()
+    if view.timeout_s is not None:
+        raise SpecError(f"request_timeout_s: {view.timeout_s!r} (a client timeout) is not modelled for a "
+                        "disaggregated deployment; drop --request-timeout")
     check_cost_model(prefill_cost)
     check_cost_model(decode_cost)
     check_arrivals_in_clock(workload)
@@ -194,7 +208,9 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
     mml = min(p_mml, d_mml)
     out, out_p = Records(n), Records(n)
     plog, dlog = StepLog(), (TimedStepLog() if itl_times else StepLog())
-    events = EventQueue(np.array(workload.arrival_s, dtype=float))
+    # engine times: a request reaches the prefill pool F after its send (the records keep sends)
+    front = float(view.frontend_s)
+    events = EventQueue(np.array(workload.arrival_s, dtype=float) + front)
     # the prefill pool emits one token per request: its copy of the workload has outputs of 1
     wl_p = replace(workload, output_len=np.ones(n, dtype=workload.output_len.dtype))
     prefill = Pool([Replica(i, prefill_cost, pcfg, p_blocks, p_mml, wl_p, out_p, plog,
@@ -202,6 +218,9 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
                     for i in range(min(prefill_replicas, n))], ROUTERS[prefill_router](pcfg))
     if pcfg.enable_prefix_caching:
         _attach_prefix_caches(prefill.replicas, wl_p, pcfg)
+    if view.lag_steps:
+        for p in prefill.replicas:
+            p.set_client(True)
     decode = Pool([DecodeReplica(i, decode_cost, dcfg, d_blocks, d_mml, workload, out, dlog,
                                  None)
                    for i in range(min(decode_replicas, n))], ROUTERS[decode_router](dcfg))
