@@ -469,17 +469,18 @@ def test_allreduce_op_is_the_single_ring_formula(tp: int) -> None:
     assert close(ops["allreduce"]["time_ms"] / 1e3, ref, 1e-12)
 
 
-@pytest.mark.parametrize("model,tp", [("llama-2-7b", 1), ("mixtral-8x7b", 2), ("deepseek-v3", 8),
-                                      ("gpt-oss-120b", 2), ("llama-3.1-70b", 4)])
-def test_linear_terms_rebuild_step_time(model: str, tp: int) -> None:
+@pytest.mark.parametrize("model,tp,width_ramp", [("llama-2-7b", 1, 0.0), ("mixtral-8x7b", 2, 0.0),
+                                                 ("deepseek-v3", 8, 0.0), ("gpt-oss-120b", 2, 0.0),
+                                                 ("gpt-oss-120b", 8, 335.0), ("llama-3.1-70b", 4, 0.0)])
+def test_linear_terms_rebuild_step_time(model: str, tp: int, width_ramp: float) -> None:
     """sum_ops max((C + T0 R)/eta_c + A/eta_att, M/eta_m) + k L + W/eta_link + l N + overhead
     equals step_time at the hardware's own (non-trivial) efficiencies: calibration's re-pricing
-    is the cost model's."""
-    c = make_cost_model(model, H100, tp=tp, efficiency=REAL_EFF)
+    is the cost model's (with an experts' width ramp too: the terms carry it)."""
+    c = make_cost_model(model, H100, tp=tp, efficiency={**REAL_EFF, "expert_width_ramp": width_ramp})
     e, hw = c.hardware.efficiency, c.hardware
     lt = c.linear_terms()
     w = c.model.sliding_window.window if c.model.sliding_window else None
-    for seqs in ([(1, 100)], [(1, 3000)] * 64, [(512, 0), (1, 20), (1, 900)], [(2048, 4096)]):
+    for seqs in ([(1, 100)], [(1, 3000)] * 64, [(512, 0), (1, 20), (1, 900)], [(2048, 4096)], [(8192, 0)] * 4):
         b = StepBatch.from_sequences(seqs, window=w)
         x = c.features(b.T, b.S, b.Ad, b.Ap, b.R, b.Aw, b.Rw, b.Pc)
         comp = (lt.compute_s + e.gemm_ramp_tokens * lt.ramp_s_per_token) @ x / e.compute_efficiency

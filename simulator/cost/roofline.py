@@ -638,7 +638,10 @@ class CostModel:
         """This model's step time split by the parameter that scales each term (see
         `LinearTerms`): the ops priced once at unit efficiencies, T0 = 1, k_launch = 1 s,
         link latency 1 s, and their parts read off. Calibration re-prices with these."""
-        unit = Efficiency(gemm_ramp_tokens=1.0, kernel_overhead_s=1.0)
+        # the experts' width ramp is a shape factor of this model on this chip (like gqa_group),
+        # not a parameter calibration scales: the terms keep it, so they stay exact
+        unit = Efficiency(gemm_ramp_tokens=1.0, kernel_overhead_s=1.0,
+                          expert_width_ramp=self.hardware.efficiency.expert_width_ramp)
         ops = self._build_ops(self._rates(unit, 1.0))
         n = len(ops)
         C, R, A, M, K, D = (np.zeros((n, _NF)) for _ in range(6))
