@@ -270,8 +270,9 @@ class Scenario:
 
     def _check_disagg_settings(self) -> None:
         """The aggregated-only settings, refused under disagg: the deployment gives the replicas
-        (P + D), and the disaggregated engine has no client view (no timeout); both were accepted
-        and silently had no effect (issue 26 review)."""
+        (P + D), and the disaggregated engine models no client timeout (its client view is the
+        prefill pool's API-server latency and async lag); both were accepted and silently had no
+        effect (issue 26 review)."""
         if self.replicas != 1:
             raise SpecError(f"replicas: {self.replicas!r} applies only to an aggregated run; disagg {self.disagg} "
                             "sets the replicas (P prefill + D decode): drop replicas or disagg")

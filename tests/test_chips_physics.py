@@ -245,12 +245,42 @@ def test_pipeline_interleaved_has_no_drain() -> None:
     # a W8A8 fp8 run with a 16-bit cache: attention reads the cache's format
     ("fp8", "bf16", "bf16"), ("fp8", "fp16", "fp16"),
     # W4A4 (NVFP4): attention at the fp8 cache's format, never 4-bit
-    ("fp4", "fp8", "fp8"), ("fp4", "fp4", "fp8"), ("int4", "int4", "int8"), ("fp4", "bf16", "bf16"),
+    ("fp4", "fp8", "fp8"), ("fp4", "fp4", "fp8"), ("fp4", "bf16", "bf16"),
+    # no integer attention kernels: SmoothQuant W8A8 and int8/int4 caches compute in fp16
+    ("int8", "int8", "fp16"), ("int8", "fp8", "fp16"), ("int4", "int4", "fp16"), ("bf16", "int8", "bf16"),
 ])
 def test_attention_format(activation: str, kv: str, expected: str) -> None:
     from simulator.specs.dtypes import attention_format
 
     assert attention_format(activation, kv) == expected
+
+
+def test_integer_activations_convert_an_fp8_cache() -> None:
+    """W8A8 int8 with an fp8 cache on an A100 with a conversion rate: attention in fp16 (no int8
+    attention kernel) converts the narrower cache, as the review's repro expected; calibration
+    and the kv-dtype what-if read the same attention format."""
+    from simulator.analysis.whatif import _attention_path
+
+    m = load_model(L3)
+    hw = load_hardware("a100-sxm-80gb")
+    hw = dataclasses.replace(hw, efficiency=dataclasses.replace(Efficiency(), kv_dequant_rate_by_kv_dtype={"fp8": 1e10}))
+    c = CostModel(m, hw, dtypes=DTypes("int8", "int8", "fp8"))
+    assert c.attention_dtype in ("fp16", "bf16")
+    b = decode_step(m, 1, 1000)
+    # 1001 x 32 x 2048 elements converted at 1e10/s
+    assert op(c, b, "attention")["time_ms"] == pytest.approx(1001 * 32 * 2048 / 1e10 * 1e3, rel=1e-3)
+    assert _attention_path(c, "fp8").startswith("no native fp8 attention")
+
+
+def test_elementwise_ops_stay_at_the_activation_format() -> None:
+    """norm_act's compute runs at the activations' rate: a W4A4 run's at fp4, not at the fp8
+    attention format (10 H FLOPs per token per layer)."""
+    m = load_model(L3)
+    hw = dataclasses.replace(load_hardware("b200"), efficiency=Efficiency())
+    c = CostModel(m, hw, dtypes=DTypes("fp4", "fp4", "fp8"))
+    o = next(o for o in c.ops if o.name == "norm_act")
+    x = c.features(4096, 1, 0.0, 4096 * 2048.0, 4096, 0.0, 0.0)
+    assert float(o.compute_s @ x) == pytest.approx(32 * 10 * 4096 * 4096 / 9000e12, rel=1e-12)
 
 
 def test_w4a4_attention_runs_at_fp8() -> None:

@@ -280,7 +280,17 @@ def test_a_signal_wrapped_by_an_import_still_exits_as_the_signal(signal_exc, cod
     def plain() -> None:
         raise RuntimeError("a bug, not a signal")
 
+    @grp.command()
+    def disk() -> None:  # a cleanup's write fails while unwinding from the signal
+        err = Terminated() if signal_exc == "terminated" else KeyboardInterrupt()
+        try:
+            raise err
+        except KeyboardInterrupt:
+            raise OSError(28, "No space left on device", "out/summary.json") from None
+
     res = CliRunner().invoke(grp, ["boom"])
+    assert res.exit_code == code and res.output.strip().splitlines()[-1] == word
+    res = CliRunner().invoke(grp, ["disk"])  # the signal wins over the error it caused
     assert res.exit_code == code and res.output.strip().splitlines()[-1] == word
     res = CliRunner().invoke(grp, ["plain"])  # other exceptions are not swallowed
     assert res.exit_code == 1 and isinstance(res.exception, RuntimeError)

@@ -126,14 +126,16 @@ class StaticFitSet:
                 self.skipped.append({"id": row["id"], "reason": str(e)})
                 continue
             chunk = row.get("max_num_tokens")
-            ck = (cost.model.id, cost.hardware.id, cost.par, cost.dtypes, cost.link_dtype)
+            # the width ramp is in the linear terms (a shape factor): part of what they depend on
+            ck = (cost.model.id, cost.hardware.id, cost.par, cost.dtypes, cost.link_dtype,
+                  cost.hardware.efficiency.expert_width_ramp)
             key = (ck, validator.engine_of(row), B, I, O, chunk)
             if key not in cache:
                 if ck not in decomp:
                     decomp[ck] = _decompose(cost)
                 cache[key] = len(meta)
                 cols.append(_static_columns(cost, decomp[ck], B, I, O, len(meta), chunk, decode_nodes))
-                narrow = DTYPE_BYTES[cost.dtypes.kv] < DTYPE_BYTES[cost.dtypes.activation]
+                narrow = DTYPE_BYTES[cost.dtypes.kv] < DTYPE_BYTES[cost.attention_dtype]  # as the cost model
                 meta.append((B, I, O, decomp[ck]["group"], narrow))
                 self.setting_rows.append(row)
             self.row_setting.append(cache[key])

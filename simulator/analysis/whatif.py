@@ -45,7 +45,7 @@ from simulator.specs.checks import (
     check_list,
     is_number,
 )
-from simulator.specs.dtypes import DTYPE_BYTES, DTYPES
+from simulator.specs.dtypes import DTYPE_BYTES, DTYPES, attention_format
 
 
 def _ratio(v: Any, ref: Any) -> float | None:
@@ -143,16 +143,18 @@ def kv_dtype_whatif(base: Scenario, values: Sequence[str] = ("bf16", "fp8", "int
 
 def _attention_path(cost: Any, kv_dtype: str) -> str:
     """How the decode attention reads a `kv_dtype` cache on this chip and engine: natively (the
-    smaller read), or converted to the activation format by a kernel without a native path."""
+    smaller read), or converted to the attention format (`dtypes.attention_format`, as the cost
+    model prices it) by a kernel without a native path."""
     eff = cost.hardware.efficiency
-    if DTYPE_BYTES[kv_dtype] >= DTYPE_BYTES[cost.dtypes.activation]:
-        return "native (the activation format)"
+    attn = cost.hardware.gemm_dtype(attention_format(cost.dtypes.activation, kv_dtype))
+    if DTYPE_BYTES[kv_dtype] >= DTYPE_BYTES[attn]:
+        return f"native (attention in {attn})"
     rate = eff.dequant_rate_for(kv_dtype)
     if rate is None:
         return (f"read as {DTYPE_BYTES[kv_dtype]:g}-byte elements with no conversion priced (a native "
                 f"{kv_dtype} attention path: the engine profile gives no kv_dequant_rate for this chip family)")
     return (f"no native {kv_dtype} attention: every KV element read is converted to "
-            f"{cost.dtypes.activation} at {rate:.3g} elements/s (kv_dequant_rate)")
+            f"{attn} at {rate:.3g} elements/s (kv_dequant_rate)")
 
 
 def _gain_split(q: dict[str, float | None]) -> dict[str, float | None]:

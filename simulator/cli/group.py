@@ -37,10 +37,12 @@ class CliGroup(click.Group):
         try:
             return super().invoke(ctx)
         except OSError as e:  # e.g. an output that became unwritable mid-run (full disk)
+            _exit_if_interrupted(ctx, e)  # raised while unwinding from a signal: the signal wins
             where = f"{e.filename}: " if getattr(e, "filename", None) else ""
             click.echo(f"error: {where}{e.strerror or e}".replace("\n", " "), err=True)
             ctx.exit(2)
         except SpecError as e:
+            _exit_if_interrupted(ctx, e)
             click.echo(f"error: {e}", err=True)
             ctx.exit(2)
         except click.exceptions.Exit:
@@ -48,18 +50,16 @@ class CliGroup(click.Group):
         except KeyboardInterrupt as e:
             click.echo("terminated" if isinstance(e, Terminated) else "interrupted", err=True)
             ctx.exit(143 if isinstance(e, Terminated) else 130)
-        except MemoryError:
+        except MemoryError as e:
+            _exit_if_interrupted(ctx, e)
             click.echo("error: out of memory: reduce --num-requests, --replicas or the sweep size", err=True)
             ctx.exit(2)
         except Exception as e:
             # a signal that lands inside an import can come back wrapped: Python re-raises an
             # exception from a descriptor's __set_name__ as RuntimeError (matplotlib's Axis
             # during a sweep's plots), so SIGTERM gave a traceback and exit 1
-            k = _interrupt_in_chain(e)
-            if k is None:
-                raise
-            click.echo("terminated" if isinstance(k, Terminated) else "interrupted", err=True)
-            ctx.exit(143 if isinstance(k, Terminated) else 130)
+            _exit_if_interrupted(ctx, e)
+            raise
         finally:
             if main_thread:
                 signal.signal(signal.SIGTERM, old)
@@ -71,6 +71,15 @@ class Terminated(KeyboardInterrupt):
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated()
+
+
+def _exit_if_interrupted(ctx: click.Context, e: BaseException) -> None:
+    """Exit as the signal does (130 for Ctrl-C, 143 for SIGTERM, one line) when `e` was raised
+    while unwinding from one (`_interrupt_in_chain`); else return."""
+    k = _interrupt_in_chain(e)
+    if k is not None:
+        click.echo("terminated" if isinstance(k, Terminated) else "interrupted", err=True)
+        ctx.exit(143 if isinstance(k, Terminated) else 130)
 
 
 def _interrupt_in_chain(e: BaseException) -> KeyboardInterrupt | None:

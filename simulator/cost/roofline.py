@@ -102,14 +102,15 @@ class Rates:
     @classmethod
     def of(cls, hw: HardwareSpec, gemm_dtype: str, attention_dtype: str, kv_dtype: str, eff: Efficiency,
            link_latency_s: float, *, weight_only: float = 1.0, expert_gemm_dtype: str | None = None,
-           expert_weight_only: float = 1.0, dequant_kv: bool = False) -> Rates:
+           expert_weight_only: float = 1.0, dequant_kv: bool = False, vector_dtype: str | None = None) -> Rates:
         """The rates of `hw` at efficiencies `eff`; GEMM efficiency and ramp per GEMM format and
         attention efficiency per KV format where `eff` gives them, else its single values.
         `weight_only` < 1: the (dense) GEMMs dequantise weights of that many bytes per activation
         byte (0.25 for W4A16): rate x dequant_gemm_efficiency, ramp T0 x that x
         dequant_ramp_relative;
         `expert_gemm_dtype` / `expert_weight_only`: the same for the routed experts' GEMMs when
-        they differ; `dequant_kv`: the KV cache is narrower than the activations, so a kernel
+        they differ; `vector_dtype`: the element-wise ops' format (the activations'; default the
+        attention format); `dequant_kv`: the KV cache is narrower than the activations, so a kernel
         without a native path for it converts it at eff's rate for `kv_dtype`."""
         def gemm_rate(dtype: str, dequant: float) -> float:
             return hw.flops(dtype) * eff.compute_for(dtype) * (eff.dequant_gemm_efficiency if dequant < 1 else 1.0)
@@ -128,7 +129,7 @@ class Rates:
         return cls(
             gemm_flops_per_s=gemm_rate(gemm_dtype, weight_only),
             attention_flops_per_s=hw.flops(attention_dtype) * eff.attention_for(kv_dtype),
-            vector_flops_per_s=hw.flops(attention_dtype) * eff.compute_efficiency,
+            vector_flops_per_s=hw.flops(vector_dtype or attention_dtype) * eff.compute_efficiency,
             hbm_bytes_per_s=hw.hbm_bandwidth_bytes_per_s * eff.memory_efficiency,
             ramp_tokens=ramp(gemm_dtype, weight_only),
             kernel_overhead_s=eff.kernel_overhead_s,
@@ -457,7 +458,8 @@ class CostModel:
                         weight_only=min(w_dense / ba, 1.0),
                         expert_gemm_dtype=self.expert_gemm_dtype,
                         expert_weight_only=min(DTYPE_BYTES[dt.weight] / ba, 1.0),
-                        dequant_kv=DTYPE_BYTES[dt.kv] < DTYPE_BYTES[self.attention_dtype])
+                        dequant_kv=DTYPE_BYTES[dt.kv] < DTYPE_BYTES[self.attention_dtype],
+                        vector_dtype=self.hardware.gemm_dtype(dt.activation))
 
     def _build_ops(self, rates: Rates) -> list[Op]:
         m, par, dt = self.model, self.par, self.dtypes

@@ -167,7 +167,8 @@ class Drafter:
         else:
             return []
         assert self.cost is not None
-        rates = Rates.of(hw, self.cost.gemm_dtype, self.cost.attention_dtype, dtypes.kv, hw.efficiency, hw.link_latency_s)
+        rates = Rates.of(hw, self.cost.gemm_dtype, self.cost.attention_dtype, dtypes.kv, hw.efficiency, hw.link_latency_s,
+                         vector_dtype=hw.gemm_dtype(dtypes.activation))
         b = DTYPE_BYTES[dtypes.weight]
         out = []
         for name, n_in, n_out, first in shapes:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,6 +202,9 @@ CLASS_FACTORS = {
     "expert_width_ramp": "the experts' GEMM width ramp W0: per-row compute x (1 + W0 / W), W = each GPU's expert slice",
 }
 _FRACTION_FACTORS = ("gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative")
+#: factors with a range of their own: (low, high, unit)
+_FACTOR_RANGES = {"kv_dequant_rate_fp8": (1e6, 1e16, "elements/s"),
+                  "expert_width_ramp": (0.0, 1e5, "elements (the experts' width ramp W0)")}
 #: relative factors: an engine may reach more than the chip's reference engines (the chip's
 #: efficiencies were fitted on dev.csv's 2023 static engines); the product stays <= 1
 _RELATIVE_FACTORS = ("compute_relative", "memory_relative", "attention_relative")
@@ -388,8 +392,9 @@ class KernelsSection:
                     raise SpecError(f"{where}.value: {t.value!r} must be in (0, 2]")
                 if t.value is not None and name.endswith("_s") and not t.value <= 1.0:
                     raise SpecError(f"{where}.value: {t.value!r} must be <= 1 s")
-                if t.value is not None and name == "kv_dequant_rate_fp8" and not 1e6 <= t.value <= 1e16:
-                    raise SpecError(f"{where}.value: {t.value!r} must be in [1e6, 1e16] elements/s")
+                lo, hi, unit = _FACTOR_RANGES.get(name, (-math.inf, math.inf, ""))
+                if t.value is not None and not lo <= t.value <= hi:
+                    raise SpecError(f"{where}.value: {t.value!r} must be in [{lo:g}, {hi:g}] {unit}")
                 one[name] = t
             classes[k] = one
         object.__setattr__(self, "by_chip_class", classes)

@@ -33,17 +33,20 @@ DTYPE_FALLBACK: dict[str, str] = {
 
 def attention_format(activation: str, kv: str) -> str:
     """The format attention's two matmuls (QK^T, PV) run in: the wider of the activations and
-    the KV cache, and never narrower than 8 bits. Why: the GEMM recipe does not reach attention.
-    A W8A8 fp8 run with a 16-bit KV cache computes attention in 16 bits (vLLM's FlashAttention
-    reads the cache's format; only `--kv-cache-dtype fp8` gives it an fp8 path), and a W4A4 NVFP4
-    run (TensorRT-LLM on Blackwell) quantises only the GEMM inputs: its attention runs at the fp8
-    KV cache's format. No serving engine has a 4-bit attention kernel, so 4-bit formats round up
-    to their 8-bit kin (fp4 -> fp8, int4 -> int8)."""
-    wider = kv if DTYPE_BYTES[kv] > DTYPE_BYTES[activation] else activation
-    return DTYPE_FALLBACK[wider] if DTYPE_BYTES[wider] < 1.0 else wider
+    the KV cache, each taken as a format attention kernels compute in. Why: the GEMM recipe
+    does not reach attention. A W8A8 fp8 run with a 16-bit KV cache computes attention in 16 bits
+    (vLLM's FlashAttention reads the cache's format; only `--kv-cache-dtype fp8` gives it an fp8
+    path), and a W4A4 NVFP4 run (TensorRT-LLM on Blackwell) quantises only the GEMM inputs: its
+    attention runs at the fp8 KV cache's format. No serving engine has a 4-bit or an integer
+    attention kernel: fp4 counts as fp8, int8 and int4 (SmoothQuant-style W8A8, an int8 KV cache)
+    as fp16, so an integer KV cache is converted where the kernel has no native path."""
+    def kernel_format(d: str) -> str:
+        if d in ("int8", "int4"):
+            return "fp16"
+        return "fp8" if d == "fp4" else d
 
-
-
+    a, k = kernel_format(activation), kernel_format(kv)
+    return k if DTYPE_BYTES[k] > DTYPE_BYTES[a] else a
 
 
 @dataclass(frozen=True)
