@@ -81,6 +81,28 @@ def bound_mb(n: int) -> float:
     return kept + max(n * SUMMARY_BYTES_PER_REQUEST / 1e6, FIXED_MB)
 
 
+def _figures(case: str, n: int, t0: float, c0: float, t_sim: float, c_sim: float, base_rss: float,
+             s: dict, **extra: float) -> dict:
+    """One case's time, memory and result figures (every case reports the same ones)."""
+    return {"case": case, "n": n, **extra, "simulate_wall_s": t_sim, "simulate_cpu_s": c_sim,
+            "total_wall_s": time.perf_counter() - t0, "total_cpu_s": time.process_time() - c0,
+            "rss_after_imports_mb": base_rss, "peak_rss_mb": _peak_mb(),
+            "steps": s["steps"], "completed": s["completed"], "failed": s["failed"],
+            "simulated_hours": s["duration"] / 3600, "unstable": s["unstable"],
+            "mean_ttft_ms": s["mean_ttft_ms"], "bound_mb": bound_mb(n)}
+
+
+def _tiled_trace(n: int, d: str) -> str:
+    """The Azure conversation trace tiled to n requests, written as a trace file in folder d."""
+    from simulator.cli.outputs import write_trace
+    from simulator.workloads import traces as T
+    from simulator.workloads import workload as W
+
+    path = os.path.join(d, "trace.csv")
+    write_trace(W.take(T.builtin("azure-conv"), n), path)
+    return path
+
+
 def _measure(case: str, n: int, w, t0: float, c0: float, base_rss: float, rss_loaded: float,
              **extra: float) -> dict:
     """Simulate workload `w` on llama-3.1-8b / h100-sxm and collect time, memory and results."""
@@ -93,26 +115,17 @@ def _measure(case: str, n: int, w, t0: float, c0: float, base_rss: float, rss_lo
     t2, c2 = time.perf_counter(), time.process_time()
     res = simulate(cost, w, EngineConfig())
     t_sim, c_sim = time.perf_counter() - t2, time.process_time() - c2
-    s = summarize(res)
-    return {"case": case, "n": n, **extra, "simulate_wall_s": t_sim, "simulate_cpu_s": c_sim,
-            "total_wall_s": time.perf_counter() - t0, "total_cpu_s": time.process_time() - c0,
-            "rss_after_imports_mb": base_rss, "rss_after_load_mb": rss_loaded, "peak_rss_mb": _peak_mb(),
-            "steps": s["steps"], "completed": s["completed"], "failed": s["failed"],
-            "simulated_hours": s["duration"] / 3600, "unstable": s["unstable"],
-            "mean_ttft_ms": s["mean_ttft_ms"], "itl_distinct_values": int(len(res.itl_values_s)),
-            "timeline_rows": int(len(res.timeline)), "bound_mb": bound_mb(n)}
+    return _figures(case, n, t0, c0, t_sim, c_sim, base_rss, summarize(res), rss_after_load_mb=rss_loaded,
+                    **extra, itl_distinct_values=int(len(res.itl_values_s)), timeline_rows=int(len(res.timeline)))
 
 
 def case_a(n: int) -> dict:
-    from simulator.cli.outputs import write_trace
     from simulator.workloads import traces as T
-    from simulator.workloads import workload as W
 
     base_rss = _rss_mb()
     t0, c0 = time.perf_counter(), time.process_time()
     with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "trace.csv")
-        write_trace(W.take(T.builtin("azure-conv"), n), path)
+        path = _tiled_trace(n, d)
         size = os.path.getsize(path)
         t1 = time.perf_counter()
         w = T.read_trace(path)
@@ -137,27 +150,17 @@ def _scenario_run(case: str, n: int, sc, base_rss: float, t0: float, c0: float, 
     t2, c2 = time.perf_counter(), time.process_time()
     res, s = sc.run()
     t_sim, c_sim = time.perf_counter() - t2, time.process_time() - c2
-    return {"case": case, "n": n, **extra, "simulate_wall_s": t_sim, "simulate_cpu_s": c_sim,
-            "total_wall_s": time.perf_counter() - t0, "total_cpu_s": time.process_time() - c0,
-            "rss_after_imports_mb": base_rss, "peak_rss_mb": _peak_mb(),
-            "steps": s["steps"], "completed": s["completed"], "failed": s["failed"],
-            "simulated_hours": s["duration"] / 3600, "unstable": s["unstable"],
-            "mean_ttft_ms": s["mean_ttft_ms"], "prefix_cache_hit_rate": s.get("prefix_cache_hit_rate", 0.0),
-            "bound_mb": bound_mb(n)}
+    return _figures(case, n, t0, c0, t_sim, c_sim, base_rss, s, **extra,
+                    prefix_cache_hit_rate=s.get("prefix_cache_hit_rate", 0.0))
 
 
 def case_c(n: int) -> dict:
-    from simulator.cli.outputs import write_trace
     from simulator.scenario import Scenario
-    from simulator.workloads import traces as T
-    from simulator.workloads import workload as W
 
     base_rss = _rss_mb()
     t0, c0 = time.perf_counter(), time.process_time()
     with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "trace.csv")
-        write_trace(W.take(T.builtin("azure-conv"), n), path)
-        sc = Scenario(model="llama-3.1-8b", hardware="h100-sxm", workload=path)
+        sc = Scenario(model="llama-3.1-8b", hardware="h100-sxm", workload=_tiled_trace(n, d))
         return _scenario_run(f"(c) azure-conv tiled to {n:,} requests, default engine ({sc.engine})", n, sc,
                              base_rss, t0, c0)
 

@@ -365,6 +365,13 @@ def test_the_reexport_check_sees_a_reexport(tmp_path: Path) -> None:
         "simulator.specs.model.__all__ lists SpecError, defined elsewhere"]
 
 
+def _module(folder: Path, code: str) -> Path:
+    """A module m.py holding `code`, for the scans' own tests (each scan must find what it bans)."""
+    p = folder / "m.py"
+    p.write_text(code)
+    return p
+
+
 @pytest.mark.parametrize("code", [
     "from pathlib import Path\ndef f(p):\n    Path(p).write_text('x')\n",
     "def f():\n    print('hello')\n",
@@ -372,9 +379,7 @@ def test_the_reexport_check_sees_a_reexport(tmp_path: Path) -> None:
     "import click\ndef f():\n    click.echo('x')\n",
 ])
 def test_the_write_check_sees_a_file_write(tmp_path: Path, code: str) -> None:
-    p = tmp_path / "m.py"
-    p.write_text(code)
-    assert len(writes_or_prints(p, tmp_path)) == 1
+    assert len(writes_or_prints(_module(tmp_path, code), tmp_path)) == 1
 
 
 # --------------------------------------------------------------------------- the registries, end to end
@@ -537,9 +542,7 @@ def test_only_the_output_layer_writes_files() -> None:
     "import shutil\ndef f(a, b):\n    shutil.copy(a, b)\n",
 ])
 def test_the_output_layer_check_sees_a_write(tmp_path: Path, code: str) -> None:
-    p = tmp_path / "m.py"
-    p.write_text(code)
-    assert len(file_writes(p, tmp_path)) == 1, code
+    assert len(file_writes(_module(tmp_path, code), tmp_path)) == 1, code
 
 
 @pytest.mark.parametrize("code", [
@@ -550,9 +553,7 @@ def test_the_output_layer_check_sees_a_write(tmp_path: Path, code: str) -> None:
     "from pathlib import Path\ndef f(p):\n    return Path(p).open().read()\n",
 ])
 def test_the_output_layer_check_lets_reads_and_buffers_through(tmp_path: Path, code: str) -> None:
-    p = tmp_path / "m.py"
-    p.write_text(code)
-    assert file_writes(p, tmp_path) == [], code
+    assert file_writes(_module(tmp_path, code), tmp_path) == [], code
 
 
 # ---------------------------------------------------------------------- the reader layer (issue 26)
@@ -623,9 +624,8 @@ def test_files_are_read_only_through_the_reader_layer():
 
 def test_the_reader_scan_finds_what_it_looks_for(tmp_path):
     """The scan is not vacuous: each kind of read it bans is found in a module that has it."""
-    f = tmp_path / "m.py"
-    f.write_text("import json, numpy as np, pandas as pd\nfrom pathlib import Path\n"
-                 "a = open('x')\nb = open('x', 'rb')\nc = open('x', 'w')\nd = json.loads('1')\n"
-                 "e = pd.read_csv('x')\ng = np.load('x')\nh = Path('x').read_text()\n")
+    f = _module(tmp_path, "import json, numpy as np, pandas as pd\nfrom pathlib import Path\n"
+                "a = open('x')\nb = open('x', 'rb')\nc = open('x', 'w')\nd = json.loads('1')\n"
+                "e = pd.read_csv('x')\ng = np.load('x')\nh = Path('x').read_text()\n")
     assert _read_calls(f) == [(3, "open"), (4, "open"), (6, "json.loads"), (7, "pd.read_csv"), (8, "np.load"),
                               (9, "Path.read_text")]
