@@ -192,7 +192,7 @@ def price(rows: Sequence[Mapping[str, Any]], values: Mapping[str, float], quick:
     try:
         chips = {r["hardware"] for r in rows}  # catalog ids (`read_rows`)
         specs = {h: hardware_with(h, values) for h in chips if h in hardware_catalog()}
-        res = validate(rows, validator=Validator(hardware_specs=specs, num_requests=quick))
+        res = validate(rows, validator=Validator(hardware_specs=specs, max_requests=quick))
         return res["points"]
     finally:
         profile_mod._builtin_engine = original  # type: ignore[assignment]

@@ -67,7 +67,7 @@ def serving(max_requests: int | None) -> dict[str, Any]:
     for r in rows:
         if sr.is_serving_run_row(r):
             runs[sr.run_key(r)].append(r)
-    v = Validator(num_requests=max_requests)
+    v = Validator(max_requests=max_requests)
     out = []
     print("dev_serving.csv: simulated / measured (ms); measured p90 and ITL not in the file")
     print(f"{'run':44s} {'TTFT p50':>19s} {'TTFT p90':>19s} {'TTFT p99':>19s} {'ITL p50 sim':>11s} "

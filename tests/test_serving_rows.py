@@ -127,6 +127,21 @@ SUBSET_RUNS = ("llama-2-7b-tp1-codegen", "llama-2-70b-tp4-general", "mixtral-8x7
 TARGET = ("mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "median_e2el_ms")
 
 
+def test_a_stage_is_simulated_whole_unless_max_requests_cuts_it() -> None:
+    """--num-requests sets rows that state no count; an inference-perf stage states its own
+    (rate x duration), so it runs whole; only --max-requests cuts it, and the note says so."""
+    row = {**ROW, "id": "r", "source": "s", "num_gpus": 1, "engine_family": "vllm"}
+
+    def count(v: Validator) -> tuple[int, str]:
+        _, note = v.predict_row_detail(row)
+        (s, _res), = [x for k, x in v._pred.items() if k[0] == "serving-run"]
+        return int(s["num_requests"]), note
+
+    assert count(Validator(num_requests=100)) == (3000, "")
+    assert count(Validator(max_requests=100)) == (
+        100, "simulated 100 of the run's 3000 requests (--max-requests): a shorter run than the measured one")
+
+
 @needs_data
 def test_subset_median_error_under_the_issue_target() -> None:
     rows, _ = load_rows(DATA)

@@ -125,6 +125,33 @@ def test_sharegpt_rows_are_predicted_with_vllms_sampling(tmp_path: Path) -> None
     assert got == pytest.approx(summarize(res, {})["mean_ttft_ms"], rel=1e-9)
 
 
+def test_a_rows_stated_request_count_is_kept_and_only_max_requests_cuts_it(tmp_path: Path) -> None:
+    """A row that states how many requests its run sent is simulated at that count: a
+    shorter run is another experiment (cold start and queue start-up weigh more in its
+    percentiles). `num_requests` sets the count of rows that state none; `max_requests` cuts
+    every run and says so in the row's note."""
+    stated = _row("n60", "mean_e2el_ms", 900.0, "ms", model="llama-3.1-8b", hw="h100-sxm", dtype="bf16",
+                  scenario="online_poisson", rate="2", batch="", inp="64", out="16").replace(",2,,,", ",2,,60,")
+    bare = _row("n0", "mean_e2el_ms", 900.0, "ms", model="llama-3.1-8b", hw="h100-sxm", dtype="bf16",
+                scenario="online_poisson", rate="2", batch="", inp="64", out="16")
+    rows, _ = measurements.read_measurements(_write(tmp_path, stated, bare))
+    assert rows[0]["num_requests"] == 60 and rows[1]["num_requests"] is None
+
+    def simulated(v: V.Validator, row: dict) -> tuple[int, str]:
+        _, note = v.predict_row_detail(row)
+        (s, _res), = [x for k, x in v._pred.items() if k[0] == "serve"]
+        return int(s["num_requests"]), note
+
+    assert simulated(V.Validator(num_requests=20), rows[0]) == (60, "")
+    assert simulated(V.Validator(num_requests=20), rows[1]) == (20, "")
+    assert simulated(V.Validator(), rows[1])[0] == V.DEFAULT_NUM_REQUESTS
+    n, note = simulated(V.Validator(num_requests=20, max_requests=25), rows[0])
+    assert n == 25 and note == "simulated 25 of the run's 60 requests (--max-requests): a shorter run than the measured one"
+    assert simulated(V.Validator(max_requests=25), rows[1]) == (
+        25, "simulated 25 of 1000 requests (--max-requests): a shorter run than the measured one")
+    assert simulated(V.Validator(max_requests=100), rows[0]) == (60, "")
+
+
 def test_predictions_are_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Three metrics of one (model, hardware, batch, lengths) point are priced once, with one
     cost model (observed through the calls, not through private cache sizes)."""

@@ -613,7 +613,7 @@ def _fit_with_sim(fs: StaticFitSet, sub: np.ndarray, w: np.ndarray, sim_rows: li
     w_all = np.concatenate([w, _source_weights([r["source"] for r in sim_rows], True) * (w.sum() / max(len(sim_rows), 1))])
 
     def pred(p: dict[str, float]) -> np.ndarray:
-        v = Validator(hardware_specs={hw.id: apply_params(hw, p)}, workloads=workloads, num_requests=200)
+        v = Validator(hardware_specs={hw.id: apply_params(hw, p)}, workloads=workloads, max_requests=200)
         out = []
         for r in sim_rows:
             try:

@@ -32,7 +32,7 @@ serves n1 = min(its share of the minimum query, max(its seats, MIN_PILOT_SAMPLES
 then n2 = 2 n1; a longer query's makespan is extended linearly from the two runs: an Offline
 engine at saturation completes samples at a constant rate, and the drain tail is in both runs
 and cancels in the slope. The slope also gives target_qps (instances / slope). A validator's
-`num_requests` (`llmsim validate --num-requests N`) lowers MIN_PILOT_SAMPLES to N and changes
+`max_requests` or `num_requests` (`llmsim validate --max-requests/--num-requests N`) lowers MIN_PILOT_SAMPLES to N and changes
 nothing else: the answer is still the LoadGen query's (it used to be N samples' own makespan,
 a different and drain-dominated quantity).
 """
@@ -176,7 +176,7 @@ def predict(validator: Any, row: Mapping[str, Any]) -> tuple[float, str]:
     profile = validator.profile_of(row)
     cost = validator.cost_model(row)
     key = ("mlperf", id(cost), ds.name, row.get("max_batch_size"), row.get("max_num_tokens"), row["replicas"],
-           duration, mean_out, validator.num_requests)
+           duration, mean_out, validator.pilot_cap)
 
     def compute() -> tuple[float, float, str]:
         try:
@@ -186,10 +186,11 @@ def predict(validator: Any, row: Mapping[str, Any]) -> tuple[float, str]:
             minq = _min_query_count(ds, profile)
             n_min = -(-loadgen_sample_count(ds, 0.0, 0.0, minq) // instances)
             # first run: the minimum query, at most one full batch of seats (but >= 1,000;
-            # `--num-requests` N lowers that floor to N, never below the seats: a run that
+            # `--num-requests`/`--max-requests` N lowers that floor to N, never below the seats: a run that
             # never fills them measures its longest sample, not the Offline throughput, which
             # made a quick look 18-69 % off on dev_mlperf51_offline.csv)
-            floor = min(MIN_PILOT_SAMPLES, validator.num_requests) if validator.num_requests else MIN_PILOT_SAMPLES
+            cap = validator.pilot_cap
+            floor = min(MIN_PILOT_SAMPLES, cap) if cap else MIN_PILOT_SAMPLES
             n1 = min(n_min, max(int(lim["max_num_seqs"]), floor))
             t1, k1, tok1 = _run(cost, profile, row, ds, lim, n1, mean_out)
             total = max(loadgen_sample_count(ds, duration, instances * k1 / t1, minq), n_min * instances)

@@ -216,9 +216,10 @@ def tool_metrics(res: Any, tool: str) -> dict[str, float]:
     return out
 
 
-def predict_metric(validator: Any, row: Mapping[str, Any], profile: Any) -> float:
-    """`row['metric']` of the simulated run of `row['run']`, stage `row['run_stage']`, under
-    the engine `profile` (one simulation per stage, cached on the validator)."""
+def predict_metric(validator: Any, row: Mapping[str, Any], profile: Any) -> tuple[float, str]:
+    """(`row['metric']` of the simulated run of `row['run']`, stage `row['run_stage']`, under
+    the engine `profile`, note): one simulation per stage, cached on the validator, at the
+    stage's own request count unless `validator.max_requests` caps it (`Validator.run_count`)."""
     from simulator.profiles.apply import client_view_for, row_settings
     from simulator.scenario import Scenario
     from simulator.serving.simulate import simulate
@@ -226,11 +227,12 @@ def predict_metric(validator: Any, row: Mapping[str, Any], profile: Any) -> floa
     spec: RunSpec = row["run"]
     k = int(row["run_stage"])
     cost = validator.cost_model(row)
-    key = ("described-run", id(cost), profile.id, validator.num_requests, row["max_batch_size"],
+    key = ("described-run", id(cost), profile.id, validator.max_requests, row["max_batch_size"],
            row["max_num_tokens"], row["replicas"], spec, k)
+    _, note = validator.run_count(spec.stages[k].num_requests)
 
     def run() -> dict[str, float]:
-        w = build_workload(spec, k, validator.num_requests)
+        w = build_workload(spec, k, validator.max_requests)
         limits = row_settings(profile, cost, dict(row), w.num_requests, offline=False)
         warm = spec.warm_later_stages and k > 0 and bool(limits.get("enable_prefix_caching"))
         sc = Scenario(model=cost.model, hardware=cost.hardware, tp=row["tp"], pp=row["pp"],
@@ -245,7 +247,7 @@ def predict_metric(validator: Any, row: Mapping[str, Any], profile: Any) -> floa
     v = metrics.get(row["metric"])
     if v is None or not math.isfinite(float(v)):
         raise SpecError(f"simulation gave no {row['metric']} (no request of the stage completed)")
-    return float(v)
+    return float(v), note
 
 
 # --------------------------------------------------------------------------- reading

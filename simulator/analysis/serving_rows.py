@@ -202,21 +202,23 @@ def simulate_row(row: Mapping[str, Any], cost: Any, client: ClientView | None = 
     return simulate(cost, sc.make_workload(), sc.engine_config(cost), sc.replicas, sc.router, client=view)
 
 
-def predict_metric(validator: Any, row: Mapping[str, Any], profile: Any) -> float:
-    """`row['metric']` of the simulated run of `row` under the engine `profile` (one simulation
-    per run, cached on the validator); SpecError when the simulation gives no value."""
+def predict_metric(validator: Any, row: Mapping[str, Any], profile: Any) -> tuple[float, str]:
+    """(`row['metric']` of the simulated run of `row` under the engine `profile`, note): one
+    simulation per run, cached on the validator, at the stage's own request count unless
+    `validator.max_requests` caps it (`Validator.run_count`); SpecError when the simulation
+    gives no value."""
     from simulator.analysis.measurements import SERVING_METRICS, metric_percentile
     from simulator.metrics.summary import summarize
     from simulator.profiles.apply import row_settings
 
     cost = validator.cost_model(row)
-    key = ("serving-run", id(cost), profile.id, validator.num_requests, *run_key(row))
+    key = ("serving-run", id(cost), profile.id, validator.max_requests, *run_key(row))
+    n, note = validator.run_count(num_requests_for(float(row["request_rate"] or 1.0), None,
+                                                   stage_duration_s(row, preset_of(row["dataset"]))))
 
     def run() -> tuple[dict[str, Any], SimResult]:
-        n = num_requests_for(float(row["request_rate"] or 1.0), validator.num_requests,
-                             stage_duration_s(row, preset_of(row["dataset"])))
         settings = row_settings(profile, cost, dict(row), n, offline=False)
-        res = simulate_row(row, cost, client_for(profile), validator.num_requests, settings)
+        res = simulate_row(row, cost, client_for(profile), validator.max_requests, settings)
         return summarize(res, {}), res
 
     s, res = validator.cached(key, run)
@@ -229,7 +231,7 @@ def predict_metric(validator: Any, row: Mapping[str, Any], profile: Any) -> floa
     v = s.get(SERVING_METRICS.get(metric, metric))
     if v is None or not math.isfinite(float(v)):
         raise SpecError(f"simulation gave no {metric} (completed {s.get('completed')} of {s.get('num_requests')})")
-    return float(v)
+    return float(v), note
 
 
 __all__ = [

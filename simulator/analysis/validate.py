@@ -71,20 +71,32 @@ class Validator:
     `hardware_specs` maps a hardware id used in the rows to a HardwareSpec (or a YAML/overlay
     path) to use instead of the catalog entry (e.g. a calibrated overlay). `workloads` maps a
     dataset name to a trace file. `efficiency` overrides efficiency fields for every row.
+
+    Request counts: a row (or result file) that states how many requests its run sent is
+    simulated at that count, because a shorter run is a different experiment: its cold prefix
+    cache and its queue start-up weigh more in every percentile, and an overloaded stage never
+    builds the queue the measured one did (dev_serving.csv's p99 rows: 13.1 % median error at
+    the stated counts, 22.8 % when cut to 1,000). `num_requests` is the count of a row that
+    states none (default DEFAULT_NUM_REQUESTS); `max_requests` caps every run, stated or not
+    (a quick look that measures a shorter experiment, said in each row's note). On an MLPerf
+    row either only lowers the pilot run (`mlperf_rows`).
     """
 
     def __init__(self, hardware_specs: Mapping[str, HardwareSpec | str] | None = None,
                  workloads: Mapping[str, str] | None = None,
                  efficiency: Mapping[str, float] | None = None,
-                 num_requests: int | None = None, engine: str | EngineProfile | None = None) -> None:
+                 num_requests: int | None = None, engine: str | EngineProfile | None = None,
+                 max_requests: int | None = None) -> None:
         for name, arg in (("hardware_specs", hardware_specs), ("workloads", workloads), ("efficiency", efficiency)):
             if arg is not None and not isinstance(arg, Mapping):
                 raise SpecError(f"{name}: {type(arg).__name__} is not a mapping")
         check_int("num_requests", num_requests, maximum=MAX_REQUESTS, optional=True)
+        check_int("max_requests", max_requests, maximum=MAX_REQUESTS, optional=True)
         self.hardware_specs = dict(hardware_specs or {})
         self.workloads = {k.lower(): v for k, v in (workloads or {}).items()}
         self.efficiency = dict(efficiency or {})
         self.num_requests = num_requests
+        self.max_requests = max_requests
         if engine is not None and not isinstance(engine, (str, EngineProfile)):
             raise SpecError(f"engine: {show(engine)} must be an engine profile id, a profile file or an EngineProfile")
         self.engine = None if engine is None else load_engine(engine)  # None: each row's own
@@ -92,6 +104,22 @@ class Validator:
         self._model: dict[str, Any] = {}
         self._cost: dict[tuple, Any] = {}
         self._pred: dict[tuple, Any] = {}
+
+    @property
+    def pilot_cap(self) -> int | None:
+        """What lowers an MLPerf row's pilot run: max_requests, else num_requests."""
+        return self.max_requests or self.num_requests
+
+    def run_count(self, stated: int | None) -> tuple[int, str]:
+        """(requests to simulate, note) for a run that sent `stated` requests (None: not
+        stated): the stated count, else num_requests, else DEFAULT_NUM_REQUESTS; at most
+        max_requests. The note says when the count is not the run's own."""
+        n = int(stated or self.num_requests or DEFAULT_NUM_REQUESTS)
+        if self.max_requests is not None and self.max_requests < n:
+            what = f"the run's {n}" if stated else f"{n}"
+            return self.max_requests, (f"simulated {self.max_requests} of {what} requests (--max-requests): "
+                                       "a shorter run than the measured one")
+        return n, ""
 
     def cached(self, key: tuple, compute: Callable[[], Any]) -> Any:
         """A prediction kept for the rows that share `key` (one simulation per run): computed
@@ -198,7 +226,7 @@ class Validator:
         elif mlperf_rows.is_mlperf_row(row) and str(row.get("dataset")).lower() not in self.workloads:
             v, note = mlperf_rows.predict(self, row)
         else:
-            v, note = self._serving(row), ""
+            v, note = self._serving(row)
         return v, "; ".join(n for n in (pre, note) if n)
 
     def static_setting(self, row: Mapping[str, Any]) -> tuple[Any, int, int, int, str]:
@@ -245,7 +273,7 @@ class Validator:
             v = float(pred["output_tokens_per_s"]) * row["replicas"] / row["num_gpus"]
         return v, note
 
-    def _serving(self, row: Mapping[str, Any]) -> float:
+    def _serving(self, row: Mapping[str, Any]) -> tuple[float, str]:
         from simulator.metrics.summary import summarize
         from simulator.scenario import Scenario
         from simulator.serving.simulate import simulate
@@ -281,7 +309,7 @@ class Validator:
         if rate is None:
             rate = math.inf
         conc = row["concurrency"] if sc_name == "closed_loop" else None
-        n = self.num_requests or row["num_requests"] or DEFAULT_NUM_REQUESTS
+        n, count_note = self.run_count(row["num_requests"])
         cost = self.cost_model(row)
         f = note_facts(row)
         key = ("serve", id(cost), workload, row["input_len"], row["output_len"], rate, conc, n,
@@ -294,7 +322,8 @@ class Validator:
                 lengths: dict[str, Any] = ({"input_len": row["input_len"] or 1, "output_len": row["output_len"] or 1}
                            if workload == "random" else {})
                 limits = row_settings(self.profile_of(row), cost, dict(row), n,
-                                      offline=sc_name == "offline_max_throughput" and not self.num_requests)
+                                      offline=sc_name == "offline_max_throughput"
+                                      and not (self.num_requests or self.max_requests))
                 sc = Scenario(model=cost.model, hardware=cost.hardware, tp=row["tp"], pp=row["pp"],
                               weight_dtype=row["weight_dtype"], activation_dtype=row["activation_dtype"],
                               kv_dtype=row["kv_dtype"], replicas=row["replicas"], workload=workload,
@@ -312,7 +341,7 @@ class Validator:
         v = s.get(SERVING_METRICS.get(metric, metric))
         if v is None or not math.isfinite(float(v)):
             raise SkipRow(f"simulation gave no {metric} (completed {s.get('completed')} of {s.get('num_requests')})")
-        return float(v)
+        return float(v), count_note
 
 
 def _bench_lengths(row: Mapping[str, Any], n: int, concurrency: int | None) -> Any:
@@ -424,7 +453,8 @@ def validate(rows: Iterable[Mapping[str, Any]], *, scenario: str | None = None,
 
     `scenario` / `hardware_filter` keep only rows of that scenario / hardware id (others are
     not counted). `skipped` carries rows already skipped while reading. Other keyword
-    arguments build the Validator (hardware_specs, workloads, efficiency, num_requests).
+    arguments build the Validator (hardware_specs, workloads, efficiency, num_requests,
+    max_requests).
     Returns rows, predicted, skipped [{id, reason}], skip_counts [{reason, rows, example}],
     median_ape, p90_ape, mean_signed_error, by_scenario / by_engine / by_engine_family /
     by_hardware / by_source / by_metric ({rows, median_ape, p90_ape, mean_signed_error}) and

@@ -389,7 +389,12 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
 @click.option("--hardware-filter", help="Only rows of this hardware id.")
 @click.option("--hardware-spec", "hardware_specs", multiple=True, metavar="FILE",
               help="Price rows of this YAML's (or calibration overlay's) hardware id with it (repeatable).")
-@click.option("--num-requests", type=int, help="Simulated rows: requests to simulate [default: the row's, else 1000].")
+@click.option("--num-requests", type=int,
+              help="Simulated rows that state no request count: requests to simulate [default: 1000]. A row or "
+                   "result file that states its count is simulated at that count.")
+@click.option("--max-requests", type=int,
+              help="Cap every simulated run at this many requests, even a row's stated count (quicker; a shorter "
+                   "run than the measured one, said in each row's note). MLPerf rows: lowers the pilot run only.")
 @click.option("--skip-bad-rows", is_flag=True, help="Skip malformed CSV rows (listed with the reason) instead of stopping.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write validation.csv and scatter.png here.")
 @click.option("--points", "points_file", type=click.Path(dir_okay=False),
@@ -401,8 +406,8 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
                  weight_dtype: str, activation_dtype: str, kv_dtype: str, input_len: int | None,
                  output_len: int | None, max_num_seqs: int | None, max_num_batched_tokens: int | None,
                  workloads: tuple[str, ...], scenario: str | None, hardware_filter: str | None,
-                 hardware_specs: tuple[str, ...], num_requests: int | None, skip_bad_rows: bool,
-                 out_dir: str | None, points_file: str | None, as_json: bool, quiet: bool, engine_text: str | None,
+                 hardware_specs: tuple[str, ...], num_requests: int | None, max_requests: int | None,
+                 skip_bad_rows: bool, out_dir: str | None, points_file: str | None, as_json: bool, quiet: bool, engine_text: str | None,
                  html_out: str | None = None) -> None:
     """Compare predictions with measured numbers: a measurement CSV (docs/measurement_schema.md), a
     `vllm bench serve` result JSON, a GuideLLM report JSON, an inference-perf run (its folder or a
@@ -433,7 +438,8 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
                                 max_num_batched_tokens=max_num_batched_tokens, engine=engine_text)
     result = V.validate(rows, scenario=scenario, hardware_filter=hardware_filter, skipped=skipped,
                         hardware_specs=specs, workloads=opt.name_file_pairs(workloads, "--workload"),
-                        num_requests=num_requests, progress=report.Progress("validating", quiet or as_json))
+                        num_requests=num_requests, max_requests=max_requests,
+                        progress=report.Progress("validating", quiet or as_json))
     result["file"] = str(file)
     if out_dir:
         report.write_validation_files(out_dir, result, file, VALIDATE_FILES)
