@@ -201,6 +201,73 @@ def test_profile_family_factors() -> None:
         engine_from_dict(bad)
 
 
+def test_a_family_may_copy_another_familys_numbers_and_says_so() -> None:
+    """`copied_from: <class>` (or `<profile>/<class>`) gives a family another's numbers, only the
+    listed `factors`, each marked "assumed (copied from ..., unvalidated: why)"; own numbers
+    win; a copy of a copy, a family without numbers and an unknown factor are one-line errors."""
+    base = {"id": "t", "name": "t", "versions": "t", "scheduler": {"policy": "vllm"},
+            "limits": {"max_num_seqs": 8, "max_num_batched_tokens": 64, "chunked_prefill": True,
+                       "block_size_tokens": 16, "prefix_caching": False, "kv_memory_rule": "total_fraction",
+                       "kv_memory_fraction": 0.9, "max_tokens_if_unset": 16},
+            "sources": {"limits": "test", "kernels": "test"}}
+    hopper = {"dequant_gemm_efficiency": {"value": 0.5, "status": "fitted"},
+              "dequant_ramp_relative": {"value": 0.25, "status": "documented"},
+              "expert_width_ramp": {"value": 335, "status": "fitted"}}
+
+    def prof(**classes: object) -> object:
+        return engine_from_dict({**base, "kernels": {"by_chip_class": {"hopper": hopper, **classes}}})
+
+    p = prof(cdna3={"copied_from": "hopper", "factors": ["dequant_gemm_efficiency", "dequant_ramp_relative"],
+                    "why": "same kernel", "dequant_ramp_relative": {"value": 0.3, "status": "assumed"}})
+    got = p.kernels.by_chip_class["cdna3"]
+    assert {k: t.value for k, t in got.items()} == {"dequant_gemm_efficiency": 0.5, "dequant_ramp_relative": 0.3}
+    assert got["dequant_gemm_efficiency"].status == "assumed (copied from hopper, unvalidated: same kernel)"
+    assert got["dequant_ramp_relative"].status == "assumed"  # its own number wins
+    mi = load_hardware("mi300x")
+    eff = apply_profile(mi, p).efficiency
+    assert (eff.dequant_gemm_efficiency, eff.dequant_ramp_relative, eff.expert_width_ramp) == (0.5, 0.3, 0.0)
+    assert eff.sources["dequant_gemm_efficiency"] == "t/cdna3: assumed (copied from hopper, unvalidated: same kernel)"
+    # the built-in vllm profile copies its Hopper MXFP4 numbers to Blackwell and ROCm, not the width ramp
+    vllm = load_engine("vllm")
+    for cls in ("blackwell", "cdna3", "cdna4"):
+        assert {k: t.value for k, t in vllm.kernels.by_chip_class[cls].items()} == {
+            "dequant_gemm_efficiency": 0.5, "dequant_ramp_relative": 0.25, "moe_layer_overhead_s": 5e-5}
+    assert load_engine("sglang").kernels.by_chip_class["hopper"]["dequant_ramp_relative"].status.startswith(
+        "assumed (copied from vllm/hopper, unvalidated")
+    for classes, msg in (
+            ({"cdna3": {"copied_from": "volta"}}, r"by_chip_class\.cdna3\.copied_from: unknown chip class 'volta'"),
+            ({"cdna3": {"copied_from": "ampere"}}, r"cdna3\.copied_from: 'ampere' gives no numbers of its own"),
+            ({"cdna3": {"copied_from": "hopper"}, "cdna4": {"copied_from": "cdna3"}},
+             r"cdna4\.copied_from: 'cdna3' gives no numbers of its own"),
+            ({"cdna3": {"copied_from": "hopper", "factors": ["moe_layer_overhead_s"]}},
+             r"cdna3\.factors: moe_layer_overhead_s not given by hopper"),
+            ({"cdna3": {"copied_from": "nope/hopper"}}, r"cdna3\.copied_from: 'nope' is not a built-in profile"),
+            ({"cdna3": {"copied_from": "sglang/hopper"}}, r"sglang/hopper gives no numbers of its own")):
+        with pytest.raises(SpecError, match=msg):
+            prof(**classes)
+
+
+def test_gpt_oss_experts_on_b200_read_their_four_bit_weights_at_decode() -> None:
+    """gpt-oss-120b (MXFP4 experts, bf16 activations) under vLLM on B200, batch 64 decode:
+    with the copied W4A16 numbers (ramp x 0.25 x 0.5 of T0) each expert's floor is ~10 rows,
+    so the experts' step is their 4-bit read at the HBM rate, bytes / (B x eta_m), not a
+    16-bit-rate compute floor (16.9 ms before; B200 was priced no faster than H200). The
+    report says the numbers are copied."""
+    prof = load_engine("vllm")
+    model = load_model("gpt-oss-120b")
+    hw = apply_profile(load_hardware("b200"), prof)
+    cost = CostModel(model, hw, Parallelism(1, 1), DTypes("fp4", "bf16", "bf16"), link_dtype=prof.link_dtype)
+    e = op(cost, StepBatch.from_sequences([(1, 1500)] * 64), "moe_experts")
+    rate = hw.hbm_bandwidth_bytes_per_s * hw.efficiency.memory_efficiency
+    assert e["bound"] == "memory"
+    # + one kernel launch per MoE layer (kernel_overhead_s, 6.5 us)
+    launches_s = model.num_moe_layers * hw.efficiency.kernel_overhead_s
+    assert e["time_ms"] == pytest.approx((e["bytes"] / rate + launches_s) * 1e3, rel=1e-6)
+    assert "b200: vllm/blackwell weight-only GEMM numbers copied from hopper, unvalidated" in cost.notes
+    bf16 = CostModel(model, hw, Parallelism(1, 1), DTypes("bf16", "bf16", "bf16"), link_dtype=prof.link_dtype)
+    assert not any("weight-only" in n for n in bf16.notes)
+
+
 def test_static_fit_set_matches_predict_static() -> None:
     """The calibration decomposition re-prices rows exactly as predict_static does, with the
     new terms (sequence overhead, GQA re-reads, fp8 conversion) and a chunked prefill."""

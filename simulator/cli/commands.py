@@ -107,6 +107,9 @@ def show_cmd(ref: str, as_json: bool) -> None:
         derived["fp8_gemms_run_at"] = spec.gemm_dtype("fp8")
         derived["efficiency_status"] = spec.efficiency_status()
         derived["validation"] = spec.efficiency_notice() or "efficiencies fitted to measurements (see efficiency.sources)"
+        from simulator.profiles.profile import engine_family_numbers
+
+        derived["engine_kernel_numbers"] = engine_family_numbers(spec.id) or "none: every engine uses the numbers above"
     else:
         kind, derived = "model", spec.describe()
     out = {"kind": kind, "spec": spec_to_dict(spec), "derived": derived}

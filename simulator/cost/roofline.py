@@ -56,6 +56,10 @@ _NF = len(FEATURES)
 _I = {name: i for i, name in enumerate(FEATURES)}
 
 
+#: efficiency fields of weight-only (dequantising) GEMMs, whose provenance CostModel.notes reports
+_DEQUANT_FIELDS = ("dequant_gemm_efficiency", "dequant_ramp_relative", "moe_layer_overhead_s", "expert_width_ramp")
+
+
 @dataclass(frozen=True)
 class Op:
     """One operator's cost as linear forms over FEATURES (already x layer count, per GPU).
@@ -406,16 +410,7 @@ class CostModel:
         self.gemm_dtype = hw.gemm_dtype(dense.gemm)
         attn = attention_format(self.dtypes.activation, self.dtypes.kv)
         self.attention_dtype = hw.gemm_dtype(attn)
-        self.notes: list[str] = []
-        for want, got in ((dense.gemm, self.gemm_dtype), (self.dtypes.gemm, self.expert_gemm_dtype)):
-            note = f"{hw.id} has no {want} tensor rate: GEMMs priced at its {got} rate"
-            if got != want and note not in self.notes:
-                self.notes.append(note)
-        if self.attention_dtype != attn:
-            self.notes.append(f"{hw.id} has no {attn} rate: attention priced at {self.attention_dtype}")
-        notice = hardware.efficiency_notice()  # the catalog entry's provenance, before --ideal/--efficiency
-        if notice:
-            self.notes.append(notice)
+        self.notes = self._provenance_notes(hardware, dense, attn)
         self.ops = self._build_ops(self._rates(hw.efficiency, hw.link_latency_s))
         self._C = np.array([op.compute_s for op in self.ops])
         self._M = np.array([op.memory_s for op in self.ops])
@@ -440,11 +435,37 @@ class CostModel:
                 self.step_time, self.step_times, par.pp, par.pp_microbatches)
 
     # ------------------------------------------------------------------ building the ops
+    def _provenance_notes(self, hardware: HardwareSpec, dense: DTypes, attn: str) -> list[str]:
+        """What a report must say about where this model's rates come from: a format the chip
+        has no rate for, efficiencies copied from another chip (`hardware`: the catalog entry,
+        before --ideal/--efficiency), an engine's weight-only numbers copied from another family."""
+        hw = self.hardware
+        notes: list[str] = []
+        for want, got in ((dense.gemm, self.gemm_dtype), (self.dtypes.gemm, self.expert_gemm_dtype)):
+            note = f"{hw.id} has no {want} tensor rate: GEMMs priced at its {got} rate"
+            if got != want and note not in notes:
+                notes.append(note)
+        if self.attention_dtype != attn:
+            notes.append(f"{hw.id} has no {attn} rate: attention priced at {self.attention_dtype}")
+        notice = hardware.efficiency_notice()
+        if notice:
+            notes.append(notice)
+        if self._weight_only():  # say where the weight-only kernels' numbers come from
+            for text in dict.fromkeys(str(hardware.efficiency.sources.get(f, "")) for f in _DEQUANT_FIELDS):
+                who, _, status = text.partition(": assumed (copied from ")
+                if status:
+                    notes.append(f"{hw.id}: {who} weight-only GEMM numbers copied from "
+                                 f"{status.split(',', 1)[0]}, unvalidated")
+        return notes
+
+    def _weight_only(self) -> bool:
+        """Whether any GEMM dequantises its weights (weights narrower than the activations)."""
+        return DTYPE_BYTES[self.dtypes.weight] < DTYPE_BYTES[self.dtypes.activation]
+
     def _moe_layers_dequant(self) -> int:
         """MoE layers whose experts run a dequantising (weight-only) kernel: they pay
         `moe_layer_overhead_s` each step (0 for unquantised or W8A8/W4A4 experts)."""
-        dt = self.dtypes
-        return self.model.num_moe_layers if DTYPE_BYTES[dt.weight] < DTYPE_BYTES[dt.activation] else 0
+        return self.model.num_moe_layers if self._weight_only() else 0
 
     def _rates(self, eff: Efficiency, link_latency_s: float) -> Rates:
         """This model's rates at efficiencies `eff`: weight-only GEMMs (weights narrower than

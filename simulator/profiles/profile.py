@@ -342,6 +342,71 @@ class OverheadsSection:
         _check_fields(self, "")
 
 
+def _class_factor(where: str, name: str, v: Any) -> Tunable:
+    """One `by_chip_class` number, checked against its factor's range (one-line errors)."""
+    if name not in CLASS_FACTORS:
+        raise SpecError(f"{where}: unknown factor{_did_you_mean(str(name), CLASS_FACTORS)}; "
+                        f"allowed: {', '.join(CLASS_FACTORS)}")
+    t = v if isinstance(v, Tunable) else build(Tunable, v, where)
+    if t.value is None:
+        return t
+    if name in _FRACTION_FACTORS and not 0 <= t.value <= 1:
+        raise SpecError(f"{where}.value: {t.value!r} must be in [0, 1]")
+    if name != "gqa_kv_sharing" and name in _FRACTION_FACTORS and t.value == 0:
+        raise SpecError(f"{where}.value: 0 must be > 0")
+    if name in _RELATIVE_FACTORS and not 0 < t.value <= 2:
+        raise SpecError(f"{where}.value: {t.value!r} must be in (0, 2]")
+    if name.endswith("_s") and not t.value <= 1.0:
+        raise SpecError(f"{where}.value: {t.value!r} must be <= 1 s")
+    lo, hi, unit = _FACTOR_RANGES.get(name, (-math.inf, math.inf, ""))
+    if not lo <= t.value <= hi:
+        raise SpecError(f"{where}.value: {t.value!r} must be in [{lo:g}, {hi:g}] {unit}")
+    return t
+
+
+def _copied_factors(where: str, src: Any, why: Any, names: Any,
+                    own: dict[str, dict[str, Tunable]]) -> dict[str, Tunable]:
+    """A `by_chip_class` entry's `copied_from: <class>` (this profile's) or `<profile>/<class>`
+    (a built-in profile's, read from its YAML): that family's numbers (only those listed in
+    `factors` when given), each marked "assumed (copied from <source>, unvalidated: <why>)". Why a copy and not a default: an engine runs
+    the same kernel library on a family without measurements (vLLM's MXFP4 experts run
+    triton_kernels on Hopper and ROCm), and its fitted numbers are the best evidence there is;
+    the status keeps the copy visible (`llmsim show`, every report's notes). A copy of a copy
+    is refused, so a profile never chains guesses."""
+    if not isinstance(src, str) or not src.strip():
+        raise SpecError(f"{where}.copied_from: {src!r} must name a chip class or <profile>/<class>")
+    if why is not None and not isinstance(why, str):
+        raise SpecError(f"{where}.why: {why!r} must be text")
+    profile_id, _, cls = src.strip().rpartition("/")
+    if cls not in CHIP_CLASSES:
+        raise SpecError(f"{where}.copied_from: unknown chip class {cls!r}{_did_you_mean(cls, CHIP_CLASSES)}; "
+                        f"allowed: {', '.join(CHIP_CLASSES)}")
+    if profile_id:
+        files = _engine_files()
+        if profile_id not in files:
+            raise SpecError(f"{where}.copied_from: {profile_id!r} is not a built-in profile"
+                            f"{_did_you_mean(profile_id, files)}; known ids: {', '.join(files)}")
+        raw = ((read_catalog_yaml(files[profile_id]).get("kernels") or {}).get("by_chip_class") or {}).get(cls)
+        if not isinstance(raw, dict) or "copied_from" in raw:
+            raise SpecError(f"{where}.copied_from: {src} gives no numbers of its own to copy")
+        got = KernelsSection(by_chip_class={cls: raw}).by_chip_class[cls]
+    else:
+        if cls not in own:
+            raise SpecError(f"{where}.copied_from: {cls!r} gives no numbers of its own to copy "
+                            f"(this profile's own families: {', '.join(own) or 'none'})")
+        got = own[cls]
+    if names is not None:
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise SpecError(f"{where}.factors: {names!r} must be a list of factor names")
+        missing = [n for n in names if n not in got]
+        if missing:
+            raise SpecError(f"{where}.factors: {', '.join(missing)} not given by {src}; it gives {', '.join(got)}")
+        got = {n: got[n] for n in names}
+    tail = f": {why}" if why else ""
+    return {name: dataclasses.replace(t, status=f"assumed (copied from {src}, unvalidated{tail})")
+            for name, t in got.items() if t.value is not None}
+
+
 @dataclass(frozen=True)
 class KernelsSection:
     """Kernel and communication deviations from the hardware YAML."""
@@ -371,32 +436,20 @@ class KernelsSection:
             fixed[k] = t
         object.__setattr__(self, "fp8_efficiency_relative", fixed)
         classes = {}
+        copies = {}
         for k, factors in self.by_chip_class.items():
             if k not in CHIP_CLASSES:
                 raise SpecError(f"by_chip_class.{k}: unknown chip class{_did_you_mean(str(k), CHIP_CLASSES)}; "
                                 f"allowed: {', '.join(CHIP_CLASSES)}")
             if not isinstance(factors, dict):
                 raise SpecError(f"by_chip_class.{k}: {factors!r} is not a mapping of factor names")
-            one = {}
-            for name, v in factors.items():
-                where = f"by_chip_class.{k}.{name}"
-                if name not in CLASS_FACTORS:
-                    raise SpecError(f"{where}: unknown factor{_did_you_mean(str(name), CLASS_FACTORS)}; "
-                                    f"allowed: {', '.join(CLASS_FACTORS)}")
-                t = v if isinstance(v, Tunable) else build(Tunable, v, where)
-                if t.value is not None and name in _FRACTION_FACTORS and not 0 <= t.value <= 1:
-                    raise SpecError(f"{where}.value: {t.value!r} must be in [0, 1]")
-                if t.value is not None and name != "gqa_kv_sharing" and name in _FRACTION_FACTORS and t.value == 0:
-                    raise SpecError(f"{where}.value: 0 must be > 0")
-                if t.value is not None and name in _RELATIVE_FACTORS and not 0 < t.value <= 2:
-                    raise SpecError(f"{where}.value: {t.value!r} must be in (0, 2]")
-                if t.value is not None and name.endswith("_s") and not t.value <= 1.0:
-                    raise SpecError(f"{where}.value: {t.value!r} must be <= 1 s")
-                lo, hi, unit = _FACTOR_RANGES.get(name, (-math.inf, math.inf, ""))
-                if t.value is not None and not lo <= t.value <= hi:
-                    raise SpecError(f"{where}.value: {t.value!r} must be in [{lo:g}, {hi:g}] {unit}")
-                one[name] = t
-            classes[k] = one
+            factors = dict(factors)
+            if "copied_from" in factors:
+                copies[k] = (factors.pop("copied_from"), factors.pop("why", None), factors.pop("factors", None))
+            classes[k] = {name: _class_factor(f"by_chip_class.{k}.{name}", name, v) for name, v in factors.items()}
+        direct = {k: v for k, v in classes.items() if k not in copies}  # a copy of a copy is refused
+        for k, (src, why, names) in copies.items():
+            classes[k] = {**_copied_factors(f"by_chip_class.{k}", src, why, names, direct), **classes[k]}
         object.__setattr__(self, "by_chip_class", classes)
         le = self.pcie_link_efficiency.value
         if le is not None and not 0 < le <= 1:
@@ -693,6 +746,18 @@ def _is_pcie(hw: HardwareSpec) -> bool:
     return hw.form_factor.lower().startswith("pcie")
 
 
+def engine_family_numbers(hardware_id: str) -> dict[str, dict[str, str]]:
+    """{profile id: {factor: "value (status)"}}: what each built-in engine profile changes on
+    this chip's family (`kernels.by_chip_class`), fitted or copied, for `llmsim show`."""
+    cls = chip_class(hardware_id)
+    out = {}
+    for pid, prof in engine_catalog().items():
+        got = prof.kernels.by_chip_class.get(cls or "", {})
+        if got:
+            out[pid] = {name: f"{t.value:g} ({t.status})" for name, t in got.items() if t.value is not None}
+    return out
+
+
 def _class_changes(eff: Any, f: dict[str, float]) -> dict[str, Any]:
     """Efficiency fields changed by a profile's family factors (`CLASS_FACTORS`)."""
     out: dict[str, Any] = {}
@@ -750,6 +815,11 @@ def apply_profile(hw: HardwareSpec, profile: EngineProfile) -> HardwareSpec:
         changes["attention_efficiency_by_kv_dtype"] = {**eff.attention_efficiency_by_kv_dtype,
                                                        "fp8": min(eff.attention_for("fp8") * rel, 1.0)}
     changes.update(_class_changes(dataclasses.replace(eff, **changes), profile.class_factors(hw.id)))
+    copied = {name: f"{profile.id}/{chip_class(hw.id)}: {t.status}"
+              for name, t in profile.kernels.by_chip_class.get(chip_class(hw.id) or "", {}).items()
+              if name in changes and t.kind == "assumed" and "copied from" in t.status}
+    if copied:  # the copy's provenance travels with the numbers (CostModel.notes says it)
+        changes["sources"] = {**eff.sources, **copied}
     out = dataclasses.replace(hw, efficiency=dataclasses.replace(eff, **changes)) if changes else hw
     latency = profile.class_factors(hw.id).get("allreduce_latency_s", profile.kernels.allreduce_latency_s.value)
     if latency is not None:
@@ -758,4 +828,4 @@ def apply_profile(hw: HardwareSpec, profile: EngineProfile) -> HardwareSpec:
 
 
 __all__ = ["DEFAULT_ENGINE", "EngineProfile", "Tunable", "apply_profile", "check_sources", "chip_class",
-           "engine_catalog", "engine_for_row", "engine_from_dict", "load_engine"]
+           "engine_catalog", "engine_family_numbers", "engine_for_row", "engine_from_dict", "load_engine"]
