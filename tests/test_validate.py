@@ -139,7 +139,7 @@ def test_a_rows_stated_request_count_is_kept_and_only_max_requests_cuts_it(tmp_p
 
     def simulated(v: V.Validator, row: dict) -> tuple[int, str]:
         _, note = v.predict_row_detail(row)
-        (s, _res), = [x for k, x in v._pred.items() if k[0] == "serve"]
+        (s, _res, _note), = [x for k, x in v._pred.items() if k[0] == "serve"]
         return int(s["num_requests"]), note
 
     assert simulated(V.Validator(num_requests=20), rows[0]) == (60, "")
@@ -150,6 +150,30 @@ def test_a_rows_stated_request_count_is_kept_and_only_max_requests_cuts_it(tmp_p
     assert simulated(V.Validator(max_requests=25), rows[1]) == (
         25, "simulated 25 of 1000 requests (--max-requests): a shorter run than the measured one")
     assert simulated(V.Validator(max_requests=100), rows[0]) == (60, "")
+
+
+def test_an_offline_benchmark_row_is_sized_by_its_benchmark_not_by_num_requests(tmp_path: Path) -> None:
+    """A trtllm-bench offline row states no count, but its benchmark sizes the run: BENCH_WAVES
+    x the seats it fills (profiles.apply.bench_num_requests). --num-requests does not shorten
+    it (500 requests did not fill the seats: dev_throughput every 16th row 14.0 % against
+    12.5 %); --max-requests does, and says so."""
+    from simulator.profiles.apply import BENCH_WAVES
+
+    row = _row("t", "output_tokens_per_s", 9000.0, "tokens/s", model="llama-3.1-8b", hw="h100-sxm", dtype="fp8",
+               scenario="offline_max_throughput", batch="", inp="128", out="128").replace(
+        ",test,", ',"TensorRT-LLM v0.14.0 trtllm-bench throughput",')
+    rows, _ = measurements.read_measurements(_write(tmp_path, row))
+
+    def simulated(v: V.Validator) -> tuple[int, str]:
+        _, note = v.predict_row_detail(rows[0])
+        (s, _res, _n), = [x for k, x in v._pred.items() if k[0] == "serve"]
+        return int(s["num_requests"]), note
+
+    n, note = simulated(V.Validator())
+    assert n % BENCH_WAVES == 0 and n > 500 and note == ""
+    assert simulated(V.Validator(num_requests=50)) == (n, "")
+    assert simulated(V.Validator(max_requests=50)) == (
+        50, f"simulated 50 of the run's {n} requests (--max-requests): a shorter run than the measured one")
 
 
 def test_predictions_are_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -76,8 +76,10 @@ class Validator:
     simulated at that count, because a shorter run is a different experiment: its cold prefix
     cache and its queue start-up weigh more in every percentile, and an overloaded stage never
     builds the queue the measured one did (dev_serving.csv's p99 rows: 13.1 % median error at
-    the stated counts, 22.8 % when cut to 1,000). `num_requests` is the count of a row that
-    states none (default DEFAULT_NUM_REQUESTS); `max_requests` caps every run, stated or not
+    the stated counts, 22.8 % when cut to 1,000). A run whose benchmark fixes its length keeps
+    it too: an inference-perf stage (rate x duration), an offline benchmark row
+    (`profiles.apply.bench_num_requests`). `num_requests` is the count of any other row
+    (default DEFAULT_NUM_REQUESTS); `max_requests` caps every run, stated or not
     (a quick look that measures a shorter experiment, said in each row's note). On an MLPerf
     row either only lowers the pilot run (`mlperf_rows`).
     """
@@ -273,6 +275,19 @@ class Validator:
             v = float(pred["output_tokens_per_s"]) * row["replicas"] / row["num_gpus"]
         return v, note
 
+    def _workload_of(self, row: Mapping[str, Any], ds: str) -> str:
+        """The workload a serving row is simulated on: its dataset's trace (--workload), ShareGPT
+        sampled as `vllm bench serve` samples it (sharegpt.py), else the row's random lengths."""
+        if ds:
+            if ds.lower() in self.workloads:
+                return str(self.workloads[ds.lower()])
+            if ds.lower() == "sharegpt":
+                return "sharegpt"
+            raise SkipRow(f"dataset {ds} not available; pass --workload {ds}=FILE")
+        if row["input_len"] is None or row["output_len"] is None:
+            raise SkipRow("input_len/output_len not stated and no dataset named")
+        return "random"
+
     def _serving(self, row: Mapping[str, Any]) -> tuple[float, str]:
         from simulator.metrics.summary import summarize
         from simulator.scenario import Scenario
@@ -293,17 +308,7 @@ class Validator:
                 return serving_rows.predict_metric(self, row, self.profile_of(row))
             except SpecError as e:
                 raise SkipRow(str(e)) from None
-        if ds:
-            if ds.lower() in self.workloads:
-                workload = self.workloads[ds.lower()]
-            elif ds.lower() == "sharegpt":
-                workload = "sharegpt"  # sampled as `vllm bench serve` samples it (sharegpt.py)
-            else:
-                raise SkipRow(f"dataset {ds} not available; pass --workload {ds}=FILE")
-        else:
-            if row["input_len"] is None or row["output_len"] is None:
-                raise SkipRow("input_len/output_len not stated and no dataset named")
-            workload = "random"
+        workload = self._workload_of(row, ds)
         sc_name = row["scenario"]
         rate = math.inf if sc_name == "offline_max_throughput" else row["request_rate"]
         if rate is None:
@@ -321,9 +326,15 @@ class Validator:
                 # the row's lengths make a random workload; a dataset or trace has its own
                 lengths: dict[str, Any] = ({"input_len": row["input_len"] or 1, "output_len": row["output_len"] or 1}
                            if workload == "random" else {})
+                # an offline benchmark row's run is sized by its benchmark (BENCH_WAVES x the seats
+                # it fills), as a stated count would be: --num-requests does not shorten it
                 limits = row_settings(self.profile_of(row), cost, dict(row), n,
-                                      offline=sc_name == "offline_max_throughput"
-                                      and not (self.num_requests or self.max_requests))
+                                      offline=sc_name == "offline_max_throughput")
+                note = count_note
+                if self.max_requests is not None and limits["num_requests"] > self.max_requests:
+                    note = (f"simulated {self.max_requests} of the run's {limits['num_requests']} requests "
+                            "(--max-requests): a shorter run than the measured one")
+                    limits["num_requests"] = self.max_requests
                 sc = Scenario(model=cost.model, hardware=cost.hardware, tp=row["tp"], pp=row["pp"],
                               weight_dtype=row["weight_dtype"], activation_dtype=row["activation_dtype"],
                               kv_dtype=row["kv_dtype"], replicas=row["replicas"], workload=workload,
@@ -331,10 +342,10 @@ class Validator:
                 w = _bench_lengths(row, n, conc) or sc.make_workload()
                 res = simulate(cost, w, sc.engine_config(cost), sc.replicas, sc.router,
                                client=client_view_for(self.profile_of(row)))
-                self._pred[key] = (summarize(res, {}), res)
+                self._pred[key] = (summarize(res, {}), res, note)
             except SpecError as e:
                 raise SkipRow(str(e)) from None
-        s, res = self._pred[key]
+        s, res, count_note = self._pred[key]
         if metric not in SERVING_METRICS and metric not in s:
             assert pct is not None
             s.update(summarize(res, {}, (pct,)))  # a percentile the default summary lacks
