@@ -150,6 +150,8 @@ def test_a_rows_stated_request_count_is_kept_and_only_max_requests_cuts_it(tmp_p
     assert simulated(V.Validator(max_requests=25), rows[1]) == (
         25, "simulated 25 of 1000 requests (--max-requests): a shorter run than the measured one")
     assert simulated(V.Validator(max_requests=100), rows[0]) == (60, "")
+    # an MLPerf row's query is LoadGen's: only --max-requests lowers its pilot runs
+    assert V.Validator(num_requests=20).pilot_cap is None and V.Validator(max_requests=25).pilot_cap == 25
 
 
 def test_an_offline_benchmark_row_is_sized_by_its_benchmark_not_by_num_requests(tmp_path: Path) -> None:

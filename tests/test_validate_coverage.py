@@ -153,9 +153,9 @@ def test_mlperf_405b_row_is_served_under_chunked_context() -> None:
     """The issue's case: 405B prompts (mean 9.4k tokens) with a 1,536-token runtime budget are
     scheduled (chunked context on, as the v5.1 configs run it), not refused."""
     row = next(r for r in _rows("dev_mlperf51_offline.csv") if r["id"] == "mlperf51off-b200-0039")
-    v = V.Validator(num_requests=30)
+    v = V.Validator(max_requests=30)
     lim = mlperf_rows.settings(v.profile_of(row), v.cost_model(row), row, mlperf_rows.DATASETS[row["dataset"]])
     assert lim["policy_params"]["chunked_context"] is True and lim["max_num_batched_tokens"] == 1536
     value, note = v.predict_row_detail(row)
-    # --num-requests lowers the pilot's floor, never below the seats: still the LoadGen query
+    # --max-requests lowers the pilot's floor, never below the seats: still the LoadGen query
     assert value > 0 and "LoadGen query" in note and "(4157 per scheduler x 2)" in note

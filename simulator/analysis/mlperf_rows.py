@@ -32,7 +32,8 @@ serves n1 = min(its share of the minimum query, max(its seats, MIN_PILOT_SAMPLES
 then n2 = 2 n1; a longer query's makespan is extended linearly from the two runs: an Offline
 engine at saturation completes samples at a constant rate, and the drain tail is in both runs
 and cancels in the slope. The slope also gives target_qps (instances / slope). A validator's
-`max_requests` or `num_requests` (`llmsim validate --max-requests/--num-requests N`) lowers MIN_PILOT_SAMPLES to N and changes
+`max_requests` (`llmsim validate --max-requests N`; `--num-requests` leaves an MLPerf row alone, as
+LoadGen fixes its query) lowers MIN_PILOT_SAMPLES to N and changes
 nothing else: the answer is still the LoadGen query's (it used to be N samples' own makespan,
 a different and drain-dominated quantity).
 """
@@ -186,7 +187,7 @@ def predict(validator: Any, row: Mapping[str, Any]) -> tuple[float, str]:
             minq = _min_query_count(ds, profile)
             n_min = -(-loadgen_sample_count(ds, 0.0, 0.0, minq) // instances)
             # first run: the minimum query, at most one full batch of seats (but >= 1,000;
-            # `--num-requests`/`--max-requests` N lowers that floor to N, never below the seats: a run that
+            # `--max-requests` N lowers that floor to N, never below the seats: a run that
             # never fills them measures its longest sample, not the Offline throughput, which
             # made a quick look 18-69 % off on dev_mlperf51_offline.csv)
             cap = validator.pilot_cap

@@ -394,8 +394,8 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
               help="Price rows of this YAML's (or calibration overlay's) hardware id with it (repeatable).")
 @click.option("--num-requests", type=int,
               help="Simulated rows whose run length nothing fixes: requests to simulate [default: 1000]. A row or "
-                   "result file that states its count, an inference-perf stage (rate x duration) and an offline "
-                   "benchmark row (twice the seats it fills) keep their own.")
+                   "result file that states its count, an inference-perf stage (rate x duration), an offline "
+                   "benchmark row (twice the seats it fills) and an MLPerf row (LoadGen's query) keep their own.")
 @click.option("--max-requests", type=int,
               help="Cap every simulated run at this many requests, even a row's stated count (quicker; a shorter "
                    "run than the measured one, said in each row's note). MLPerf rows: lowers the pilot run only.")
