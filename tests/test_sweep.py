@@ -269,3 +269,20 @@ def test_cli_table_and_errors():
     assert bad.exit_code == 2 and "--rates" in bad.stderr
     bad = _runner().invoke(main, ["sweep", "--sweep", "tpp=1,2", "--rates", "1"])
     assert bad.exit_code == 2 and "did you mean 'tp'" in bad.stderr
+
+
+def test_sweep_and_plan_reports_say_an_engines_numbers_are_copied() -> None:
+    """A report that prices gpt-oss's MXFP4 experts on MI300X under vLLM says, once, that the
+    engine's weight-only numbers for CDNA3 are copied from its Hopper fit (no measurement)."""
+    note = "note: mi300x: vllm/cdna3 weight-only GEMM numbers copied from hopper, unvalidated"
+    common = ["-m", "gpt-oss-120b", "--weight-dtype", "fp4", "--workload", "random", "--input-len", "256",
+              "--output-len", "32", "-n", "40"]
+    res = _runner().invoke(main, ["sweep", "-H", "mi300x", "--rates", "1,2", "-q", *common])
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines().count(note) == 1
+    res = _runner().invoke(main, ["plan", "--hardware", "mi300x", "--rate", "1", "--goodput", "tpot:200", *common])
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines().count(note) == 1
+    dense = _runner().invoke(main, ["sweep", "-H", "mi300x", "--rates", "1", "-q", "-m", "llama-3.1-8b",
+                                    "--workload", "random", "--input-len", "256", "--output-len", "32", "-n", "20"])
+    assert dense.exit_code == 0 and "weight-only" not in dense.output

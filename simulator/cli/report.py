@@ -95,20 +95,27 @@ def fmt_num(x: float, unit: str = "") -> str:
     return f"{x:.3g} {unit}".rstrip()
 
 
-def echo_hardware_notices(hardware: Any) -> None:
+def echo_hardware_notices(hardware: Any, notes: Any = ()) -> None:
     """One line per chip whose efficiencies were copied from another (no measurement of it):
-    "<id>: efficiencies copied from X, unvalidated". Every report that prices a chip prints it."""
+    "<id>: efficiencies copied from X, unvalidated". Every report that prices a chip prints it.
+    `notes`: the runs' own cost-model notes (an engine's numbers copied from another chip
+    family, a format priced at another's rate), each printed once after the chips' notices."""
     from simulator.specs.catalog import load_hardware
     from simulator.specs.checks import SpecError
 
     ids = [hardware] if isinstance(hardware, str) else list(hardware)
+    said = set()
     for hw in dict.fromkeys(str(h) for h in ids if h):
         try:
             notice = load_hardware(hw).efficiency_notice()
         except SpecError:
             continue
         if notice:
+            said.add(notice)
             click.echo(f"note: {notice}")
+    for note in dict.fromkeys(str(n) for n in notes):
+        if note not in said:
+            click.echo(f"note: {note}")
 
 
 def print_prediction(r: dict[str, Any]) -> None:
@@ -301,7 +308,7 @@ def print_sweep(result: dict[str, Any]) -> None:
         return format(v, fmt) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else "-"
 
     sc = result["scenario"]
-    echo_hardware_notices(result["hardware"])
+    echo_hardware_notices(result["hardware"], (n for p in result.get("points", []) for n in p.get("notes") or []))
     click.echo(f"{result['model']} on {result['hardware']}  workload {result['workload']}  "
                f"{sc['num_requests']} requests per point"
                + (f"  SLOs {' '.join(f'{k}:{v:g}ms' for k, v in result['goodput_slos_ms'].items())}"
@@ -412,7 +419,8 @@ def _ep(c: dict[str, Any]) -> str:
 
 def print_plan(r: dict[str, Any]) -> None:
     slos = " ".join(f"{k}:{v:g}ms" for k, v in r["goodput_slos_ms"].items())
-    echo_hardware_notices(c["hardware"] for c in r.get("candidates", []) if isinstance(c, dict))
+    cands = [c for c in r.get("candidates", []) if isinstance(c, dict)]
+    echo_hardware_notices((c["hardware"] for c in cands), (n for c in cands for n in c.get("notes") or []))
     click.echo(f"plan: {r['model']} at {r['rate']:g} req/s of {r['workload']} "
                f"(mean {r['mean_input_tokens']:.0f} in / {r['mean_output_tokens']:.0f} out tokens), "
                f"SLOs {slos} for >= {r['slo_target']:g} of requests, headroom {r['headroom']:.0%}, "
