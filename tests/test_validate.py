@@ -427,6 +427,12 @@ def test_cli_validate_out_and_json(tmp_path: Path) -> None:
     for k in ("median_ape", "p90_ape", "by_scenario", "by_hardware"):
         assert k in doc
     assert math.isfinite(doc["by_hardware"][A100]["median_ape"])
+    # --num-requests says which runs it does not set (a static row has no run to set)
+    r = _runner().invoke(main, ["validate", str(p), "-q", "--num-requests", "30"])
+    assert r.exit_code == 0 and r.stdout.splitlines()[-1].startswith(
+        "note: --num-requests 30 sets only runs whose length nothing fixes; a stated count")
+    r = _runner().invoke(main, ["validate", str(p), "-q", "--num-requests", "30", "--max-requests", "30"])
+    assert "--num-requests 30 sets only" not in r.stdout
 
 
 def test_cli_calibrate_writes_overlay(tmp_path: Path) -> None:

@@ -455,6 +455,10 @@ def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp
         report.echo_json(result)
     else:
         report.print_validation(result, file, out_dir)
+        if num_requests is not None and max_requests is None:
+            click.echo(f"note: --num-requests {num_requests} sets only runs whose length nothing fixes; a stated "
+                       "count, an inference-perf stage, an offline benchmark row and an MLPerf query keep "
+                       "their own (--max-requests cuts those too)")
     if not result["predicted"]:
         raise click.ClickException(f"{file}: none of {result['rows']} rows could be predicted "
                                    "(reasons above)")
