@@ -297,6 +297,38 @@ def test_a_signal_wrapped_by_an_import_still_exits_as_the_signal(signal_exc, cod
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux process checks")
+def test_a_sigterm_swallowed_by_a_finaliser_is_sent_again() -> None:
+    """A SIGTERM whose handler runs inside a finaliser is printed as "Exception ignored" and
+    dropped by Python; the CLI sends it again, so the command still ends with exit 143 and
+    one line, not as if never signalled."""
+    import gc
+
+    import click
+
+    from simulator.cli.group import CliGroup, Terminated
+
+    class Finaliser:
+        def __del__(self) -> None:
+            raise Terminated()  # what the handler does when the signal lands in a finaliser
+
+    group = CliGroup()
+    reached: list[str] = []
+
+    @group.command()
+    def work() -> None:
+        Finaliser()  # collected at once: its Terminated is swallowed
+        gc.collect()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # the re-sent signal lands here
+            time.sleep(0.01)
+        reached.append("end")  # never reached
+        click.echo("done")
+
+    res = CliRunner().invoke(group, ["work"])
+    assert res.exit_code == 143 and reached == [], res.output
+    assert "terminated" in res.output and "done" not in res.output
+
+
 def test_sigterm_of_a_pooled_sweep_stops_its_workers(tmp_path):
     """kill -TERM: the sweep unwinds (exit 143), its pool workers end, no staging folder left."""
     import shutil
@@ -304,7 +336,9 @@ def test_sigterm_of_a_pooled_sweep_stops_its_workers(tmp_path):
     exe = shutil.which("llmsim")
     if exe is None:
         pytest.skip("llmsim not installed as a command")
-    p = subprocess.Popen([exe, "sweep", "-w", "random", "-n", "3000", "--rates", "1,2,3,4,5,6", "--workers", "2",
+    # 20,000 requests a point: the kill lands while the pool simulates (with 3,000 the sweep ends
+    # about 2 s in, so the kill could land in the plots' imports instead, as in a CI failure)
+    p = subprocess.Popen([exe, "sweep", "-w", "random", "-n", "20000", "--rates", "1,2,3,4,5,6", "--workers", "2",
                           "-q", "--out", str(tmp_path / "o")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          text=True)
     workers: list[int] = []

@@ -29,11 +29,15 @@ class CliGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         import signal
+        import sys
         import threading
 
         # SIGTERM unwinds like Ctrl-C: pools are stopped and staged outputs removed
         main_thread = threading.current_thread() is threading.main_thread()
         old = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+        old_hook = sys.unraisablehook
+        if main_thread:
+            sys.unraisablehook = _resignal_unraisable(old_hook)
         try:
             return super().invoke(ctx)
         except OSError as e:  # e.g. an output that became unwritable mid-run (full disk)
@@ -63,6 +67,7 @@ class CliGroup(click.Group):
         finally:
             if main_thread:
                 signal.signal(signal.SIGTERM, old)
+                sys.unraisablehook = old_hook
 
 
 class Terminated(KeyboardInterrupt):
@@ -71,6 +76,30 @@ class Terminated(KeyboardInterrupt):
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     raise Terminated()
+
+
+def _resignal_unraisable(previous: Any) -> Any:
+    """A `sys.unraisablehook` that sends a swallowed signal again. A signal whose handler runs
+    while Python executes a finaliser (`__del__`, a weakref callback, garbage collection during a
+    plot's imports) raises there, and Python prints "Exception ignored" and carries on: the run
+    would finish as if never signalled (exit 0 to a `kill -TERM`). Sending it again lets the
+    handler raise at the next ordinary bytecode; from a short-lived thread, 10 ms on, because a
+    signal sent from inside the hook would be handled inside it, and swallowed again."""
+    import os
+    import signal
+    import threading
+
+    def hook(unraisable: Any) -> None:
+        exc = unraisable.exc_value
+        if isinstance(exc, KeyboardInterrupt):
+            again = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+            timer = threading.Timer(0.01, os.kill, (os.getpid(), again))
+            timer.daemon = True
+            timer.start()
+        else:
+            previous(unraisable)
+
+    return hook
 
 
 def _exit_if_interrupted(ctx: click.Context, e: BaseException) -> None:
