@@ -119,12 +119,16 @@ class Validator:
         """(requests to simulate, note) for a run that sent `stated` requests (None: not
         stated): the stated count, else num_requests, else DEFAULT_NUM_REQUESTS; at most
         max_requests. The note says when the count is not the run's own."""
-        n = int(stated or self.num_requests or DEFAULT_NUM_REQUESTS)
-        if self.max_requests is not None and self.max_requests < n:
-            what = f"the run's {n}" if stated else f"{n}"
-            return self.max_requests, (f"simulated {self.max_requests} of {what} requests (--max-requests): "
-                                       "a shorter run than the measured one")
-        return n, ""
+        return self.cut(int(stated or self.num_requests or DEFAULT_NUM_REQUESTS), own=bool(stated))
+
+    def cut(self, n: int, own: bool) -> tuple[int, str]:
+        """(n, "") or, above max_requests, (max_requests, the note saying so); `own`: n is the
+        run's own length (stated, or fixed by its benchmark)."""
+        if self.max_requests is None or self.max_requests >= n:
+            return n, ""
+        what = f"the run's {n}" if own else f"{n}"
+        return self.max_requests, (f"simulated {self.max_requests} of {what} requests (--max-requests): "
+                                   "a shorter run than the measured one")
 
     def cached(self, key: tuple, compute: Callable[[], Any]) -> Any:
         """A prediction kept for the rows that share `key` (one simulation per run): computed
@@ -317,7 +321,7 @@ class Validator:
         if rate is None:
             rate = math.inf
         conc = row["concurrency"] if sc_name == "closed_loop" else None
-        n, count_note = self.run_count(row["num_requests"])
+        n = int(row["num_requests"] or self.num_requests or DEFAULT_NUM_REQUESTS)  # before --max-requests
         cost = self.cost_model(row)
         f = note_facts(row)
         key = ("serve", id(cost), workload, row["input_len"], row["output_len"], rate, conc, n,
@@ -333,16 +337,13 @@ class Validator:
                 # it fills), as a stated count would be: --num-requests does not shorten it
                 limits = row_settings(self.profile_of(row), cost, dict(row), n,
                                       offline=sc_name == "offline_max_throughput")
-                note = count_note
-                if self.max_requests is not None and limits["num_requests"] > self.max_requests:
-                    note = (f"simulated {self.max_requests} of the run's {limits['num_requests']} requests "
-                            "(--max-requests): a shorter run than the measured one")
-                    limits["num_requests"] = self.max_requests
+                own = bool(row["num_requests"]) or limits["num_requests"] != n
+                limits["num_requests"], note = self.cut(limits["num_requests"], own)
                 sc = Scenario(model=cost.model, hardware=cost.hardware, tp=row["tp"], pp=row["pp"],
                               weight_dtype=row["weight_dtype"], activation_dtype=row["activation_dtype"],
                               kv_dtype=row["kv_dtype"], replicas=row["replicas"], workload=workload,
                               rate=rate, concurrency=conc, **lengths, **limits)
-                w = _bench_lengths(row, n, conc) or sc.make_workload()
+                w = _bench_lengths(row, limits["num_requests"], conc) or sc.make_workload()
                 res = simulate(cost, w, sc.engine_config(cost), sc.replicas, sc.router,
                                client=client_view_for(self.profile_of(row)))
                 self._pred[key] = (summarize(res, {}), res, note)

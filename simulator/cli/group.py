@@ -52,8 +52,7 @@ class CliGroup(click.Group):
         except click.exceptions.Exit:
             raise
         except KeyboardInterrupt as e:
-            click.echo("terminated" if isinstance(e, Terminated) else "interrupted", err=True)
-            ctx.exit(143 if isinstance(e, Terminated) else 130)
+            _exit_if_interrupted(ctx, e)
         except MemoryError as e:
             _exit_if_interrupted(ctx, e)
             click.echo("error: out of memory: reduce --num-requests, --replicas or the sweep size", err=True)

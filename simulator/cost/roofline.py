@@ -57,7 +57,7 @@ _I = {name: i for i, name in enumerate(FEATURES)}
 
 
 #: efficiency fields of weight-only (dequantising) GEMMs, whose provenance CostModel.notes reports
-_DEQUANT_FIELDS = ("dequant_gemm_efficiency", "dequant_ramp_relative", "moe_layer_overhead_s", "expert_width_ramp")
+_DEQUANT_FIELDS = ("dequant_gemm_efficiency", "dequant_ramp_relative", "moe_layer_overhead_s")
 
 
 @dataclass(frozen=True)

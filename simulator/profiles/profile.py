@@ -368,9 +368,10 @@ def _copied_factors(where: str, src: Any, why: Any, names: Any,
                     own: dict[str, dict[str, Tunable]]) -> dict[str, Tunable]:
     """A `by_chip_class` entry's `copied_from: <class>` (this profile's) or `<profile>/<class>`
     (a built-in profile's, read from its YAML): that family's numbers (only those listed in
-    `factors` when given), each marked "assumed (copied from <source>, unvalidated: <why>)". Why a copy and not a default: an engine runs
-    the same kernel library on a family without measurements (vLLM's MXFP4 experts run
-    triton_kernels on Hopper and ROCm), and its fitted numbers are the best evidence there is;
+    `factors` when given), each marked "assumed (copied from <source>, unvalidated: <why>)".
+    Why a copy and not a default: an engine runs the same kernel library on a family without
+    measurements (vLLM's MXFP4 experts run triton_kernels on Hopper and ROCm), and its fitted
+    numbers are the best evidence there is;
     the status keeps the copy visible (`llmsim show`, every report's notes). A copy of a copy
     is refused, so a profile never chains guesses."""
     if not isinstance(src, str) or not src.strip():
@@ -389,7 +390,7 @@ def _copied_factors(where: str, src: Any, why: Any, names: Any,
         raw = ((read_catalog_yaml(files[profile_id]).get("kernels") or {}).get("by_chip_class") or {}).get(cls)
         if not isinstance(raw, dict) or "copied_from" in raw:
             raise SpecError(f"{where}.copied_from: {src} gives no numbers of its own to copy")
-        got = KernelsSection(by_chip_class={cls: raw}).by_chip_class[cls]
+        got = {name: _class_factor(f"{where}.copied_from {src}.{name}", name, v) for name, v in raw.items()}
     else:
         if cls not in own:
             raise SpecError(f"{where}.copied_from: {cls!r} gives no numbers of its own to copy "
@@ -815,8 +816,8 @@ def apply_profile(hw: HardwareSpec, profile: EngineProfile) -> HardwareSpec:
         changes["attention_efficiency_by_kv_dtype"] = {**eff.attention_efficiency_by_kv_dtype,
                                                        "fp8": min(eff.attention_for("fp8") * rel, 1.0)}
     changes.update(_class_changes(dataclasses.replace(eff, **changes), profile.class_factors(hw.id)))
-    copied = {name: f"{profile.id}/{chip_class(hw.id)}: {t.status}"
-              for name, t in profile.kernels.by_chip_class.get(chip_class(hw.id) or "", {}).items()
+    cls = chip_class(hw.id)
+    copied = {name: f"{profile.id}/{cls}: {t.status}" for name, t in profile.kernels.by_chip_class.get(cls or "", {}).items()
               if name in changes and t.kind == "assumed" and "copied from" in t.status}
     if copied:  # the copy's provenance travels with the numbers (CostModel.notes says it)
         changes["sources"] = {**eff.sources, **copied}
