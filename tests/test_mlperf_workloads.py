@@ -65,6 +65,18 @@ def test_a_runs_own_mean_output_replaces_the_reference() -> None:
     assert set(ref8.tolist()) == {128}
 
 
+def test_cnndm_inputs_reproduce_the_official_length_quantiles() -> None:
+    # len(tok_input) of all 13,368 samples of the official cnn_eval.json (the per-sample list in
+    # openshift-psap/performance-dashboard, mlperf-data/summaries/llama3-1-8b-datacenter.csv):
+    # mean 870.73, p10 391, median 784, p90 1479, min 79, max 2540. The synthesised draw keeps the
+    # mean exactly and its quantiles within 5 %.
+    inp, _ = M.dataset_lengths("mlperf-cnndm-llama3.1-8b", seed=0)
+    assert abs(inp.mean() - 870.73) <= 0.5 / 13368 + 1e-9
+    for q, ref in ((10, 391), (50, 784), (90, 1479)):
+        assert abs(np.percentile(inp, q) / ref - 1) < 0.05, (q, np.percentile(inp, q), ref)
+    assert inp.min() >= 79 and inp.max() <= 2540
+
+
 def test_clipped_output_puts_the_lognormal_tail_at_the_cap() -> None:
     # deepseek: sigma 0.9, mean 3886, cap 20000. Hand check of the continuous model: with mu
     # solved for E[min(X, cap)] = 3886.23, P(X > cap) = 1 - Phi((ln 20000 - mu) / 0.9) is

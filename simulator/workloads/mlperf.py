@@ -123,19 +123,23 @@ DATASETS: dict[str, MlperfDataset] = {d.name: d for d in (
         }),
     MlperfDataset(
         "mlperf-cnndm-llama3.1-8b", "llama3.1-8b", 13368,
-        inputs=((1.0, LengthSpec(778, 64, 2540, 0.4, "truncated")),),
+        inputs=((1.0, LengthSpec(870.73, 79, 2540, 0.52, "truncated")),),
         output=LengthSpec(128, 1, 128, 0.0, "clipped"),
         min_query_count=13368,
-        published="N=13368, input <= 2540, max_new_tokens 128 (every v5.1 run: 128-129 tokens/sample)",
-        assumed="input mean 778 (SECONDARY) and the input shape",
+        published="N=13368, input mean 870.73 in [79, 2540] (log-sd 0.50), max_new_tokens 128 (every v5.1 run: "
+                  "128-129 tokens/sample)",
+        assumed="the input shape (a lognormal matching the published mean and log-sd)",
         sources={
             "samples": f"{_CHECKER}; language/llama3.1-8b/README.md @0ff06ce9 --total-sample-count 13368",
             "input.cap": "NVIDIA v5.1 closed/NVIDIA/code/llama3_1-8b/tensorrt/preprocess_data.py "
                          "G_LLAMA3_1_8B_MAX_INPUT_SEQLEN = 2540 (NV-PRE, KNOWN)",
-            "input.mean": "SECONDARY: a third-party note quoting https://mlcommons.org/2025/09/small-llm-inference-5-1 "
-                          "(778 tokens; SEC-NOTE, unverified)",
-            "input.sigma": "ASSUMED 0.4",
-            "input.low": "ASSUMED floor",
+            "input.mean": "KNOWN: 870.73 = the mean of len(tok_input) over all 13,368 samples of the official "
+                          "cnn_eval.json, as openshift-psap/performance-dashboard@b04ea53f:mlperf-data/summaries/"
+                          "llama3-1-8b-datacenter.csv lists them (generate_dataset_summaries.py process_llama31_8b; "
+                          "median 784, p10 391, p90 1479). Replaces 778 (SECONDARY, a third-party quote), 2026-12-05",
+            "input.sigma": "KNOWN: the same 13,368 lengths have log-sd 0.504; sigma 0.52 gives the truncated "
+                           "draw log-sd 0.50 and p10/p50/p90 402/777/1491 against the file's 391/784/1479",
+            "input.low": "KNOWN: the shortest of the same 13,368 inputs is 79 tokens (the longest 2540 = input.cap)",
             "output.cap": "language/llama3.1-8b/SUT_VLLM.py @64eb7813 max_tokens 128 (KNOWN)",
             "output.mean": "every v5.1 Offline run reports 128.0-129.0 tokens/sample (dev_mlperf51_offline.csv "
                            "notes, DERIVED tokens/s / samples/s): summaries run to the cap",
