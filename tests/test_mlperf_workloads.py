@@ -77,6 +77,17 @@ def test_cnndm_inputs_reproduce_the_official_length_quantiles() -> None:
     assert inp.min() >= 79 and inp.max() <= 2540
 
 
+def test_405b_lengths_match_the_official_mean_spread_and_range() -> None:
+    # all 8,313 samples (llama3-1-405b.csv, the same list): inputs mean 9428.64, sd 4067, in
+    # [476, 19988]; outputs mean 684.68, sd 261, in [3, 1830]. The draw keeps both means exactly and
+    # each standard deviation within 5 %; almost no output reaches the 2,000 cap.
+    inp, out = M.dataset_lengths("mlperf-llama3.1-405b-mix", seed=0)
+    assert abs(inp.mean() - 9428.64) <= 0.5 / 8313 + 1e-9
+    assert abs(inp.std() / 4067 - 1) < 0.05 and abs(out.std() / 261 - 1) < 0.05
+    assert inp.min() >= 476 and inp.max() <= 20000 and out.min() >= 3
+    assert (out == 2000).mean() < 0.005
+
+
 def test_clipped_output_puts_the_lognormal_tail_at_the_cap() -> None:
     # deepseek: sigma 0.9, mean 3886, cap 20000. Hand check of the continuous model: with mu
     # solved for E[min(X, cap)] = 3886.23, P(X > cap) = 1 - Phi((ln 20000 - mu) / 0.9) is
