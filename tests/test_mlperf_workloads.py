@@ -77,6 +77,15 @@ def test_cnndm_inputs_reproduce_the_official_length_quantiles() -> None:
     assert inp.min() >= 79 and inp.max() <= 2540
 
 
+def test_openorca_blocks_keep_the_official_block_means() -> None:
+    # llama2-70b-99.csv (all 24,576 official rows): four origin blocks of 6,144 with input means
+    # 119.70 / 188.36 / 274.86 / 306.40, 222.33 overall, every input in [48, 1021]
+    inp, _ = M.dataset_lengths("mlperf-openorca-llama2", seed=0)
+    blocks = inp.reshape(4, 6144).mean(axis=1)
+    assert np.allclose(blocks, [119.70, 188.36, 274.86, 306.40], atol=0.5 / 6144 + 1e-9)
+    assert abs(inp.mean() - 222.33) < 0.01 and inp.min() >= 48 and inp.max() <= 1023
+
+
 def test_405b_lengths_match_the_official_mean_spread_and_range() -> None:
     # all 8,313 samples (llama3-1-405b.csv, the same list): inputs mean 9428.64, sd 4067, in
     # [476, 19988]; outputs mean 684.68, sd 261, in [3, 1830]. The draw keeps both means exactly and

@@ -103,22 +103,29 @@ _CHECKER = "tools/submission/submission_checker/constants.py @001d64ca (INF-CONS
 DATASETS: dict[str, MlperfDataset] = {d.name: d for d in (
     MlperfDataset(
         "mlperf-openorca-llama2", "llama2-70b", 24576,
-        inputs=((1.0, LengthSpec(230, 16, 1023, 0.67, "truncated")),),
+        # the four origin blocks of 6,144 samples each, in the official file's order
+        inputs=((0.25, LengthSpec(119.70, 48, 1023, 0.30, "truncated")),
+                (0.25, LengthSpec(188.36, 48, 1023, 0.70, "truncated")),
+                (0.25, LengthSpec(274.86, 48, 1023, 0.47, "truncated")),
+                (0.25, LengthSpec(306.40, 48, 1023, 0.72, "truncated"))),
         output=LengthSpec(294.45, 1, 1024, 1.0, "clipped"),
         min_query_count=24576,
-        published="N=24576, input < 1024, max_new_tokens 1024, mean output 294.45",
-        assumed="input mean 230 (SAMPLED, rough, +-50) and both shapes",
+        published="N=24576 = 4 origin blocks of 6144, input means 119.70 / 188.36 / 274.86 / 306.40 "
+                  "(222.33 overall) in [48, 1021], max_new_tokens 1024, mean output 294.45",
+        assumed="the shapes (a lognormal per block with the block's log-sd; the real blocks are skewed "
+                "further, overall median 152 against 173 drawn) and the output spread",
         sources={
             "samples": f"{_CHECKER}; language/llama2-70b/README.md @00bf8346 (24576 = 4 origins x 6144)",
             "input.cap": "language/llama2-70b/processorca.py @01b4e7eb filter_seqlen_oob: tok_input_length < 1024 (KNOWN)",
-            "input.mean": "SAMPLED: 429 rows from the four origin blocks (block means 119, 171, 324, 303) of "
+            "input.mean": "KNOWN: the block means of tok_input_length over all 24,576 rows of "
                           "openshift-psap/performance-dashboard@7cd1065d:mlperf-data/summaries/llama2-70b-99.csv "
-                          "(tok_input_length of the official pkl, 24576 rows); rough, +-50 tokens",
-            "input.sigma": "SAMPLED: log-sd 0.67 of the same 429 rows",
-            "input.low": "ASSUMED floor (the sampled rows start at 48; a system prompt is always present)",
+                          "(the official pkl's lengths; overall 222.33). Was 230, SAMPLED from 429 rows. 2026-12-05",
+            "input.sigma": "KNOWN spread: the blocks' log-sds 0.29 / 0.68 / 0.46 / 0.70 in the same file; the "
+                           "sigmas give the truncated draws 0.30 / 0.61 / 0.46 / 0.64",
+            "input.low": "KNOWN: the shortest of the 24,576 inputs has 48 tokens (the longest 1,021)",
             "output.cap": "language/llama2-70b/SUT.py @0257f68b max_new_tokens 1024 (KNOWN)",
             "output.mean": "language/llama2-70b/README.md @00bf8346 'Tokens per sample: 294.45' (KNOWN)",
-            "output.sigma": "ASSUMED 1.0 (the GPT-4 reference outputs of the sampled rows: log-sd 1.08)",
+            "output.sigma": "ASSUMED 1.0 (the GPT-4 reference outputs of the same file: log-sd 1.11)",
             "min_query_count": _OFFLINE,
         }),
     MlperfDataset(
