@@ -86,6 +86,15 @@ def test_openorca_blocks_keep_the_official_block_means() -> None:
     assert abs(inp.mean() - 222.33) < 0.01 and inp.min() >= 48 and inp.max() <= 1023
 
 
+def test_mixtral_blocks_keep_the_official_block_means() -> None:
+    # mixtral-8x7b.csv (all 15,000 official rows): blocks of 5,000 with input means 665.59 / 415.39 /
+    # 201.20 (427.39 overall, longest 1948); outputs mean 144.84 with sd 112.7
+    inp, out = M.dataset_lengths("mlperf-mixtral-openorca-gsm8k-mbxp", seed=0)
+    assert np.allclose(inp.reshape(3, 5000).mean(axis=1), [665.59, 415.39, 201.20], atol=0.02)
+    assert abs(inp.mean() - 427.39) < 0.02 and inp.max() <= 1948
+    assert abs(out.mean() - 144.84) <= 0.5 / 15000 + 1e-9 and abs(out.std() / 112.7 - 1) < 0.05
+
+
 def test_405b_lengths_match_the_official_mean_spread_and_range() -> None:
     # all 8,313 samples (llama3-1-405b.csv, the same list): inputs mean 9428.64, sd 4067, in
     # [476, 19988]; outputs mean 684.68, sd 261, in [3, 1830]. The draw keeps both means exactly and

@@ -182,27 +182,35 @@ DATASETS: dict[str, MlperfDataset] = {d.name: d for d in (
         }),
     MlperfDataset(
         "mlperf-mixtral-openorca-gsm8k-mbxp", "mixtral-8x7b", 15000,
-        inputs=((1 / 3, LengthSpec(290, 16, 2048, 0.6, "truncated")),    # OpenOrca
-                (1 / 3, LengthSpec(660, 600, 800, 0.03, "truncated")),  # GSM8K (few-shot CoT prompt)
-                (1 / 3, LengthSpec(1100, 500, 2048, 0.25, "truncated"))),  # MBXP
-        output=LengthSpec(144.84, 2, 1024, 0.8, "clipped"),
+        # the file's three blocks of 5,000 in its order; the middle one steps every 1,000 rows
+        inputs=((1 / 3, LengthSpec(665.59, 614, 834, 0.035, "truncated")),  # GSM8K (few-shot CoT prompt)
+                *((1 / 15, LengthSpec(m, 35, 1948, 0.5, "truncated"))       # MBXP, 5 x 1,000
+                  for m in (105.3, 181.1, 261.2, 306.3, 1223.1)),
+                (1 / 3, LengthSpec(201.20, 104, 997, 0.35, "truncated"))),  # OpenOrca
+        output=LengthSpec(144.84, 2, 1024, 0.7, "clipped"),
         min_query_count=15000,
-        published="N=15000 = 5000 OpenOrca + 5000 GSM8K + 5000 MBXP, input <= 2048, max_new_tokens 1024 "
-                  "(min 2), mean output 144.84",
-        assumed="the three input means 290 / 660 / 1100 (SAMPLED, rough) and all shapes",
+        published="N=15000 in three blocks of 5000, input means 665.59 / 415.39 / 201.20 (427.39 overall, "
+                  "at most 1948), max_new_tokens 1024 (min 2), mean output 144.84",
+        assumed="which block is which sub-dataset (inferred from the lengths), the shape inside each block "
+                "or 1,000-row step, and outputs independent of inputs",
         sources={
             "samples": f"{_CHECKER}; language/mixtral-8x7b/README.md @003d4d3a (5000 + 5000 + 5000)",
             "input.cap": "NVIDIA v5.1 closed/NVIDIA/code/mixtral-8x7b/tensorrt/preprocess_data.py "
-                         "G_MAX_INPUT_TOK_LEN = 2048 (NV-PRE, KNOWN)",
-            "input.mean": "SAMPLED: ~100 rows of each sub-dataset block (GSM8K 662, OpenOrca 287, MBXP 1237 at the "
-                          "block start; the file's digit count implies later MBXP rows are shorter: 1100 used) of "
-                          "openshift-psap/performance-dashboard@67033bae:mlperf-data/summaries/mixtral-8x7b.csv; "
-                          "one GSM8K row tok_input_len 657 in NV-PRE-mixtral-8x7b (KNOWN)",
-            "input.sigma": "SAMPLED log-sd of the same rows (0.61, 0.03, 0.23), rounded",
-            "input.low": "ASSUMED floors",
+                         "G_MAX_INPUT_TOK_LEN = 2048 (NV-PRE, KNOWN; the longest sample has 1,948)",
+            "input.mean": "KNOWN: all 15,000 rows of openshift-psap/performance-dashboard@67033bae:mlperf-data/"
+                          "summaries/mixtral-8x7b.csv (its output column averages 144.84, the published figure): "
+                          "rows 1-5000 mean 665.59 in [614, 834] (GSM8K: one row of NV-PRE-mixtral-8x7b has 657), "
+                          "rows 5001-10000 mean 415.39 in [35, 1948] stepping every 1,000 rows (means 105.3, "
+                          "181.1, 261.2, 306.3, 1223.1; taken as MBXP's languages), rows 10001-15000 mean 201.20 "
+                          "in [104, 997] (OpenOrca). Was 290 / 660 / 1100, SAMPLED from ~100 rows a block "
+                          "(683 overall against 427.39). 2026-12-05",
+            "input.sigma": "KNOWN spread: the blocks' log-sds 0.035 / 1.036 / 0.324 and the overall sd 328.6 "
+                           "(drawn: 328.1); each 1,000-row step's own sigma 0.5 is ASSUMED",
+            "input.low": "KNOWN: each block's shortest input in the same file (614, 35, 104)",
             "output.cap": "language/mixtral-8x7b/SUT.py @0ac8bdc5 max_new_tokens 1024, min_new_tokens 2 (KNOWN)",
             "output.mean": "language/mixtral-8x7b/README.md @003d4d3a 144.84 tokens/sample (KNOWN)",
-            "output.sigma": "ASSUMED 0.8",
+            "output.sigma": "KNOWN spread: sigma 0.7 gives the draw the file's sd (113 against 112.7) and its "
+                            "p10/p50/p90 47/113/279 (the file's 47/113/279); was ASSUMED 0.8",
             "min_query_count": _OFFLINE,
         }),
     MlperfDataset(
