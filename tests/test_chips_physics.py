@@ -394,3 +394,39 @@ def test_expert_width_ramp() -> None:
     lin0 = CostModel(m, ideal_hw(**kw), par, DTypes("bf16", "bf16", "bf16")).linear_terms()
     lin1 = CostModel(m, ideal_hw(expert_width_ramp=360.0, **kw), par, DTypes("bf16", "bf16", "bf16")).linear_terms()
     assert np.array_equal(lin0.ramp_s_per_token, lin1.ramp_s_per_token)
+
+
+def test_moe_gemm_relative_slows_native_experts_only() -> None:
+    """Mixtral-8x7B (8 experts, top-2, H = 4096, I_e = 14336, 32 layers), bf16 on an ideal H100 at
+    tp = 1: the experts' compute over T = 8192 rows is 32 x 2 x 3 x 4096 x 14336 x 2 FLOPs per row
+    at 989 TFLOP/s; with moe_gemm_relative r = 0.6 it is that / 0.6. The dense attention
+    projections do not move, and the small-batch floor f T0 U / P stays (T0 x r). gpt-oss's MXFP4
+    experts (weight-only) keep their rate: r prices native-format grouped GEMMs only."""
+    m = load_model("mixtral-8x7b")
+    per_row = 32 * 2 * 3 * 4096 * 14336 * 2 / 989e12
+
+    def part(c: CostModel, name: str, field: str = "compute_s") -> float:
+        o = next(o for o in c.ops if o.name == name)
+        return float(getattr(o, field) @ c.features(8192, 1, 0.0, 8192 * 4096.0, 8192, 0.0, 0.0))
+
+    base = CostModel(m, ideal_hw(gemm_ramp_tokens=64.0), dtypes=DTypes("bf16", "bf16", "bf16"))
+    slow = CostModel(m, ideal_hw(gemm_ramp_tokens=64.0, moe_gemm_relative=0.6), dtypes=DTypes("bf16", "bf16", "bf16"))
+    ramp = part(base, "moe_experts", "ramp_s")
+    assert part(base, "moe_experts") - ramp == pytest.approx(8192 * per_row, rel=1e-9)
+    assert part(slow, "moe_experts") - part(slow, "moe_experts", "ramp_s") == pytest.approx(8192 * per_row / 0.6,
+                                                                                              rel=1e-9)
+    assert part(slow, "moe_experts", "ramp_s") == pytest.approx(ramp, rel=1e-12)  # the floor stays
+    assert part(slow, "qkv_proj") == pytest.approx(part(base, "qkv_proj"), rel=1e-12)
+    g = load_model("gpt-oss-120b")
+    w4 = DTypes("fp4", "bf16", "bf16")
+    a = CostModel(g, ideal_hw(), dtypes=w4)
+    b = CostModel(g, ideal_hw(moe_gemm_relative=0.6), dtypes=w4)
+    assert part(a, "moe_experts") == pytest.approx(part(b, "moe_experts"), rel=1e-12)
+
+
+def test_moe_gemm_relative_is_a_profile_factor_with_a_range() -> None:
+    from simulator.profiles.profile import KernelsSection
+    k = KernelsSection(by_chip_class={"cdna3": {"moe_gemm_relative": {"value": 0.65, "status": "fitted"}}})
+    assert k.by_chip_class["cdna3"]["moe_gemm_relative"].value == 0.65
+    with pytest.raises(SpecError, match=r"moe_gemm_relative"):
+        KernelsSection(by_chip_class={"cdna3": {"moe_gemm_relative": {"value": 1.5, "status": "fitted"}}})

@@ -130,6 +130,9 @@ class Rates:
 
         edt = gemm_dtype if expert_gemm_dtype is None else expert_gemm_dtype
         rate = eff.dequant_rate_for(kv_dtype) if dequant_kv else None
+        # native-format experts: a grouped GEMM reaches r of the dense rate; T0 x r keeps the
+        # small-batch floor f T0 / P (a weight read) where the dense GEMM's is
+        r_moe = eff.moe_gemm_relative if expert_weight_only >= 1 else 1.0
         return cls(
             gemm_flops_per_s=gemm_rate(gemm_dtype, weight_only),
             attention_flops_per_s=hw.flops(attention_dtype) * eff.attention_for(kv_dtype),
@@ -139,8 +142,8 @@ class Rates:
             kernel_overhead_s=eff.kernel_overhead_s,
             link_bytes_per_s=hw.link_bandwidth_bytes_per_s * eff.link_efficiency,
             link_latency_s=link_latency_s,
-            expert_gemm_flops_per_s=gemm_rate(edt, expert_weight_only),
-            expert_ramp_tokens=ramp(edt, expert_weight_only),
+            expert_gemm_flops_per_s=gemm_rate(edt, expert_weight_only) * r_moe,
+            expert_ramp_tokens=ramp(edt, expert_weight_only) * r_moe,
             sequence_overhead_s=eff.sequence_overhead_s,
             gqa_kv_sharing=eff.gqa_kv_sharing,
             kv_dequant_elements_per_s=rate or 0.0,
@@ -456,6 +459,12 @@ class CostModel:
                 if status:
                     notes.append(f"{hw.id}: {who} weight-only GEMM numbers copied from "
                                  f"{status.split(',', 1)[0]}, unvalidated")
+        elif self.model.moe is not None:  # native-format experts: their grouped-GEMM factor
+            who, _, status = str(hardware.efficiency.sources.get("moe_gemm_relative", "")).partition(
+                ": assumed (copied from ")
+            if status:
+                notes.append(f"{hw.id}: {who} MoE grouped-GEMM factor copied from "
+                             f"{status.split(',', 1)[0]}, unvalidated")
         return notes
 
     def _weight_only(self) -> bool:
@@ -661,10 +670,11 @@ class CostModel:
         """This model's step time split by the parameter that scales each term (see
         `LinearTerms`): the ops priced once at unit efficiencies, T0 = 1, k_launch = 1 s,
         link latency 1 s, and their parts read off. Calibration re-prices with these."""
-        # the experts' width ramp is a shape factor of this model on this chip (like gqa_group),
-        # not a parameter calibration scales: the terms keep it, so they stay exact
+        # the experts' width ramp and grouped-GEMM factor are shape factors of this model on this
+        # chip (like gqa_group), not parameters calibration scales: the terms keep them, exact
         unit = Efficiency(gemm_ramp_tokens=1.0, kernel_overhead_s=1.0,
-                          expert_width_ramp=self.hardware.efficiency.expert_width_ramp)
+                          expert_width_ramp=self.hardware.efficiency.expert_width_ramp,
+                          moe_gemm_relative=self.hardware.efficiency.moe_gemm_relative)
         ops = self._build_ops(self._rates(unit, 1.0))
         n = len(ops)
         C, R, A, M, K, D = (np.zeros((n, _NF)) for _ in range(6))

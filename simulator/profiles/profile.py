@@ -200,8 +200,9 @@ CLASS_FACTORS = {
     "moe_layer_overhead_s": "per MoE layer per step with weight-only (dequantising) experts: that path's fixed kernels",
     "allreduce_latency_s": "replaces the per all-reduce latency on this family (the collective library's)",
     "expert_width_ramp": "the experts' GEMM width ramp W0: per-row compute x (1 + W0 / W), W = each GPU's expert slice",
+    "moe_gemm_relative": "replaces the rate of native-format experts' grouped GEMMs relative to the dense GEMMs",
 }
-_FRACTION_FACTORS = ("gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative")
+_FRACTION_FACTORS = ("gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative", "moe_gemm_relative")
 #: factors with a range of their own: (low, high, unit)
 _FACTOR_RANGES = {"kv_dequant_rate_fp8": (1e6, 1e16, "elements/s"),
                   "expert_width_ramp": (0.0, 1e5, "elements (the experts' width ramp W0)")}
@@ -778,7 +779,7 @@ def _class_changes(eff: Any, f: dict[str, float]) -> dict[str, Any]:
         out["attention_efficiency_by_kv_dtype"] = {k: min(v * r, 1.0)
                                                    for k, v in eff.attention_efficiency_by_kv_dtype.items()}
     for name in ("gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative", "step_overhead_s",
-                 "kernel_overhead_s", "moe_layer_overhead_s", "expert_width_ramp"):
+                 "kernel_overhead_s", "moe_layer_overhead_s", "expert_width_ramp", "moe_gemm_relative"):
         if name in f:
             out[name] = f[name]
     if "kv_dequant_rate_fp8" in f:

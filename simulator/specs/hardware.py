@@ -63,6 +63,11 @@ class Efficiency:
     down GEMM's reduction shrink with tp; the main loop then reaches W / (W + W0) of its rate
     (per-tile prologue, epilogue and pipeline fill no longer amortised). It scales the experts'
     per-row compute by 1 + W0 / W, not their small-batch floor (a weight read). 0: no ramp.
+    `moe_gemm_relative` (r in (0, 1]) is the rate the routed experts' grouped GEMMs reach
+    relative to the dense GEMMs of the same format, for experts in a native tensor-core format
+    (16-bit, W8A8, W4A4; weight-only experts have `dequant_gemm_efficiency`): per-expert token
+    permutation, routing and tiles a grouped kernel fills unevenly. Their small-batch floor (a
+    weight read) does not move. 1: as fast as a dense GEMM.
 
     Optional per-format values (absent: every format uses the single value above):
     `compute_efficiency_by_dtype` and `gemm_ramp_tokens_by_dtype` map a GEMM's tensor-core format
@@ -88,6 +93,7 @@ class Efficiency:
     dequant_ramp_relative: float = _pos(1.0, **_EFF_RANGE)
     moe_layer_overhead_s: float = _nonneg(0.0, max=0.01, unit="s")
     expert_width_ramp: float = _nonneg(0.0, max=1e5)
+    moe_gemm_relative: float = _pos(1.0, **_EFF_RANGE)
     compute_efficiency_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     gemm_ramp_tokens_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     attention_efficiency_by_kv_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
@@ -147,7 +153,7 @@ _VALIDATED = re.compile(r"\bvalidated on\b", re.IGNORECASE)
 SCALAR_EFFICIENCY_FIELDS = ("compute_efficiency", "memory_efficiency", "attention_efficiency", "gemm_ramp_tokens",
                             "kernel_overhead_s", "step_overhead_s", "link_efficiency", "sequence_overhead_s",
                             "gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative",
-                            "moe_layer_overhead_s", "expert_width_ramp")
+                            "moe_layer_overhead_s", "expert_width_ramp", "moe_gemm_relative")
 
 
 def parse_efficiency_overrides(items: list[str] | tuple[str, ...]) -> dict[str, float]:
