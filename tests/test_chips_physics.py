@@ -231,8 +231,11 @@ def test_a_family_may_copy_another_familys_numbers_and_says_so() -> None:
     # to Blackwell only the small-batch floor and fixed MoE kernels (TRT-LLM-gen), never the width ramp
     vllm = load_engine("vllm")
     weight_only = {"dequant_gemm_efficiency": 0.5, "dequant_ramp_relative": 0.25, "moe_layer_overhead_s": 5e-5}
-    for cls in ("cdna3", "cdna4"):
-        assert {k: t.value for k, t in vllm.kernels.by_chip_class[cls].items()} == weight_only
+    for cls in ("cdna3", "cdna4"):  # plus the FP8 experts' grouped-GEMM factor (Mixtral rows)
+        assert {k: t.value for k, t in vllm.kernels.by_chip_class[cls].items()} == {**weight_only,
+                                                                                    "moe_gemm_relative": 0.65}
+    assert vllm.kernels.by_chip_class["cdna3"]["moe_gemm_relative"].kind == "fitted"
+    assert vllm.kernels.by_chip_class["cdna4"]["moe_gemm_relative"].kind == "assumed"
     assert {k: t.value for k, t in vllm.kernels.by_chip_class["blackwell"].items()} == {
         "dequant_ramp_relative": 0.25, "moe_layer_overhead_s": 5e-5}
     assert load_engine("sglang").kernels.by_chip_class["hopper"]["dequant_ramp_relative"].status.startswith(
