@@ -5,11 +5,12 @@ fp8 GEMM efficiency (`fit_mlperf.py --grid chip:mi325x:...`).
     python benchmarks/loo_mlperf_moe.py [--json benchmarks/results/chips/fit_mlperf_moe_cdna3.json]
 
 Each chip's rows of dev_mlperf51_offline.csv are priced with the numbers the other chip's rows
-pick (read off `benchmarks/results/chips/scan_moe_gemm.txt`, nearest zero median error there):
+pick (the MoE factors read off `benchmarks/results/chips/scan_moe_gemm.txt`, nearest zero median
+error on the other chip's rows alone) and its fp8 GEMM efficiency copied as the catalog would
+(`fit_mlperf.COPY`: the other CDNA3 chip's):
 
-* MI300X held out: vllm 0.7 and sglang 0.75 (MI325X's rows alone); MI300X has no chip fit;
-* MI325X held out: vllm 0.65 and sglang 0.7 (MI300X's rows alone) and its fp8 GEMM efficiency
-  copied as the catalog would (`fit_mlperf.COPY`: MI300X's, 0.4269).
+* MI300X held out: vllm 0.7 and sglang 0.75 (MI325X's rows alone), fp8 0.5 (MI325X's);
+* MI325X held out: vllm 0.7 and sglang 0.8 (MI300X's rows alone), fp8 0.38 (MI300X's).
 
 `render_validation_chips.py` reads the JSON (its name sorts after fit_mlperf_mi325x.json, so
 MI325X's entry here, which holds out both fits at once, is the one shown).
@@ -29,11 +30,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from fit_mlperf import copy_value, median_ape, price, read_rows  # noqa: E402
 
 HELD_OUT = {
-    "mi300x": {"cls:vllm:cdna3:moe_gemm_relative": 0.7, "cls:sglang:cdna3:moe_gemm_relative": 0.75},
-    "mi325x": {"cls:vllm:cdna3:moe_gemm_relative": 0.65, "cls:sglang:cdna3:moe_gemm_relative": 0.7,
+    "mi300x": {"cls:vllm:cdna3:moe_gemm_relative": 0.7, "cls:sglang:cdna3:moe_gemm_relative": 0.75,
+               "chip:mi300x:compute_efficiency:fp8": copy_value("chip:mi300x:compute_efficiency:fp8")},
+    "mi325x": {"cls:vllm:cdna3:moe_gemm_relative": 0.7, "cls:sglang:cdna3:moe_gemm_relative": 0.8,
                "chip:mi325x:compute_efficiency:fp8": copy_value("chip:mi325x:compute_efficiency:fp8")},
 }
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
