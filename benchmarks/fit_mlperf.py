@@ -270,12 +270,21 @@ def main(argv: list[str] | None = None) -> int:
                          "on --chips, with leave-one-hardware-out by selection")
     ap.add_argument("--chips", default="h100-sxm,h200-sxm,h200-nvl", help="with --grid: the chips whose rows it fits")
     ap.add_argument("--start", type=Path, help="values of an earlier --json to start from (and fix across groups)")
+    ap.add_argument("--models", default=None,
+                    help="only these models' rows (catalog ids, comma-separated): a fit a model's rows would "
+                         "bias for a reason of their own (GB300: DeepSeek-R1, ~2x too fast on every Blackwell)")
     args = ap.parse_args(argv)
     rows = read_rows()
+    if args.models:
+        keep = set(args.models.split(","))
+        rows = [r for r in rows if str(r.get("model")) in keep]
+        out_models = sorted(keep)
     values: dict[str, float] = {}
     if args.start:
         values.update(json.loads(args.start.read_text(encoding="utf-8"))["values"])
     out: dict[str, Any] = {"file": FILE, "values": values, "groups": {}}
+    if args.models:
+        out["models"] = out_models
     if args.grid:
         axes = {g.split("=")[0]: [float(x) for x in g.split("=")[1].split(",")] for g in args.grid}
         out["grid_fit"] = grid_fit(rows, args.chips.split(","), axes, values)
