@@ -93,6 +93,16 @@ def test_show_json_hardware():
     assert doc["derived"]["ridge_point_fp8_flop_per_byte"] == pytest.approx(1979e12 / 3.35e12, abs=0.01)
 
 
+def test_show_says_fitted_copied_or_validated():
+    # fitted on its own rows; a copy checked on this chip's measurements; a copy with none
+    assert json.loads(run("show", "h100-sxm", "--json").stdout)["derived"]["validation"] == (
+        "efficiencies fitted to measurements (see efficiency.sources)")
+    assert json.loads(run("show", "mi300x", "--json").stdout)["derived"]["validation"] == (
+        "efficiencies copied from h100-sxm, validated on measurements of this chip (see efficiency.sources)")
+    assert json.loads(run("show", "mi355x", "--json").stdout)["derived"]["validation"] == (
+        "mi355x: efficiencies copied from h100-sxm, unvalidated")
+
+
 def test_show_hf_config_path_and_overlay(tmp_path):
     r = run("show", str(HF_DIR / "gpt-oss-120b.json"), "--json")
     assert r.exit_code == 0, r.output

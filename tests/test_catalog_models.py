@@ -326,8 +326,13 @@ def test_notice_says_which_gemm_formats_have_their_own_number() -> None:
         "mi325x: efficiencies copied from h100-sxm, unvalidated (fitted: fp8 GEMMs)")
     assert load("gb200").efficiency_notice() == (
         "gb200: efficiencies copied from h100-sxm, unvalidated (fp4 GEMMs copied from b200, validated)")
-    assert load("gb300").efficiency_notice().endswith("(fp4 GEMMs copied from b200, unvalidated)")
+    # GB300's own Llama-3.1-405B row fits its fp4 GEMMs (0.3, not B200's 0.45)
+    assert load("gb300").efficiency_notice().endswith("(fitted: fp4 GEMMs)")
+    assert load("gb300").efficiency.compute_for("fp4") == 0.3
     assert load("h200-sxm").efficiency_notice() is None
+    # copies checked on the chip's own MLPerf rows carry no notice; MI300X's fp8 GEMMs are its own
+    assert load("rtx-pro-6000").efficiency_notice() is None and load("mi300x").efficiency_notice() is None
+    assert load("mi300x").efficiency.compute_for("fp8") == 0.38
     assert load("mi325x").efficiency.compute_for("fp8") == 0.5
     assert load("mi325x").efficiency.compute_for("bf16") == load("h100-sxm").efficiency.compute_efficiency
 

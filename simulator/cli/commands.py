@@ -106,7 +106,11 @@ def show_cmd(ref: str, as_json: bool) -> None:
                    for d in ("bf16", "fp8")}
         derived["fp8_gemms_run_at"] = spec.gemm_dtype("fp8")
         derived["efficiency_status"] = spec.efficiency_status()
-        derived["validation"] = spec.efficiency_notice() or "efficiencies fitted to measurements (see efficiency.sources)"
+        status = spec.efficiency_status()
+        validated = sorted({v for v in status.values() if v.endswith(", validated")})
+        derived["validation"] = spec.efficiency_notice() or (
+            f"efficiencies {validated[0]} on measurements of this chip (see efficiency.sources)" if validated
+            else "efficiencies fitted to measurements (see efficiency.sources)")
         from simulator.profiles.profile import engine_family_numbers
 
         derived["engine_kernel_numbers"] = engine_family_numbers(spec.id) or "none: every engine uses the numbers above"
