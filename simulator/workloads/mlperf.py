@@ -215,21 +215,29 @@ DATASETS: dict[str, MlperfDataset] = {d.name: d for d in (
         }),
     MlperfDataset(
         "mlperf-deepseek-r1-mix", "deepseek-r1", 4388,
-        inputs=((1.0, LengthSpec(800, 16, 3136, 0.8, "truncated")),),
-        output=LengthSpec(3886.2274, 1, 20000, 0.9, "clipped"),
+        inputs=((1.0, LengthSpec(803.79, 52, 3140, 0.87, "truncated")),),
+        output=LengthSpec(3886.2274, 209, 20000, 1.0, "clipped"),
         min_query_count=4388,
-        published="N=4388, input <= 3136, max_new_tokens 20000, mean output 3886.2274",
-        assumed="input mean 800 (SECONDARY) and both shapes",
+        published="N=4388, input mean 803.79 in [52, 3140], max_new_tokens 20000, mean output 3886.2274 "
+                  "(reference outputs capped at 20000; 1.9 % of them reach it)",
+        assumed="both shapes: lognormals matched to the per-sample list's spreads (its inputs are "
+                "left-skewed, median 901 above the mean, which a lognormal cannot follow)",
         sources={
             "samples": f"{_CHECKER}; language/deepseek-r1/README.md @00bb55f0",
-            "input.cap": "language/deepseek-r1/utils/backend_registry.py @495962a1 MAX_ISL = 3136 (KNOWN)",
-            "input.mean": "SECONDARY: a third-party note quoting https://mlcommons.org/2025/09/deepseek-inference-5-1/ "
-                          "(800 tokens; SEC-NOTE, unverified)",
-            "input.sigma": "ASSUMED 0.8",
-            "input.low": "ASSUMED floor",
+            "input.cap": "language/deepseek-r1/utils/backend_registry.py @495962a1 MAX_ISL = 3136 (KNOWN); the "
+                         "per-sample list below has a longest input of 3140, used as the cap",
+            "input.mean": "KNOWN: 803.79 = the mean tok_input_len over all 4,388 samples of "
+                          "openshift-psap/performance-dashboard@c402a312:datasets/summaries/deepseek-r1.csv "
+                          "(tok_input_len / tok_ref_output_len of mlperf_deepseek_r1_dataset_4388_fp8_eval.pkl, "
+                          "datasets/generate_summaries.py). Was 800, a third-party quote. 2026-12-05",
+            "input.sigma": "KNOWN spread: the list's log-sd 0.87 (the truncated draw: 0.80)",
+            "input.low": "KNOWN: the shortest of the 4,388 inputs has 52 tokens",
             "output.cap": "language/deepseek-r1/utils/backend_registry.py @495962a1 MAX_OSL = 20 * 1000 (KNOWN)",
-            "output.mean": f"{_CHECKER}: TOKENS_PER_SAMPLE 3886.2274 (KNOWN)",
-            "output.sigma": "ASSUMED 0.9",
+            "output.mean": f"{_CHECKER}: TOKENS_PER_SAMPLE 3886.2274 (KNOWN; the same list's reference outputs "
+                           "capped at 20000 average exactly that; uncapped 4043.45, 48 samples at 32768)",
+            "output.sigma": "KNOWN spread: sigma 1.0 draws p10/p50/p90/p95 679/2454/8817/12655 and 2.2 % at the "
+                            "cap against the list's 627/2194/9477/13854 and 1.9 % (83 samples); was ASSUMED 0.9",
+            "output.low": "KNOWN: the shortest reference output has 209 tokens",
             "min_query_count": _OFFLINE,
         }),
 )}
