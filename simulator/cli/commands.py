@@ -106,8 +106,8 @@ def show_cmd(ref: str, as_json: bool) -> None:
                    for d in ("bf16", "fp8")}
         derived["fp8_gemms_run_at"] = spec.gemm_dtype("fp8")
         derived["efficiency_status"] = spec.efficiency_status()
-        status = spec.efficiency_status()
-        validated = sorted({v for v in status.values() if v.endswith(", validated")})
+        # a copy checked on this chip's own rows is said as such, not as "fitted"
+        validated = sorted({v for v in derived["efficiency_status"].values() if v.endswith(", validated")})
         derived["validation"] = spec.efficiency_notice() or (
             f"efficiencies {validated[0]} on measurements of this chip (see efficiency.sources)" if validated
             else "efficiencies fitted to measurements (see efficiency.sources)")
