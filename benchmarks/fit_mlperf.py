@@ -257,6 +257,14 @@ def fit_group(rows: Sequence[Mapping[str, Any]], names: Sequence[str], fixed: Ma
     return best
 
 
+def only_models(rows: list[dict[str, Any]], models: Sequence[str], ap: argparse.ArgumentParser) -> list[dict[str, Any]]:
+    """The rows of these catalog model ids; an id the file lacks is refused (no empty fit)."""
+    keep, known = set(models), {str(r.get("model")) for r in rows}
+    if not keep <= known:
+        ap.error(f"--models: {', '.join(sorted(keep - known))} not in {FILE}; its models: {', '.join(sorted(known))}")
+    return [r for r in rows if str(r.get("model")) in keep]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--groups", default=",".join(GROUPS))
@@ -276,15 +284,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = read_rows()
     if args.models:
-        keep = set(args.models.split(","))
-        rows = [r for r in rows if str(r.get("model")) in keep]
-        out_models = sorted(keep)
+        rows = only_models(rows, args.models.split(","), ap)
     values: dict[str, float] = {}
     if args.start:
         values.update(json.loads(args.start.read_text(encoding="utf-8"))["values"])
     out: dict[str, Any] = {"file": FILE, "values": values, "groups": {}}
     if args.models:
-        out["models"] = out_models
+        out["models"] = sorted(set(args.models.split(",")))
     if args.grid:
         axes = {g.split("=")[0]: [float(x) for x in g.split("=")[1].split(",")] for g in args.grid}
         out["grid_fit"] = grid_fit(rows, args.chips.split(","), axes, values)

@@ -73,30 +73,35 @@ def mlperf_fits() -> dict[str, Any]:
     leave-one-hardware-out entries merged: one group per chip or chip family."""
     loho: dict[str, Any] = {}
     for p in sorted(RESULTS.glob("fit_mlperf_*.json")):
-        fit = json.loads(p.read_text(encoding="utf-8")).get("grid_fit", {})
+        doc = json.loads(p.read_text(encoding="utf-8"))
+        fit = doc.get("grid_fit", {})
         for hw, v in fit.get("leave_one_hardware_out", {}).items():
-            loho[hw] = dict(v)
+            # a fit on some models' rows only (`fit_mlperf.py --models`) is held out on those rows
+            loho[hw] = {**v, "models": doc["models"]} if doc.get("models") else dict(v)
     return {"leave_one_hardware_out": loho} if loho else {}
 
 
-def loho_map(fit: dict[str, Any]) -> dict[str, float]:
-    out = {}
+def loho_map(fit: dict[str, Any]) -> dict[str, Any]:
+    """{chip: held-out median APE, or "x.x (on <models> rows)" when the fit used some models only}."""
+    out: dict[str, Any] = {}
     for r in fit.get("leave_one_hardware_out", []) if isinstance(fit.get("leave_one_hardware_out"), list) else []:
         out[r["held_out"]] = r["median_ape"]
     loho = fit.get("leave_one_hardware_out")
     if isinstance(loho, dict):
-        out.update({k: v["median_ape"] for k, v in loho.items()})
+        out.update({k: (f"{fmt(v['median_ape'])} (on its {', '.join(v['models'])} rows)" if v.get("models")
+                        else v["median_ape"]) for k, v in loho.items()})
     return out
 
 
-def by_chip_table(name: str, pts: list[dict[str, Any]], loho: dict[str, float]) -> list[str]:
+def by_chip_table(name: str, pts: list[dict[str, Any]], loho: dict[str, Any]) -> list[str]:
     g: dict[str, list[float]] = defaultdict(list)
     for p in pts:
         g[p["hardware"]].append(p["error_pct"])
     out = [f"| {name} | chip | rows | median APE % | leave-one-hardware-out % |", "|---|---|---|---|---|"]
     for hw in sorted(g):
         # a chip no number was fitted on (in this file) is held out already: its error is out of sample
-        held = fmt(loho[hw]) if hw in loho else "same (nothing fitted on its rows)"
+        held = (loho[hw] if isinstance(loho[hw], str) else fmt(loho[hw])) if hw in loho else \
+            "same (nothing fitted on its rows)"
         out.append(f"| | {hw} | {len(g[hw])} | {fmt(med(g[hw]))} | {held} |")
     return out
 
@@ -134,7 +139,8 @@ def loo_list(fit: dict[str, Any], key: str) -> list[str]:
     rows = fit.get(key) or []
     if isinstance(rows, dict):
         rows = [{"held_out": k, **v} for k, v in rows.items()]
-    return [f"| {r['held_out']} | {r.get('rows', '-')} | {fmt(r.get('median_ape'))} |" for r in rows]
+    return [f"| {r['held_out']} | {r.get('rows', '-') if not r.get('models') else 'its ' + ', '.join(r['models'])} "
+            f"| {fmt(r.get('median_ape'))} |" for r in rows]
 
 
 def render() -> str:

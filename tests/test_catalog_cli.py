@@ -98,7 +98,10 @@ def test_show_says_fitted_copied_or_validated():
     assert json.loads(run("show", "h100-sxm", "--json").stdout)["derived"]["validation"] == (
         "efficiencies fitted to measurements (see efficiency.sources)")
     assert json.loads(run("show", "mi300x", "--json").stdout)["derived"]["validation"] == (
-        "efficiencies copied from h100-sxm, validated on measurements of this chip (see efficiency.sources)")
+        "efficiencies copied from h100-sxm, validated on measurements of this chip (fp8 GEMMs: own number) "
+        "(see efficiency.sources)")
+    assert json.loads(run("show", "rtx-pro-6000", "--json").stdout)["derived"]["validation"] == (
+        "efficiencies copied from l40s, validated on measurements of this chip (see efficiency.sources)")
     assert json.loads(run("show", "mi355x", "--json").stdout)["derived"]["validation"] == (
         "mi355x: efficiencies copied from h100-sxm, unvalidated")
 
@@ -201,3 +204,17 @@ def test_malformed_spec_one_line_exit_2(tmp_path, name, suffix, content, words):
     assert line.startswith("error: ") and "Traceback" not in line
     for w in words:
         assert w in line, f"{w!r} not in {line!r}"
+
+
+def test_a_copied_moe_factor_is_noted_only_while_it_is_priced():
+    # MI355X (cdna4) copies vLLM's CDNA3 grouped-GEMM factor: every run says so, unless the user
+    # replaced it (--efficiency) or priced the pure roofline (--ideal)
+    base = ("simulate", "-m", "mixtral-8x7b", "-H", "mi355x", "--engine", "vllm", "--weight-dtype", "fp8",
+            "--activation-dtype", "fp8", "-n", "10")
+    note = "mi355x: vllm/cdna4 MoE grouped-GEMM factor copied from cdna3, unvalidated"
+    r = run(*base)
+    assert r.exit_code == 0, r.output
+    assert note in r.output
+    for extra in (("--efficiency", "moe_gemm_relative=1"), ("--ideal",)):
+        r = run(*base, *extra)
+        assert r.exit_code == 0 and note not in r.output, (extra, r.output)

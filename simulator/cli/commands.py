@@ -108,8 +108,10 @@ def show_cmd(ref: str, as_json: bool) -> None:
         derived["efficiency_status"] = spec.efficiency_status()
         # a copy checked on this chip's own rows is said as such, not as "fitted"
         validated = sorted({v for v in derived["efficiency_status"].values() if v.endswith(", validated")})
+        own = ", ".join(sorted(spec.efficiency.compute_efficiency_by_dtype))  # formats with a number of their own
         derived["validation"] = spec.efficiency_notice() or (
-            f"efficiencies {validated[0]} on measurements of this chip (see efficiency.sources)" if validated
+            f"efficiencies {' and '.join(validated)} on measurements of this chip"
+            + (f" ({own} GEMMs: own number)" if own else "") + " (see efficiency.sources)" if validated
             else "efficiencies fitted to measurements (see efficiency.sources)")
         from simulator.profiles.profile import engine_family_numbers
 

@@ -462,7 +462,8 @@ class CostModel:
         elif self.model.moe is not None:  # native-format experts: their grouped-GEMM factor
             who, _, status = str(hardware.efficiency.sources.get("moe_gemm_relative", "")).partition(
                 ": assumed (copied from ")
-            if status:
+            # only while the copied number is the one priced (--efficiency / --ideal replace it)
+            if status and self.hardware.efficiency.moe_gemm_relative == hardware.efficiency.moe_gemm_relative:
                 notes.append(f"{hw.id}: {who} MoE grouped-GEMM factor copied from "
                              f"{status.split(',', 1)[0]}, unvalidated")
         return notes

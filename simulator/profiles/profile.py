@@ -205,7 +205,12 @@ CLASS_FACTORS = {
 _FRACTION_FACTORS = ("gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative", "moe_gemm_relative")
 #: factors with a range of their own: (low, high, unit)
 _FACTOR_RANGES = {"kv_dequant_rate_fp8": (1e6, 1e16, "elements/s"),
-                  "expert_width_ramp": (0.0, 1e5, "elements (the experts' width ramp W0)")}
+                  "expert_width_ramp": (0.0, 1e5, "elements (the experts' width ramp W0)"),
+                  # the hardware field's own range (Efficiency, _EFF_RANGE): refused here, where
+                  # the profile file and family can be named, not at the run
+                  "dequant_gemm_efficiency": (1e-3, 1.0, "of the chip's GEMM rate"),
+                  "dequant_ramp_relative": (1e-3, 1.0, "of the GEMM ramp T0"),
+                  "moe_gemm_relative": (1e-3, 1.0, "of the dense GEMM rate")}
 #: relative factors: an engine may reach more than the chip's reference engines (the chip's
 #: efficiencies were fitted on dev.csv's 2023 static engines); the product stays <= 1
 _RELATIVE_FACTORS = ("compute_relative", "memory_relative", "attention_relative")
@@ -351,10 +356,10 @@ def _class_factor(where: str, name: str, v: Any) -> Tunable:
     t = v if isinstance(v, Tunable) else build(Tunable, v, where)
     if t.value is None:
         return t
-    if name in _FRACTION_FACTORS and not 0 <= t.value <= 1:
+    if name == "gqa_kv_sharing" and not 0 <= t.value <= 1:
         raise SpecError(f"{where}.value: {t.value!r} must be in [0, 1]")
-    if name != "gqa_kv_sharing" and name in _FRACTION_FACTORS and t.value == 0:
-        raise SpecError(f"{where}.value: 0 must be > 0")
+    if name in _FRACTION_FACTORS and name != "gqa_kv_sharing" and not 0 < t.value <= 1:
+        raise SpecError(f"{where}.value: {t.value!r} must be in (0, 1]")
     if name in _RELATIVE_FACTORS and not 0 < t.value <= 2:
         raise SpecError(f"{where}.value: {t.value!r} must be in (0, 2]")
     if name.endswith("_s") and not t.value <= 1.0:

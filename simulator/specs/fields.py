@@ -113,7 +113,8 @@ def _check_range(where: str, value: Any, meta: Any) -> None:
     if math.isnan(v) or (math.isinf(v) and (isinstance(value, float) or is_numpy_scalar(value, "floating"))):
         raise SpecError(f"{where}: {show(value)} is not a finite number")
     if meta.get("positive") and v <= 0:
-        raise SpecError(f"{where}: {show(value)} must be > 0")
+        rng = f" (allowed: {meta['min']:g} to {meta['max']:g})" if "min" in meta and "max" in meta else ""
+        raise SpecError(f"{where}: {show(value)} must be > 0{rng}")
     if meta.get("nonneg") and v < 0:
         raise SpecError(f"{where}: {show(value)} must be >= 0")
     signed = meta.get("positive") or meta.get("nonneg")

@@ -249,9 +249,9 @@ class HardwareSpec:
 
     def efficiency_status(self) -> dict[str, str]:
         """What is fitted and what is copied, from the efficiency `sources`: {field: "fitted" |
-        "copied from X" | "copied from X, validated" (a copy from the same die whose source says
-        "validated on" this chip's measurements) | "set"} for the fields that decide a
-        prediction (compute, memory)."""
+        "copied from X" | "copied from X, validated" (a copy whose source says "validated on"
+        this chip's own measurements) | "set"} for the fields that decide a prediction
+        (compute, memory)."""
         out = {}
         for name in CORE_EFFICIENCY_FIELDS:
             text = str(self.efficiency.sources.get(name, "")).strip()

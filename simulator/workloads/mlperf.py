@@ -1,20 +1,23 @@
 """The five LLM datasets of MLPerf Inference v5.1 as synthetic workloads, and LoadGen's Offline query.
 
 MLPerf publishes summary statistics of its datasets (sample count, length caps, the reference
-model's mean output per sample), not per-sample lengths in a form shipped here. Each dataset is
-therefore synthesised: a seeded draw of N (input, output) pairs whose shape is a lognormal
-(inputs truncated to the dataset's caps, outputs clipped at max_new_tokens, where generation
-stops) with mu solved so that the *sample* mean equals the target mean exactly (bisection on
-mu with the standard-normal draws held fixed; the lengths are integers, so "exactly" means
-within half a token over N samples). Every statistic carries a `sources` entry with its tag:
+model's mean output per sample). The per-sample token lengths of all five official dataset files
+are listed by a third party (the openshift-psap performance dashboard's summaries, generated from
+the official pickles and JSON); their means, ranges and spreads are used here, not the lists
+themselves. Each dataset is synthesised: a seeded draw of N (input, output) pairs whose shape is
+a lognormal (inputs truncated to the dataset's range, outputs clipped at max_new_tokens, where
+generation stops) with mu solved so that the *sample* mean equals the target mean exactly
+(bisection on mu with the standard-normal draws held fixed; the lengths are integers, so
+"exactly" means within half a token over N samples) and sigma chosen so the draw's spread
+matches the list's. Every statistic carries a `sources` entry with its tag:
 
 * KNOWN: a primary source (MLCommons' reference implementation, LoadGen's config, the
-  submission checker's constants, NVIDIA's or AMD's v5.1 submission configs);
+  submission checker's constants, NVIDIA's or AMD's v5.1 submission configs), or computed from
+  every sample of a per-sample list of the official dataset (whose output column reproduces the
+  published mean output where there is one);
 * SECONDARY: a third party quoting a primary source that could not be opened;
-* SAMPLED: estimated here from a few hundred rows of a third-party per-sample length file
-  derived from the official dataset pickle (rough: the file is ordered by sub-dataset, so the
-  rows read were taken from each block);
-* ASSUMED: a modelling choice with no source (every sigma, every floor).
+* ASSUMED: a modelling choice with no source (the lognormal shape itself; Mixtral's spread
+  inside each 1,000-row step; the llama2 output spread).
 
 The research behind every number: /work/notes/mlperf_datasets.md (its source keys INF-*, NV-*,
 AMD-*, DELL-*, BLOG-*, SEC-NOTE are used below).
@@ -119,7 +122,7 @@ DATASETS: dict[str, MlperfDataset] = {d.name: d for d in (
             "input.cap": "language/llama2-70b/processorca.py @01b4e7eb filter_seqlen_oob: tok_input_length < 1024 (KNOWN)",
             "input.mean": "KNOWN: the block means of tok_input_length over all 24,576 rows of "
                           "openshift-psap/performance-dashboard@7cd1065d:mlperf-data/summaries/llama2-70b-99.csv "
-                          "(the official pkl's lengths; overall 222.33). Was 230, SAMPLED from 429 rows. 2026-12-05",
+                          "(the official pkl's lengths; overall 222.33). Was 230, sampled from 429 rows. 2026-12-05",
             "input.sigma": "KNOWN spread: the blocks' log-sds 0.29 / 0.68 / 0.46 / 0.70 in the same file; the "
                            "sigmas give the truncated draws 0.30 / 0.61 / 0.46 / 0.64",
             "input.low": "KNOWN: the shortest of the 24,576 inputs has 48 tokens (the longest 1,021)",
@@ -202,10 +205,10 @@ DATASETS: dict[str, MlperfDataset] = {d.name: d for d in (
                           "rows 1-5000 mean 665.59 in [614, 834] (GSM8K: one row of NV-PRE-mixtral-8x7b has 657), "
                           "rows 5001-10000 mean 415.39 in [35, 1948] stepping every 1,000 rows (means 105.3, "
                           "181.1, 261.2, 306.3, 1223.1; taken as MBXP's languages), rows 10001-15000 mean 201.20 "
-                          "in [104, 997] (OpenOrca). Was 290 / 660 / 1100, SAMPLED from ~100 rows a block "
+                          "in [104, 997] (OpenOrca). Was 290 / 660 / 1100, sampled from ~100 rows a block "
                           "(683 overall against 427.39). 2026-12-05",
             "input.sigma": "KNOWN spread: the blocks' log-sds 0.035 / 1.036 / 0.324 and the overall sd 328.6 "
-                           "(drawn: 328.1); each 1,000-row step's own sigma 0.5 is ASSUMED",
+                           "(drawn: 328.4); each 1,000-row step's own sigma 0.5 is ASSUMED",
             "input.low": "KNOWN: each block's shortest input in the same file (614, 35, 104)",
             "output.cap": "language/mixtral-8x7b/SUT.py @0ac8bdc5 max_new_tokens 1024, min_new_tokens 2 (KNOWN)",
             "output.mean": "language/mixtral-8x7b/README.md @003d4d3a 144.84 tokens/sample (KNOWN)",
