@@ -218,3 +218,13 @@ def test_a_copied_moe_factor_is_noted_only_while_it_is_priced():
     for extra in (("--efficiency", "moe_gemm_relative=1"), ("--ideal",)):
         r = run(*base, *extra)
         assert r.exit_code == 0 and note not in r.output, (extra, r.output)
+
+
+def test_copied_weight_only_numbers_are_noted_while_any_is_priced():
+    # gpt-oss's MXFP4 experts on MI300X price vLLM's Hopper weight-only numbers (three fields):
+    # overriding one leaves two copies priced, so the note stays; --ideal prices none of them
+    base = ("simulate", "-m", "gpt-oss-120b", "-H", "mi300x", "--engine", "vllm", "--weight-dtype", "fp4", "-n", "10")
+    note = "mi300x: vllm/cdna3 weight-only GEMM numbers copied from hopper, unvalidated"
+    assert note in run(*base).output
+    assert note in run(*base, "--efficiency", "dequant_gemm_efficiency=0.4").output
+    assert note not in run(*base, "--ideal").output

@@ -106,13 +106,7 @@ def show_cmd(ref: str, as_json: bool) -> None:
                    for d in ("bf16", "fp8")}
         derived["fp8_gemms_run_at"] = spec.gemm_dtype("fp8")
         derived["efficiency_status"] = spec.efficiency_status()
-        # a copy checked on this chip's own rows is said as such, not as "fitted"
-        validated = sorted({v for v in derived["efficiency_status"].values() if v.endswith(", validated")})
-        own = ", ".join(sorted(spec.efficiency.compute_efficiency_by_dtype))  # formats with a number of their own
-        derived["validation"] = spec.efficiency_notice() or (
-            f"efficiencies {' and '.join(validated)} on measurements of this chip"
-            + (f" ({own} GEMMs: own number)" if own else "") + " (see efficiency.sources)" if validated
-            else "efficiencies fitted to measurements (see efficiency.sources)")
+        derived["validation"] = spec.validation_line()
         from simulator.profiles.profile import engine_family_numbers
 
         derived["engine_kernel_numbers"] = engine_family_numbers(spec.id) or "none: every engine uses the numbers above"

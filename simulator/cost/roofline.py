@@ -453,20 +453,22 @@ class CostModel:
         notice = hardware.efficiency_notice()
         if notice:
             notes.append(notice)
-        if self._weight_only():  # say where the weight-only kernels' numbers come from
-            for text in dict.fromkeys(str(hardware.efficiency.sources.get(f, "")) for f in _DEQUANT_FIELDS):
-                who, _, status = text.partition(": assumed (copied from ")
-                if status:
-                    notes.append(f"{hw.id}: {who} weight-only GEMM numbers copied from "
-                                 f"{status.split(',', 1)[0]}, unvalidated")
-        elif self.model.moe is not None:  # native-format experts: their grouped-GEMM factor
-            who, _, status = str(hardware.efficiency.sources.get("moe_gemm_relative", "")).partition(
-                ": assumed (copied from ")
-            # only while the copied number is the one priced (--efficiency / --ideal replace it)
-            if status and self.hardware.efficiency.moe_gemm_relative == hardware.efficiency.moe_gemm_relative:
-                notes.append(f"{hw.id}: {who} MoE grouped-GEMM factor copied from "
-                             f"{status.split(',', 1)[0]}, unvalidated")
+        # an engine's kernel numbers copied from another chip family: the weight-only kernels'
+        # numbers, or the grouped-GEMM factor of native-format experts
+        fields, what = ((_DEQUANT_FIELDS, "weight-only GEMM numbers") if self._weight_only() else
+                        (("moe_gemm_relative",), "MoE grouped-GEMM factor") if self.model.moe is not None else ((), ""))
+        for who, src in dict.fromkeys(c for f in fields if (c := self._copied(hardware, f))):
+            notes.append(f"{hw.id}: {who} {what} copied from {src}, unvalidated")
         return notes
+
+    def _copied(self, hardware: HardwareSpec, name: str) -> tuple[str, str] | None:
+        """(profile/family, source family) when efficiency field `name` is an engine number
+        copied from another family (`profiles.apply_profile` writes its provenance into the
+        sources) and is the number priced: --efficiency or --ideal replacing it ends the copy."""
+        who, _, status = str(hardware.efficiency.sources.get(name, "")).partition(": assumed (copied from ")
+        if not status or getattr(self.hardware.efficiency, name) != getattr(hardware.efficiency, name):
+            return None
+        return who, status.split(",", 1)[0]
 
     def _weight_only(self) -> bool:
         """Whether any GEMM dequantises its weights (weights narrower than the activations)."""

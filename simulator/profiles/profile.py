@@ -202,12 +202,12 @@ CLASS_FACTORS = {
     "expert_width_ramp": "the experts' GEMM width ramp W0: per-row compute x (1 + W0 / W), W = each GPU's expert slice",
     "moe_gemm_relative": "replaces the rate of native-format experts' grouped GEMMs relative to the dense GEMMs",
 }
-_FRACTION_FACTORS = ("gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative", "moe_gemm_relative")
-#: factors with a range of their own: (low, high, unit)
+#: factors with a range of their own: (low, high, unit); the fractions take the hardware field's
+#: own range (Efficiency, _EFF_RANGE), refused here where the profile file and family can be
+#: named, not at the run
 _FACTOR_RANGES = {"kv_dequant_rate_fp8": (1e6, 1e16, "elements/s"),
                   "expert_width_ramp": (0.0, 1e5, "elements (the experts' width ramp W0)"),
-                  # the hardware field's own range (Efficiency, _EFF_RANGE): refused here, where
-                  # the profile file and family can be named, not at the run
+                  "gqa_kv_sharing": (0.0, 1.0, "(the share of a GQA group's KV read once)"),
                   "dequant_gemm_efficiency": (1e-3, 1.0, "of the chip's GEMM rate"),
                   "dequant_ramp_relative": (1e-3, 1.0, "of the GEMM ramp T0"),
                   "moe_gemm_relative": (1e-3, 1.0, "of the dense GEMM rate")}
@@ -356,10 +356,6 @@ def _class_factor(where: str, name: str, v: Any) -> Tunable:
     t = v if isinstance(v, Tunable) else build(Tunable, v, where)
     if t.value is None:
         return t
-    if name == "gqa_kv_sharing" and not 0 <= t.value <= 1:
-        raise SpecError(f"{where}.value: {t.value!r} must be in [0, 1]")
-    if name in _FRACTION_FACTORS and name != "gqa_kv_sharing" and not 0 < t.value <= 1:
-        raise SpecError(f"{where}.value: {t.value!r} must be in (0, 1]")
     if name in _RELATIVE_FACTORS and not 0 < t.value <= 2:
         raise SpecError(f"{where}.value: {t.value!r} must be in (0, 2]")
     if name.endswith("_s") and not t.value <= 1.0:

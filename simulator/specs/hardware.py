@@ -266,6 +266,20 @@ class HardwareSpec:
                 out[name] = "set"
         return out
 
+    def validation_line(self) -> str:
+        """`llmsim show`'s one line on where the efficiencies come from: the notice of a copy
+        no measurement of this chip checked, else a copy validated on this chip's own rows
+        (naming the GEMM formats with a number of their own), else fitted."""
+        notice = self.efficiency_notice()
+        if notice:
+            return notice
+        validated = sorted({v for v in self.efficiency_status().values() if v.endswith(", validated")})
+        if not validated:
+            return "efficiencies fitted to measurements (see efficiency.sources)"
+        own = ", ".join(sorted(self.efficiency.compute_efficiency_by_dtype))
+        return (f"efficiencies {' and '.join(validated)} on measurements of this chip"
+                + (f" ({own} GEMMs: own number)" if own else "") + " (see efficiency.sources)")
+
     def efficiency_notice(self) -> str | None:
         """"<id>: efficiencies copied from X, unvalidated" when the chip's compute and memory
         efficiencies were copied from another chip (no measurement of this one), else None;
