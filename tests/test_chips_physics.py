@@ -433,3 +433,67 @@ def test_moe_gemm_relative_is_a_profile_factor_with_a_range() -> None:
     assert k.by_chip_class["cdna3"]["moe_gemm_relative"].value == 0.65
     with pytest.raises(SpecError, match=r"moe_gemm_relative"):
         KernelsSection(by_chip_class={"cdna3": {"moe_gemm_relative": {"value": 1.5, "status": "fitted"}}})
+
+
+def test_expert_tile_padding_by_hand() -> None:
+    """gpt-oss-120b (E = 128 experts, top-4) with MXFP4 experts and expert_tile_rows 64 (vLLM's
+    Marlin MoE ladder 8/16/32/48/64, first tile whose mean fill T k / (E b) is below 0.9):
+    - T = 1: the token's 4 experts get one row each, each padded to an 8-row tile: 32 rows,
+      Tx = 32 / 4 = 8 tokens;
+    - T = 922: mean 922 x 4 / 128 = 28.8 rows an expert; 28.8/32 = 0.9 is not below 0.9, 28.8/48
+      = 0.6 is: b = 48. Every expert gets rows (P(X = 0) = (1 - 1/32)^922 ~ 2e-13) and almost
+      never more than 48 (sd 5.3), so Tx ~ 128 x 48 / 4 = 1536 tokens (1.67 x T);
+    - 16-bit experts, or expert_tile_rows 0: Tx = T (no padding)."""
+    g = load_model("gpt-oss-120b")
+    w4 = DTypes("fp4", "bf16", "bf16")
+    tiled = CostModel(g, ideal_hw(expert_tile_rows=64.0), dtypes=w4)
+    assert tiled.expert_tokens(1) == pytest.approx(8.0, rel=1e-12)
+    assert tiled.expert_tokens(922) == pytest.approx(1536.0, rel=1e-3)
+    assert tiled.expert_tokens(922) >= 1536.0
+    for c in (CostModel(g, ideal_hw(), dtypes=w4),
+              CostModel(g, ideal_hw(expert_tile_rows=64.0), dtypes=DTypes("bf16", "bf16", "bf16"))):
+        assert c.expert_tokens(922) == 922.0
+    # a cap of 32 leaves the ladder 8/16/32: 28.8 rows take b = 32 (the largest), one tile
+    # an expert while X <= 32 (P(X > 32) ~ 0.25): Tx = 128 x 32 x E[ceil(X/32)] / 4 in (1024, 1536)
+    c32 = CostModel(g, ideal_hw(expert_tile_rows=32.0), dtypes=w4)
+    assert 1024.0 < c32.expert_tokens(922) < 1536.0
+    # the compute side of the experts scales with Tx, the FLOPs stay the useful ones
+    plain = CostModel(g, ideal_hw(), dtypes=w4)
+    b = StepBatch(922, 1, 0.0, 922 * 461.0, 922)
+    assert op(tiled, b, "moe_experts")["flops"] == pytest.approx(op(plain, b, "moe_experts")["flops"], rel=1e-12)
+    lin = [next(o for o in c.ops if o.name == "moe_experts") for c in (plain, tiled)]
+    xp, xt = plain.features(922, 1, 0.0, 0.0, 922, 0.0, 922), tiled.features(922, 1, 0.0, 0.0, 922, 0.0, 922)
+    assert float((lin[1].compute_s - lin[1].ramp_s) @ xt) == pytest.approx(
+        float((lin[0].compute_s - lin[0].ramp_s) @ xp) * tiled.expert_tokens(922) / 922, rel=1e-9)
+
+
+def test_expert_tile_padding_matches_a_routing_loop() -> None:
+    """The closed form against the obvious loop: route each of T tokens to 4 distinct experts of
+    128 (seeded), count each expert's rows, pad them to the tile the ladder picks, sum; the mean
+    over 400 draws is within 1 % of expert_tokens x k, at a decode size, a 922-token prefill and a
+    budget-size chunk; scalar and vectorised step prices agree with padding on."""
+    g = load_model("gpt-oss-120b")
+    c = CostModel(g, ideal_hw(expert_tile_rows=64.0), dtypes=DTypes("fp4", "bf16", "bf16"))
+    rng = np.random.default_rng(7)
+    for T in (16, 922, 4096):
+        mean = T * 4 / 128
+        b = next((t for t in (8, 16, 32, 48, 64) if mean / t < 0.9), 64)
+        rows = []
+        for _ in range(400):
+            picks = np.argsort(rng.random((T, 128)), axis=1)[:, :4]
+            counts = np.bincount(picks.ravel(), minlength=128)
+            rows.append(float((b * np.ceil(counts / b)).sum()))
+        assert float(np.mean(rows)) == pytest.approx(c.expert_tokens(T) * 4, rel=0.01)
+    Ts = np.array([1.0, 16.0, 922.0, 925.0, 4096.0])
+    vec = c.step_times(Ts, np.ones(5), 0.0, Ts * Ts / 2, Ts)
+    for t, v in zip(Ts, vec, strict=True):
+        assert c.step_time(t, 1.0, 0.0, t * t / 2, t) == pytest.approx(float(v), rel=1e-12)
+
+
+def test_expert_tile_rows_is_a_profile_factor_with_a_range() -> None:
+    from simulator.profiles.profile import KernelsSection
+    vllm = load_engine("vllm")
+    assert vllm.kernels.by_chip_class["hopper"]["expert_tile_rows"].value == 64
+    assert apply_profile(load_hardware(H100), vllm).efficiency.expert_tile_rows == 64
+    with pytest.raises(SpecError, match=r"expert_tile_rows"):
+        KernelsSection(by_chip_class={"hopper": {"expert_tile_rows": {"value": 4096, "status": "documented"}}})

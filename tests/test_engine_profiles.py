@@ -89,7 +89,7 @@ def test_user_profile_file_loads(tmp_path: Path) -> None:
 
 def test_trtllm_profile_carries_the_provisional_analytic_fit() -> None:
     p = load_engine("trtllm")
-    # /work/notes/engine13_fit_output.txt: 3.22 ms, 3.97 GiB, 0.80 Ada, 1.0 Hopper, 0.41, 50 us
+    # benchmarks/analyze_throughput.py (the profile's sources): 3.22 ms, 3.97 GiB, 0.80 Ada, 1.0 Hopper, 0.41, 50 us
     assert p.step_overhead_s == pytest.approx(0.00322)
     assert p.runtime_reserve_bytes == pytest.approx(3.97 * 2**30, rel=1e-3)
     assert p.fp8_relative("l40s") == pytest.approx(0.80) and p.fp8_relative("h200-sxm") == 1.0

@@ -77,7 +77,7 @@ def test_arrivals_reproducible_and_seed_sensitive() -> None:
     assert not np.array_equal(a1, a3)
 
 
-# vLLM's send schedule worked by hand (/work/notes/vllm_client.md §1.5, from vllm/benchmarks/serve.py
+# vLLM's send schedule worked by hand (docs/engines.md §6.1, from vllm/benchmarks/serve.py
 # get_request): np.random.seed(0); g_i = np.random.gamma(b, 1/(2 b)) for i < 5; C = cumsum(g);
 # t = C * (5 / 2) / C[-1]. b = 1: g = 0.397937..., 0.627965..., 0.461611..., 0.393600..., 0.275524...,
 # C[-1] = 2.156639..., factor 2.5 / C[-1] = 1.159211...

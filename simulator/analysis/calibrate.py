@@ -128,7 +128,8 @@ class StaticFitSet:
             chunk = row.get("max_num_tokens")
             # the width ramp is in the linear terms (a shape factor): part of what they depend on
             ck = (cost.model.id, cost.hardware.id, cost.par, cost.dtypes, cost.link_dtype,
-                  cost.hardware.efficiency.expert_width_ramp, cost.hardware.efficiency.moe_gemm_relative)
+                  cost.hardware.efficiency.expert_width_ramp, cost.hardware.efficiency.moe_gemm_relative,
+                  cost.hardware.efficiency.expert_tile_rows)
             key = (ck, validator.engine_of(row), B, I, O, chunk)
             if key not in cache:
                 if ck not in decomp:

@@ -2,7 +2,7 @@
 
 A row of `dev_mlperf51_offline.csv` names its dataset (`workloads.mlperf.DATASETS`) and gives
 the system's `Tokens per second` or `Samples per second`. The run is rebuilt as LoadGen ran it
-(module docstring of `workloads/mlperf.py`; research note /work/notes/mlperf_datasets.md §1):
+(module docstring of `workloads/mlperf.py`, its source keys):
 
 * one query of `loadgen_sample_count` samples, all at t = 0: max(min_query_count,
   1.1 x min_duration x target_qps) padded to whole passes over the dataset. `min_duration`

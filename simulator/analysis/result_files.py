@@ -2,7 +2,7 @@
 
 `load_rows(path, ...)` detects a file's format and reads it: llmsim's measurement CSV and
 `vllm bench serve`'s JSON through `measurements`, and three more here, read by their real
-layouts (`/work/notes/bench_formats.md` has the sources):
+layouts (docs/engines.md has the sources):
 
 * **GuideLLM** report JSON (`benchmarks.json`; eras 0.3 to 0.7, detected by key): one row per
   metric of every benchmark (one load setting each: `config.strategy`, or `args.strategy` in

@@ -16,8 +16,11 @@ A step is described by sufficient statistics that do not grow with the batch:
     Pc  cached tokens under prefill chunks  sum_i p_i (MLA decompresses their latent K/V)
 
 With those, every op's FLOPs and bytes are linear in the feature vector
-x = [1, T, S, [S>0], Ad, Ap, R, Aw, Rw, U, Pc], where U = E (1 - (1 - k/E)^T) is the expected
-number of distinct experts a step touches (uniform routing). The GEMM efficiency ramp
+x = [1, T, S, [S>0], Ad, Ap, R, Aw, Rw, U, Pc, Tx], where U = E (1 - (1 - k/E)^T) is the expected
+number of distinct experts a step touches (uniform routing) and Tx the tokens the routed experts'
+GEMMs compute: T, or, for a kernel that pads each expert's rows to a tile of b rows (vLLM's
+Marlin MoE), Tx = E b E[ceil(X / b)] / k with X ~ Binomial(T, k/E) an expert's rows
+(`expert_tokens`). The GEMM efficiency ramp
 eta_c(T) = eta_c T / (T + T0) keeps compute time linear too: F/(P eta_c(T)) = f (T + T0)/(P eta_c).
 So the model compiles to two small matrices and the step time is
 sum_ops max(C_op . x, M_op . x) + P . x, costing the same for 1 or 1000 sequences.
@@ -34,6 +37,7 @@ terms) are one concept: a change to one op must be seen next to every path that 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -51,9 +55,15 @@ from simulator.specs.hardware import SCALAR_EFFICIENCY_FIELDS, Efficiency, Hardw
 from simulator.specs.model import ModelSpec
 from simulator.specs.parallelism import Parallelism
 
-FEATURES = ("one", "T", "S", "emit", "Ad", "Ap", "R", "Aw", "Rw", "U", "Pc")
+FEATURES = ("one", "T", "S", "emit", "Ad", "Ap", "R", "Aw", "Rw", "U", "Pc", "Tx")
 _NF = len(FEATURES)
 _I = {name: i for i, name in enumerate(FEATURES)}
+#: the row tiles vLLM's Marlin MoE kernel chooses from, and the fill below which it takes a tile:
+#: `for block_size_m in [8, 16, 32, 48, 64]: if M * topk / E / block_size_m < 0.9: break`
+#: (vllm/model_executor/layers/fused_moe/fused_marlin_moe.py); each expert's rows are padded
+#: to a multiple of the tile (moe_align_block_size) and the padding is computed
+MARLIN_MOE_TILES = (8, 16, 32, 48, 64)
+MARLIN_MOE_FILL = 0.9
 
 
 #: efficiency fields of weight-only (dequantising) GEMMs, whose provenance CostModel.notes reports
@@ -306,10 +316,12 @@ def _moe_ops(gemm: Callable[..., None], add: Callable[..., None], m: ModelSpec, 
     # the main loop over a W-wide slice of each expert: per-row compute x (1 + W0 / W); the
     # small-batch floor T0 (the weight read) does not move
     phi = 1.0 + width_ramp * t / (moe.expert_intermediate_size * par.ep)
+    # compute on Tx, the rows the kernel runs, padding included (Tx = T without padding);
+    # the FLOPs stay the useful ones
     add("moe_experts", "gemm", nl, _vec(T=f_tok * rho),
         w=_vec(U=n_mat * H * Ie * bw_exp),
         a=_vec(T=rho * moe.experts_per_token * (2 * H + n_mat * Ie) * ba),
-        comp=_vec(T=rho * f_tok * phi / P_exp), ramp=_vec(U=f_exp * T0_exp / P_exp),
+        comp=_vec(Tx=rho * f_tok * phi / P_exp), ramp=_vec(U=f_exp * T0_exp / P_exp),
         launches=_vec(one=1.0))
     if moe.num_shared_experts:
         Is = moe.shared_intermediate / par.attention_tp
@@ -414,6 +426,11 @@ class CostModel:
         attn = attention_format(self.dtypes.activation, self.dtypes.kv)
         self.attention_dtype = hw.gemm_dtype(attn)
         self.notes = self._provenance_notes(hardware, dense, attn)
+        # weight-only experts through a kernel that pads each expert's rows to a tile (Tx)
+        cap = hw.efficiency.expert_tile_rows
+        self._tiles = (tuple(b for b in MARLIN_MOE_TILES if b <= cap) or None) \
+            if m.moe is not None and cap > 0 and self._weight_only() else None
+        self._tiled: dict[float, float] = {}
         self.ops = self._build_ops(self._rates(hw.efficiency, hw.link_latency_s))
         self._C = np.array([op.compute_s for op in self.ops])
         self._M = np.array([op.memory_s for op in self.ops])
@@ -631,7 +648,39 @@ class CostModel:
         X[8] = Rw
         X[9] = self._touched(T)
         X[10] = Pc
+        X[11] = T if self._tiles is None else np.vectorize(self.expert_tokens, otypes=[float])(T)
         return X
+
+    def expert_tokens(self, T: float) -> float:
+        """Tx: the tokens the routed experts' GEMMs compute in a step of T tokens, padding
+        included (T when the kernel does not pad). Each of E experts gets X ~ Binomial(T, k/E)
+        rows (uniform routing); the kernel takes the first tile b of its ladder whose mean fill
+        T k / (E b) is below 0.9 (else the largest) and computes b ceil(X / b) rows, so
+        Tx = E b E[ceil(X / b)] / k (in tokens: k rows a token). Exact over X's support
+        (+-12 sd); cached per batch size, so a run computes each T once."""
+        got = self._tiled.get(T)
+        if got is not None:
+            return got
+        moe, tiles = self.model.moe, self._tiles
+        n = int(round(float(T)))
+        if moe is None or tiles is None or n <= 0:
+            return float(T)
+        E, k = moe.num_experts, moe.experts_per_token
+        p = k / E
+        mean = n * p
+        b = next((t for t in tiles if mean / t < MARLIN_MOE_FILL), tiles[-1])
+        if p >= 1.0:
+            tx = E * b * math.ceil(n / b) / k
+        else:
+            sd = math.sqrt(mean * (1.0 - p))
+            lo, hi = max(0, int(mean - 12 * sd) - 1), min(n, int(mean + 12 * sd) + b)
+            x = np.arange(lo, hi + 1, dtype=float)
+            logpmf = (math.lgamma(n + 1) - np.array([math.lgamma(v + 1) + math.lgamma(n - v + 1) for v in x])
+                      + x * math.log(p) + (n - x) * math.log1p(-p))
+            pmf = np.exp(logpmf)
+            tx = E * b * float(pmf @ np.ceil(x / b)) / k
+        self._tiled[T] = tx
+        return tx
 
     def _touched(self, T: Any) -> Any:
         moe = self.model.moe
@@ -677,7 +726,8 @@ class CostModel:
         # chip (like gqa_group), not parameters calibration scales: the terms keep them, exact
         unit = Efficiency(gemm_ramp_tokens=1.0, kernel_overhead_s=1.0,
                           expert_width_ramp=self.hardware.efficiency.expert_width_ramp,
-                          moe_gemm_relative=self.hardware.efficiency.moe_gemm_relative)
+                          moe_gemm_relative=self.hardware.efficiency.moe_gemm_relative,
+                          expert_tile_rows=self.hardware.efficiency.expert_tile_rows)
         ops = self._build_ops(self._rates(unit, 1.0))
         n = len(ops)
         C, R, A, M, K, D = (np.zeros((n, _NF)) for _ in range(6))
@@ -719,7 +769,7 @@ class CostModel:
         exceeds the 2 x 11 x n_ops multiply-adds; for many steps at once use `step_times`.
         The three paths agree (the benchmark checks it; tests compare scalar and vectorised).
         """
-        names = ["1.0", "T", "S", "h", "Ad", "Ap", "R", "Aw", "Rw", "U", "Pc"]
+        names = ["1.0", "T", "S", "h", "Ad", "Ap", "R", "Aw", "Rw", "U", "Pc", "Tx"]
 
         def form(vec: np.ndarray) -> str:
             terms = []
@@ -738,13 +788,18 @@ class CostModel:
             lines.append(f"    U = {float(E)!r} * (1.0 - {1.0 - k / E!r} ** T)")
         else:
             lines.append("    U = 0.0")
+        if self._tiles is None:
+            lines.append("    Tx = T")
+        else:  # one dict lookup a step: the padded expert rows of each batch size, computed once
+            lines.append("    Tx = _tiled_get(T)")
+            lines.append("    if Tx is None: Tx = _expert_tokens(T)")
         lines.append(f"    t = {form(self._P)}")
         for c, mvec in zip(self._C, self._M, strict=True):
             lines.append(f"    a = {form(c)}")
             lines.append(f"    b = {form(mvec)}")
             lines.append("    t += a if a > b else b")
         lines.append("    return t")
-        ns: dict[str, Any] = {}
+        ns: dict[str, Any] = {"_tiled_get": self._tiled.get, "_expert_tokens": self.expert_tokens}
         exec(compile("\n".join(lines), f"<step_time {self.model.id}>", "exec"), ns)  # noqa: S102
         fn = ns["step_time"]
         fn.__doc__ = "Step time in seconds for batch statistics (T, S, Ad, Ap, R, Aw, Rw, Pc)."

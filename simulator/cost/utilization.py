@@ -47,7 +47,9 @@ def row_work(cost: Any, timeline: Mapping[str, Any]) -> tuple[np.ndarray, np.nda
     X[0] = n
     X[3] = n * (S > 0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        X[9] = n * cost._touched(np.where(n > 0, T / np.maximum(n, 1), 0.0))
+        per_step = np.where(n > 0, T / np.maximum(n, 1), 0.0)
+        X[9] = n * cost._touched(per_step)
+        X[11] = n * cost.features(per_step, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0)[11]  # padded expert rows
     flops_form, bytes_form = cost.work_forms()
     return flops_form @ X, bytes_form @ X
 

@@ -265,7 +265,7 @@ def assumed_layout(model: ModelSpec, hw: HardwareSpec, dtypes: Any, num_gpus: in
 
 
 #: NVIDIA's MLPerf v5.1 TensorRT-LLM harness (closed/NVIDIA/code/llmlib/config.py @952ca601,
-#: TrtllmHarnessConfig.DEFAULT_RUNTIME_FLAGS; research note /work/notes/mlperf_datasets.md §3):
+#: TrtllmHarnessConfig.DEFAULT_RUNTIME_FLAGS):
 #: batch_scheduler_policy max_util, kvcache_free_gpu_mem_frac 0.80, chunked context off unless
 #: a benchmark's config enables it
 MLPERF_TRTLLM_KV_FRACTION = 0.80

@@ -201,6 +201,7 @@ CLASS_FACTORS = {
     "allreduce_latency_s": "replaces the per all-reduce latency on this family (the collective library's)",
     "expert_width_ramp": "the experts' GEMM width ramp W0: per-row compute x (1 + W0 / W), W = each GPU's expert slice",
     "moe_gemm_relative": "replaces the rate of native-format experts' grouped GEMMs relative to the dense GEMMs",
+    "expert_tile_rows": "the largest row tile a weight-only MoE kernel pads each expert's rows to (0: none)",
 }
 #: factors with a range of their own: (low, high, unit); the fractions take the hardware field's
 #: own range (Efficiency, _EFF_RANGE), refused here where the profile file and family can be
@@ -210,7 +211,8 @@ _FACTOR_RANGES = {"kv_dequant_rate_fp8": (1e6, 1e16, "elements/s"),
                   "gqa_kv_sharing": (0.0, 1.0, "(the share of a GQA group's KV read once)"),
                   "dequant_gemm_efficiency": (1e-3, 1.0, "of the chip's GEMM rate"),
                   "dequant_ramp_relative": (1e-3, 1.0, "of the GEMM ramp T0"),
-                  "moe_gemm_relative": (1e-3, 1.0, "of the dense GEMM rate")}
+                  "moe_gemm_relative": (1e-3, 1.0, "of the dense GEMM rate"),
+                  "expert_tile_rows": (0.0, 1024.0, "rows (the experts' largest padding tile)")}
 #: relative factors: an engine may reach more than the chip's reference engines (the chip's
 #: efficiencies were fitted on dev.csv's 2023 static engines); the product stays <= 1
 _RELATIVE_FACTORS = ("compute_relative", "memory_relative", "attention_relative")
@@ -676,7 +678,7 @@ def _trtllm_row(text: str, model: str = "") -> str:
         # MLPerf rows name TensorRT's version ("TensorRT 10.11"), not TensorRT-LLM's. NVIDIA's
         # v5.1 harness serves TensorRT engines through the C++ executor, except DeepSeek-R1,
         # which runs the PyTorch backend (moe_backend WIDEEP, enable_attention_dp: options of
-        # the PyTorch LLM API; NV-CFG-deepseek-r1 in /work/notes/mlperf_datasets.md)
+        # the PyTorch LLM API; closed/NVIDIA/configs/B200-SXM-180GBx8/Offline/deepseek-r1.py)
         # (trtllm-mlperf: the harness's own overheads and kernel factors, fitted on these rows)
         return "trtllm-pytorch" if model.lower().startswith("deepseek") else "trtllm-mlperf"
     v = _version(text)
@@ -780,7 +782,8 @@ def _class_changes(eff: Any, f: dict[str, float]) -> dict[str, Any]:
         out["attention_efficiency_by_kv_dtype"] = {k: min(v * r, 1.0)
                                                    for k, v in eff.attention_efficiency_by_kv_dtype.items()}
     for name in ("gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative", "step_overhead_s",
-                 "kernel_overhead_s", "moe_layer_overhead_s", "expert_width_ramp", "moe_gemm_relative"):
+                 "kernel_overhead_s", "moe_layer_overhead_s", "expert_width_ramp", "moe_gemm_relative",
+                 "expert_tile_rows"):
         if name in f:
             out[name] = f[name]
     if "kv_dequant_rate_fp8" in f:

@@ -68,6 +68,10 @@ class Efficiency:
     (16-bit, W8A8, W4A4; weight-only experts have `dequant_gemm_efficiency`): per-expert token
     permutation, routing and tiles a grouped kernel fills unevenly. Their small-batch floor (a
     weight read) does not move. 1: as fast as a dense GEMM.
+    `expert_tile_rows` (rows) is the largest row tile a weight-only MoE kernel pads each expert's
+    rows to: vLLM's Marlin MoE takes the first of 8, 16, 32, 48, 64 rows (up to this cap) whose
+    mean fill is below 0.9 of a tile and computes every padded row (`roofline.expert_tokens`).
+    0: no padding (the experts compute exactly their rows).
 
     Optional per-format values (absent: every format uses the single value above):
     `compute_efficiency_by_dtype` and `gemm_ramp_tokens_by_dtype` map a GEMM's tensor-core format
@@ -94,6 +98,7 @@ class Efficiency:
     moe_layer_overhead_s: float = _nonneg(0.0, max=0.01, unit="s")
     expert_width_ramp: float = _nonneg(0.0, max=1e5)
     moe_gemm_relative: float = _pos(1.0, **_EFF_RANGE)
+    expert_tile_rows: float = _nonneg(0.0, max=1024.0)
     compute_efficiency_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     gemm_ramp_tokens_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     attention_efficiency_by_kv_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
@@ -153,7 +158,7 @@ _VALIDATED = re.compile(r"\bvalidated on\b", re.IGNORECASE)
 SCALAR_EFFICIENCY_FIELDS = ("compute_efficiency", "memory_efficiency", "attention_efficiency", "gemm_ramp_tokens",
                             "kernel_overhead_s", "step_overhead_s", "link_efficiency", "sequence_overhead_s",
                             "gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative",
-                            "moe_layer_overhead_s", "expert_width_ramp", "moe_gemm_relative")
+                            "moe_layer_overhead_s", "expert_width_ramp", "moe_gemm_relative", "expert_tile_rows")
 
 
 def parse_efficiency_overrides(items: list[str] | tuple[str, ...]) -> dict[str, float]:

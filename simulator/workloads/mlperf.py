@@ -19,8 +19,13 @@ matches the list's. Every statistic carries a `sources` entry with its tag:
 * ASSUMED: a modelling choice with no source (the lognormal shape itself; Mixtral's spread
   inside each 1,000-row step; the llama2 output spread).
 
-The research behind every number: /work/notes/mlperf_datasets.md (its source keys INF-*, NV-*,
-AMD-*, DELL-*, BLOG-*, SEC-NOTE are used below).
+Source keys used below: INF-* is MLCommons' reference implementation (mlcommons/inference:
+INF-TSI loadgen/test_settings_internal.cc, INF-LG LoadGen's Offline and equal-issue logic,
+INF-RES its summary of a run, INF-CONF loadgen/mlperf.conf, INF-CONST
+tools/submission/submission_checker/constants.py); NV-* is NVIDIA's v5.1 submission
+(mlcommons/inference_results_v5.1 closed/NVIDIA: NV-PRE its dataset preprocessing scripts, NV-CFG
+its per-system configs); BLOG-V5 is MLCommons' v5 announcement of the benchmark. Commits are in
+each `sources` entry.
 
 LoadGen's Offline scenario (INF-TSI, INF-LG): one query holding every sample, issued at t = 0;
 samples_per_query = max(min_query_count, 1.1 x min_duration x target_qps), padded up to a whole

@@ -264,7 +264,7 @@ def _rng(rng: np.random.Generator | None) -> np.random.Generator:
 def vllm_rng(seed: int = 0) -> np.random.RandomState:
     """The generator `vllm bench serve` draws its send schedule from: `main_async` calls
     `np.random.seed(args.seed)` and `get_request` then draws from numpy's legacy global stream
-    (`vllm/benchmarks/serve.py`; /work/notes/vllm_client.md §1.1). Here it is an explicit
+    (`vllm/benchmarks/serve.py`; docs/engines.md §6.1). Here it is an explicit
     `RandomState(seed)`, the same stream (NumPy documents the legacy stream as frozen), so the
     same seed gives vLLM's send times to the last bit."""
     return np.random.RandomState(int(check_int("seed", seed, 0, maximum=MAX_SEED)))
@@ -322,7 +322,7 @@ def arrivals(
         t_k = (n / rate) C_k / C_{n-1}          (the first request at t_0 > 0, not at 0)
 
     so the offered rate is exactly n / (n / rate) = rate (`vllm/benchmarks/serve.py`;
-    /work/notes/vllm_client.md §1.2). `process`: "poisson" (b = 1; `burstiness` must be 1),
+    docs/engines.md §6.1). `process`: "poisson" (b = 1; `burstiness` must be 1),
     "gamma" (b = `burstiness`: CV^2 = 1/b, < 1 burstier), "constant" (vLLM's burstiness inf:
     t_k = (k + 1) / rate). inference-perf's `load.type: constant` timer draws n exponential gaps
     and rescales them to end at n / rate too (`inference_perf/loadgen/load_timer.py`
