@@ -497,3 +497,16 @@ def test_expert_tile_rows_is_a_profile_factor_with_a_range() -> None:
     assert apply_profile(load_hardware(H100), vllm).efficiency.expert_tile_rows == 64
     with pytest.raises(SpecError, match=r"expert_tile_rows"):
         KernelsSection(by_chip_class={"hopper": {"expert_tile_rows": {"value": 4096, "status": "documented"}}})
+
+
+def test_padded_expert_tokens_against_the_binomial_sum() -> None:
+    """The recurrence in padded_expert_tokens against the textbook sum over every x of
+    C(n, x) p^x q^(n-x) ceil(x / b) (exact rationals' float, math.comb), E = 128, k = 4."""
+    import math
+
+    from simulator.cost.roofline import MARLIN_MOE_TILES, padded_expert_tokens
+    for n in (1, 3, 16, 64, 200, 922):
+        p = 4 / 128
+        b = next((t for t in MARLIN_MOE_TILES if n * p / t < 0.9), 64)
+        ref = sum(math.comb(n, x) * p ** x * (1 - p) ** (n - x) * math.ceil(x / b) for x in range(n + 1))
+        assert padded_expert_tokens(n, 128, 4, MARLIN_MOE_TILES) == pytest.approx(128 * b * ref / 4, rel=1e-12)
