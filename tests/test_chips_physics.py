@@ -510,3 +510,13 @@ def test_padded_expert_tokens_against_the_binomial_sum() -> None:
         b = next((t for t in MARLIN_MOE_TILES if n * p / t < 0.9), 64)
         ref = sum(math.comb(n, x) * p ** x * (1 - p) ** (n - x) * math.ceil(x / b) for x in range(n + 1))
         assert padded_expert_tokens(n, 128, 4, MARLIN_MOE_TILES) == pytest.approx(128 * b * ref / 4, rel=1e-12)
+
+
+def test_expert_tile_rows_below_the_smallest_tile_is_refused() -> None:
+    """A cap in (0, 8) leaves no tile of the ladder: refused with one line, not run unpadded."""
+    from simulator.profiles.profile import KernelsSection
+    with pytest.raises(SpecError, match=r"expert_tile_rows: 5 must be 0 \(no padding\) or at least 8"):
+        Efficiency(expert_tile_rows=5.0)
+    with pytest.raises(SpecError, match=r"hopper.expert_tile_rows.value: 4 must be 0"):
+        KernelsSection(by_chip_class={"hopper": {"expert_tile_rows": {"value": 4, "status": "documented"}}})
+    assert Efficiency(expert_tile_rows=0.0).expert_tile_rows == 0.0

@@ -27,7 +27,7 @@ from simulator.serving.sched.registry import SCHEDULERS
 from simulator.specs.catalog import _catalog_dir, read_catalog_yaml, read_yaml
 from simulator.specs.checks import SpecError, is_number
 from simulator.specs.fields import Param, _check_fields, _did_you_mean, build
-from simulator.specs.hardware import HardwareSpec
+from simulator.specs.hardware import HardwareSpec, check_tile_rows
 
 #: what `status` may start with (free text may follow, e.g. "provisional (analytic fit, ...)")
 STATUSES = ("fitted", "provisional", "to_fit", "inherited", "assumed", "documented")
@@ -365,6 +365,8 @@ def _class_factor(where: str, name: str, v: Any) -> Tunable:
     lo, hi, unit = _FACTOR_RANGES.get(name, (-math.inf, math.inf, ""))
     if not lo <= t.value <= hi:
         raise SpecError(f"{where}.value: {t.value!r} must be in [{lo:g}, {hi:g}] {unit}")
+    if name == "expert_tile_rows":
+        check_tile_rows(f"{where}.value", t.value)
     return t
 
 

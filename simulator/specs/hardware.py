@@ -107,6 +107,7 @@ class Efficiency:
 
     def __post_init__(self) -> None:
         _check_fields(self, "efficiency")
+        check_tile_rows("efficiency.expert_tile_rows", self.expert_tile_rows)
         for name, rng in (("compute_efficiency_by_dtype", _EFF_RANGE), ("gemm_ramp_tokens_by_dtype", _RAMP_RANGE),
                           ("attention_efficiency_by_kv_dtype", _EFF_RANGE),
                           ("kv_dequant_rate_by_kv_dtype", _DEQUANT_RANGE)):
@@ -146,6 +147,13 @@ class Efficiency:
     def ideal(cls) -> Efficiency:
         """Pure roofline: efficiencies 1, overheads 0."""
         return cls()
+
+
+def check_tile_rows(where: str, value: float) -> None:
+    """`expert_tile_rows` caps the ladder 8, 16, 32, 48, 64: 0 (no padding) or at least the
+    smallest tile; a cap in (0, 8) would silently mean no padding."""
+    if 0 < value < 8:
+        raise SpecError(f"{where}: {value:g} must be 0 (no padding) or at least 8 rows (the smallest tile)")
 
 
 #: the efficiency fields whose provenance `HardwareSpec.efficiency_status` reports
