@@ -520,3 +520,24 @@ def test_expert_tile_rows_below_the_smallest_tile_is_refused() -> None:
     with pytest.raises(SpecError, match=r"hopper.expert_tile_rows.value: 4 must be 0"):
         KernelsSection(by_chip_class={"hopper": {"expert_tile_rows": {"value": 4, "status": "documented"}}})
     assert Efficiency(expert_tile_rows=0.0).expert_tile_rows == 0.0
+
+
+def test_expert_tiles_follow_the_local_experts_and_fractional_batches() -> None:
+    """vLLM's tile rule divides by the experts on one rank (w1.shape[0]): at ep = 8 gpt-oss has
+    16 local experts, so T = 64 (mean fill 64 x 4 / 16 = 16 rows) takes b = 32 (16/16 = 1.0 is
+    not below 0.9, 16/32 = 0.5 is), not the b = 8 of 128 experts; each expert's X ~ Bin(64,
+    1/32) rows pad to 32: Tx = 128 x 32 x P(X > 0) / 4 (+ the rare X > 32), P(X > 0) =
+    1 - (31/32)^64 = 0.8693. A fractional T (a pipelined micro-batch) lies on the line between
+    its integer neighbours; T = 0 costs nothing; a 0-d array prices like the float."""
+    g = load_model("gpt-oss-120b")
+    w4 = DTypes("fp4", "bf16", "bf16")
+    ep8 = CostModel(g, ideal_hw(expert_tile_rows=64.0), Parallelism(8, ep=8), w4)
+    assert ep8.expert_tokens(64) == pytest.approx(128 * 32 * (1 - (31 / 32) ** 64) / 4, rel=1e-6)
+    tp1 = CostModel(g, ideal_hw(expert_tile_rows=64.0), dtypes=w4)
+    assert tp1.expert_tokens(0) == 0.0
+    assert tp1.expert_tokens(2.25) == pytest.approx(
+        0.75 * tp1.expert_tokens(2) + 0.25 * tp1.expert_tokens(3), rel=1e-12)
+    assert tp1.step_time(np.float64(922.0), 1.0, 0.0, 922 * 461.0, 922.0) == tp1.step_time(922.0, 1.0, 0.0, 922 * 461.0,
+                                                                                            922.0)
+    assert tp1.step_time(np.array(922.0), 1.0, 0.0, 922 * 461.0, 922.0) == pytest.approx(
+        tp1.step_time(922.0, 1.0, 0.0, 922 * 461.0, 922.0), rel=1e-15)

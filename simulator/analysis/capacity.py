@@ -225,7 +225,7 @@ def analytic_bound(cost: CostModel, cfg: EngineConfig, workload: Workload) -> fl
     at_budget = cost.features(budget, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     x[0] = x[3] = steps  # per-step costs: at least this many steps per request
     x[9] = T * at_budget[9] / budget  # experts touched: concave in a step's tokens, at most this per token
-    x[11] = T * at_budget[11] / budget  # padded expert rows: the fullest tiles are a full step's
+    x[11] = T  # padded expert rows: Tx >= T at every step size, and its ratio is not monotone
     per_request = cost.time_of(x)
     return 1.0 / per_request if per_request > 0 else math.inf
 

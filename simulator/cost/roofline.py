@@ -380,18 +380,21 @@ def _efficient_hardware(hw: HardwareSpec, ideal: Any, efficiency: Any) -> Hardwa
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def padded_expert_tokens(n: int, num_experts: int, k: int, tiles: tuple[int, ...]) -> float:
-    """E b E[ceil(X / b)] / k for X ~ Binomial(n, k / E), b the first of `tiles` whose mean fill
-    n k / (E b) is below MARLIN_MOE_FILL (else the largest): the tokens a step of n tokens costs
-    a kernel that pads each expert's rows to a multiple of b (`CostModel.expert_tokens`). The
-    pmf over mean +- 12 sd by the ratio recurrence pmf(x + 1) / pmf(x) = (n - x) p / ((x + 1) q)
-    from one log-gamma start (a few hundred terms: ~20 us; shared by every cost model)."""
+def padded_expert_tokens(n: int, num_experts: int, k: int, tiles: tuple[int, ...], local_experts: int = 0) -> float:
+    """E b E[ceil(X / b)] / k for X ~ Binomial(n, k / E) (an expert's rows under uniform top-k
+    routing: each token picks a given expert with probability k/E), b the first of `tiles` whose
+    mean fill n k / E_local / b is below MARLIN_MOE_FILL (else the largest; vLLM's loop and
+    operation order, E_local = the experts on one rank, `local_experts`, default E): the tokens
+    a step of n tokens costs a kernel that pads each expert's rows to a multiple of b
+    (`CostModel.expert_tokens`). The pmf over mean +- 12 sd by the ratio recurrence
+    pmf(x + 1) / pmf(x) = (n - x) p / ((x + 1) q) from one log-gamma start (a few hundred
+    terms: ~20 us; shared by every cost model)."""
     E, p = num_experts, k / num_experts
-    mean = n * p
-    b = next((t for t in tiles if mean / t < MARLIN_MOE_FILL), tiles[-1])
+    e_loc = local_experts or num_experts
+    b = next((t for t in tiles if n * k / e_loc / t < MARLIN_MOE_FILL), tiles[-1])
     if p >= 1.0:
         return E * b * math.ceil(n / b) / k
-    q = 1.0 - p
+    mean, q = n * p, 1.0 - p
     sd = math.sqrt(mean * q)
     lo, hi = max(0, int(mean - 12 * sd) - 1), min(n, int(mean + 12 * sd) + b)
     x = np.arange(lo, hi + 1, dtype=float)
@@ -655,8 +658,10 @@ class CostModel:
         return ops
 
     # ------------------------------------------------------------------ evaluation
-    def features(self, T: Any, S: Any, Ad: Any, Ap: Any, R: Any, Aw: Any, Rw: Any, Pc: Any = 0.0) -> np.ndarray:
-        """The feature matrix x (len(FEATURES) x broadcast shape) of batch statistics."""
+    def features(self, T: Any, S: Any, Ad: Any, Ap: Any, R: Any, Aw: Any, Rw: Any, Pc: Any = 0.0,
+                 padded: bool = True) -> np.ndarray:
+        """The feature matrix x (len(FEATURES) x broadcast shape) of batch statistics;
+        `padded` False: Tx = T (the FLOP and byte forms never read Tx)."""
         T = np.asarray(T, dtype=float)
         S = np.asarray(S, dtype=float)
         shape = np.broadcast(T, S, Ad, Ap, R, Aw, Rw, Pc).shape
@@ -672,7 +677,7 @@ class CostModel:
         X[8] = Rw
         X[9] = self._touched(T)
         X[10] = Pc
-        if self._tiles is None:
+        if self._tiles is None or not padded:
             X[11] = T
         elif T.ndim == 0:  # a decode segment prices one batch size: no per-element machinery
             X[11] = self.expert_tokens(float(T))
@@ -684,17 +689,23 @@ class CostModel:
         """Tx: the tokens the routed experts' GEMMs compute in a step of T tokens, padding
         included (T when the kernel does not pad). Each of E experts gets X ~ Binomial(T, k/E)
         rows (uniform routing); the kernel takes the first tile b of its ladder whose mean fill
-        T k / (E b) is below 0.9 (else the largest) and computes b ceil(X / b) rows, so
-        Tx = E b E[ceil(X / b)] / k (in tokens: k rows a token). Exact over X's support
-        (+-12 sd, `padded_expert_tokens`); cached per batch size, so a run computes each T once."""
+        T k / (E_local b) is below 0.9 (else the largest; E_local = E / ep, the experts of one
+        rank) and computes b ceil(X / b) rows, so Tx = E b E[ceil(X / b)] / k (in tokens: k rows
+        a token). Exact over X's support (+-12 sd, `padded_expert_tokens`) at integer T, linear
+        between the neighbouring integers at a fractional T (a pipelined micro-batch's T / M),
+        Tx(0) = 0; cached per batch size, so a run computes each T once."""
+        T = float(T)
         got = self._tiled.get(T)
         if got is not None:
             return got
         moe, tiles = self.model.moe, self._tiles
-        n = int(round(float(T)))
-        if moe is None or tiles is None or n <= 0:
-            return float(T)
-        tx = padded_expert_tokens(n, moe.num_experts, moe.experts_per_token, tiles)
+        if moe is None or tiles is None or T <= 0.0:
+            return T
+        E, k, e_loc = moe.num_experts, moe.experts_per_token, max(1, moe.num_experts // self.par.ep)
+        lo = math.floor(T)
+        tx_hi = padded_expert_tokens(lo + 1, E, k, tiles, e_loc) if T > lo else 0.0
+        tx_lo = padded_expert_tokens(lo, E, k, tiles, e_loc) if lo > 0 else 0.0
+        tx = tx_lo + (T - lo) * (tx_hi - tx_lo) if T > lo else tx_lo
         self._tiled[T] = tx
         return tx
 
@@ -782,7 +793,7 @@ class CostModel:
                                            numpy 189 k/s (5.3x)
 
         numpy loses at this size because a call's fixed overhead (array creation, dispatch)
-        exceeds the 2 x 11 x n_ops multiply-adds; for many steps at once use `step_times`.
+        exceeds the 2 x 12 x n_ops multiply-adds; for many steps at once use `step_times`.
         The three paths agree (the benchmark checks it; tests compare scalar and vectorised).
         """
         names = ["1.0", "T", "S", "h", "Ad", "Ap", "R", "Aw", "Rw", "U", "Pc", "Tx"]
@@ -807,7 +818,7 @@ class CostModel:
         if self._tiles is None:
             lines.append("    Tx = T")
         else:  # one dict lookup a step: the padded expert rows of each batch size, computed once
-            lines.append("    Tx = _tiled_get(T)")
+            lines.append("    Tx = _tiled_get(float(T))")
             lines.append("    if Tx is None: Tx = _expert_tokens(T)")
         lines.append(f"    t = {form(self._P)}")
         for c, mvec in zip(self._C, self._M, strict=True):

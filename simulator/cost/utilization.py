@@ -4,7 +4,7 @@
 Each timeline row (`steplog`) stands for one step or a run of decode steps and carries their
 busy time t, their count n and the sums of their statistics (T, S, Ad, Ap, R, Aw, Rw, Pc). The
 cost model's FLOPs and bytes per GPU are linear forms over the features x = [1, T, S, [S>0], Ad,
-Ap, R, Aw, Rw, U, Pc] (`CostModel.work_forms`), so a row's work is exact from the sums
+Ap, R, Aw, Rw, U, Pc, Tx] (`CostModel.work_forms`; Tx, the experts' padded tokens, prices time only), so a row's work is exact from the sums
 (the constant and [S>0] features count steps: n and n [S>0]; U, nonlinear in T, is taken at
 the row's mean T/n: exact for one step and for decode runs, whose T is constant):
 
@@ -43,13 +43,11 @@ def row_work(cost: Any, timeline: Mapping[str, Any]) -> tuple[np.ndarray, np.nda
     is a DataFrame or a dict of column arrays (`StepLog.timeline_columns`)."""
     n = np.asarray(timeline["steps"], dtype=float)
     T, S, Ad, Ap, R, Aw, Rw, Pc = (np.asarray(timeline[c], dtype=float) for c in STAT_COLUMNS)
-    X = cost.features(T, S, Ad, Ap, R, Aw, Rw, Pc)
+    X = cost.features(T, S, Ad, Ap, R, Aw, Rw, Pc, padded=False)  # work forms never read Tx
     X[0] = n
     X[3] = n * (S > 0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        per_step = np.where(n > 0, T / np.maximum(n, 1), 0.0)
-        X[9] = n * cost._touched(per_step)
-        X[11] = n * cost.features(per_step, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0)[11]  # padded expert rows
+        X[9] = n * cost._touched(np.where(n > 0, T / np.maximum(n, 1), 0.0))
     flops_form, bytes_form = cost.work_forms()
     return flops_form @ X, bytes_form @ X
 

@@ -212,7 +212,7 @@ _FACTOR_RANGES = {"kv_dequant_rate_fp8": (1e6, 1e16, "elements/s"),
                   "dequant_gemm_efficiency": (1e-3, 1.0, "of the chip's GEMM rate"),
                   "dequant_ramp_relative": (1e-3, 1.0, "of the GEMM ramp T0"),
                   "moe_gemm_relative": (1e-3, 1.0, "of the dense GEMM rate"),
-                  "expert_tile_rows": (0.0, 1024.0, "rows (the experts' largest padding tile)")}
+                  "expert_tile_rows": (0.0, 64.0, "rows (the experts' largest padding tile: 0, or 8 to 64)")}
 #: relative factors: an engine may reach more than the chip's reference engines (the chip's
 #: efficiencies were fitted on dev.csv's 2023 static engines); the product stays <= 1
 _RELATIVE_FACTORS = ("compute_relative", "memory_relative", "attention_relative")

@@ -71,7 +71,7 @@ class Efficiency:
     `expert_tile_rows` (rows) is the largest row tile a weight-only MoE kernel pads each expert's
     rows to: vLLM's Marlin MoE takes the first of 8, 16, 32, 48, 64 rows (up to this cap) whose
     mean fill is below 0.9 of a tile and computes every padded row (`roofline.expert_tokens`).
-    0: no padding (the experts compute exactly their rows).
+    0: no padding (the experts compute exactly their rows); else 8 to 64.
 
     Optional per-format values (absent: every format uses the single value above):
     `compute_efficiency_by_dtype` and `gemm_ramp_tokens_by_dtype` map a GEMM's tensor-core format
@@ -98,7 +98,7 @@ class Efficiency:
     moe_layer_overhead_s: float = _nonneg(0.0, max=0.01, unit="s")
     expert_width_ramp: float = _nonneg(0.0, max=1e5)
     moe_gemm_relative: float = _pos(1.0, **_EFF_RANGE)
-    expert_tile_rows: float = _nonneg(0.0, max=1024.0)
+    expert_tile_rows: float = _nonneg(0.0, max=64.0)
     compute_efficiency_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     gemm_ramp_tokens_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     attention_efficiency_by_kv_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
