@@ -509,7 +509,8 @@ def test_padded_expert_tokens_against_the_binomial_sum() -> None:
         p = 4 / 128
         b = next((t for t in MARLIN_MOE_TILES if n * p / t < 0.9), 64)
         ref = sum(math.comb(n, x) * p ** x * (1 - p) ** (n - x) * math.ceil(x / b) for x in range(n + 1))
-        assert padded_expert_tokens(n, 128, 4, MARLIN_MOE_TILES) == pytest.approx(128 * b * ref / 4, rel=1e-12)
+        assert padded_expert_tokens(n, 128, 4, MARLIN_MOE_TILES, 128) == pytest.approx(128 * b * ref / 4,
+                                                                                       rel=1e-12)
 
 
 def test_expert_tile_rows_below_the_smallest_tile_is_refused() -> None:

@@ -222,7 +222,7 @@ def analytic_bound(cost: CostModel, cfg: EngineConfig, workload: Workload) -> fl
     steps = max(S / cfg.max_num_seqs, T / cfg.max_num_batched_tokens)
     x = cost.features(T, S, Ad, Ap, R, Aw, Rw, 0.0)
     budget = float(cfg.max_num_batched_tokens)
-    at_budget = cost.features(budget, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    at_budget = cost.features(budget, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, padded=False)
     x[0] = x[3] = steps  # per-step costs: at least this many steps per request
     x[9] = T * at_budget[9] / budget  # experts touched: concave in a step's tokens, at most this per token
     x[11] = T  # padded expert rows: Tx >= T at every step size, and its ratio is not monotone

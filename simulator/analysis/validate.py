@@ -362,8 +362,8 @@ class Validator:
 def _bench_lengths(row: Mapping[str, Any], n: int, concurrency: int | None) -> Any:
     """The request lengths of a benchmark_serving run whose notes give a random-range ratio r
     and nominal lengths L (InferenceMAX's utils/bench_serving, the 2024 vLLM client: each
-    length uniform on the integers of [int(r L), L], `np.random.randint(int(L r), L + 1)`), all sent at once to `concurrency` closed-loop
-    clients; ignore_eos: every request yields its drawn output length. None when the notes
+    length uniform on the integers of [int(r L), L], `np.random.randint(int(L r), L + 1)`), all
+    sent at once to `concurrency` closed-loop clients; ignore_eos: every request yields its drawn output length. None when the notes
     give no such lengths. Warm-up requests (2 x concurrency) finish before the timed run starts
     from an idle engine, so they are not simulated."""
     from simulator.workloads.workload import Workload

@@ -380,18 +380,17 @@ def _efficient_hardware(hw: HardwareSpec, ideal: Any, efficiency: Any) -> Hardwa
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def padded_expert_tokens(n: int, num_experts: int, k: int, tiles: tuple[int, ...], local_experts: int = 0) -> float:
+def padded_expert_tokens(n: int, num_experts: int, k: int, tiles: tuple[int, ...], local_experts: int) -> float:
     """E b E[ceil(X / b)] / k for X ~ Binomial(n, k / E) (an expert's rows under uniform top-k
     routing: each token picks a given expert with probability k/E), b the first of `tiles` whose
     mean fill n k / E_local / b is below MARLIN_MOE_FILL (else the largest; vLLM's loop and
-    operation order, E_local = the experts on one rank, `local_experts`, default E): the tokens
+    operation order, E_local = the experts on one rank, `local_experts`): the tokens
     a step of n tokens costs a kernel that pads each expert's rows to a multiple of b
     (`CostModel.expert_tokens`). The pmf over mean +- 12 sd by the ratio recurrence
     pmf(x + 1) / pmf(x) = (n - x) p / ((x + 1) q) from one log-gamma start (a few hundred
     terms: ~20 us; shared by every cost model)."""
     E, p = num_experts, k / num_experts
-    e_loc = local_experts or num_experts
-    b = next((t for t in tiles if n * k / e_loc / t < MARLIN_MOE_FILL), tiles[-1])
+    b = next((t for t in tiles if n * k / local_experts / t < MARLIN_MOE_FILL), tiles[-1])
     if p >= 1.0:
         return E * b * math.ceil(n / b) / k
     mean, q = n * p, 1.0 - p
@@ -455,8 +454,8 @@ class CostModel:
         self.notes = self._provenance_notes(hardware, dense, attn)
         # weight-only experts through a kernel that pads each expert's rows to a tile (Tx)
         cap = hw.efficiency.expert_tile_rows
-        self._tiles = (tuple(b for b in MARLIN_MOE_TILES if b <= cap) or None) \
-            if m.moe is not None and cap > 0 and self._weight_only() else None
+        self._tiles = tuple(b for b in MARLIN_MOE_TILES if b <= cap) \
+            if m.moe is not None and cap > 0 and self._weight_only() else None  # cap >= 8: non-empty
         self._tiled: dict[float, float] = {}
         self.ops = self._build_ops(self._rates(hw.efficiency, hw.link_latency_s))
         self._C = np.array([op.compute_s for op in self.ops])
@@ -702,10 +701,12 @@ class CostModel:
         if moe is None or tiles is None or T <= 0.0:
             return T
         E, k, e_loc = moe.num_experts, moe.experts_per_token, max(1, moe.num_experts // self.par.ep)
+
+        def at(n: int) -> float:
+            return padded_expert_tokens(n, E, k, tiles, e_loc) if n > 0 else 0.0
+
         lo = math.floor(T)
-        tx_hi = padded_expert_tokens(lo + 1, E, k, tiles, e_loc) if T > lo else 0.0
-        tx_lo = padded_expert_tokens(lo, E, k, tiles, e_loc) if lo > 0 else 0.0
-        tx = tx_lo + (T - lo) * (tx_hi - tx_lo) if T > lo else tx_lo
+        tx = at(lo) if T == lo else at(lo) + (T - lo) * (at(lo + 1) - at(lo))
         self._tiled[T] = tx
         return tx
 
