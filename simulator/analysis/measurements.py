@@ -230,6 +230,35 @@ def note_facts(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: an MLPerf row's accelerator list, as its notes quote it: "accelerator 'A (x32), B (x16)' x8
+#: per node"; a heterogeneous system names each chip with its count
+_ACCELERATORS = re.compile(r"\baccelerator '([^']+)' x\d+ per node")
+_ACCELERATOR_PART = re.compile(r"^(.+?) \(x(\d+)\)$")
+
+
+def system_parts(row: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """[(accelerator name, count)] of a heterogeneous system whose notes list several chips
+    with their counts ("accelerator 'AMD Instinct MI300X 192GB HBM3 (x32), AMD Instinct MI325X
+    256GB HBM3e (x16)' x8 per node"); [] for one kind of chip or no such list. The counts must
+    add up to the row's num_gpus, else ValueError naming both."""
+    m = _ACCELERATORS.search(str(row.get("notes") or ""))
+    if not m:
+        return []
+    parts = []
+    for piece in m.group(1).split("), "):
+        pm = _ACCELERATOR_PART.match(piece if piece.endswith(")") else piece + ")")
+        if not pm:
+            return []
+        parts.append((pm.group(1).strip(), int(pm.group(2))))
+    if len(parts) < 2:
+        return []
+    total = sum(n for _, n in parts)
+    if total != row.get("num_gpus"):
+        raise ValueError(f"num_gpus: {row.get('num_gpus')} but the notes list {total} accelerators "
+                         f"({', '.join(f'{n} x {name}' for name, n in parts)})")
+    return parts
+
+
 #: engine families for grouping errors (the text before any parenthesis names the engine)
 _FAMILIES = (("tensorrt-llm", "trtllm"), ("trtllm", "trtllm"), ("sglang", "sglang"), ("vllm", "vllm"),
              ("llama.cpp", "llama.cpp"), ("deepspeed", "deepspeed"), ("sambaflow", "sambaflow"),

@@ -51,6 +51,7 @@ from simulator.analysis.measurements import (
     metric_percentile,
     metric_unit,
     note_facts,
+    system_parts,
 )
 from simulator.profiles.apply import (
     assumed_layout,
@@ -175,11 +176,45 @@ class Validator:
         and model columns)."""
         return self.engine or load_engine(engine_for_row(str(row.get("engine") or ""), str(row.get("model") or "")))
 
+    def parts(self, row: Mapping[str, Any]) -> list[tuple[str, int]]:
+        """[(catalog hardware id, GPUs)] of a heterogeneous system (its notes list several
+        chips with counts: `measurements.system_parts`), [] for a row of one chip. A row whose
+        `hardware` is a catalog id is one chip, whatever its notes say. Raises SkipRow when a
+        listed chip is not in the catalog or the counts do not add up."""
+        from simulator.specs.catalog import resolve_hardware_id
+
+        hw = str(row.get("hardware") or "")
+        if hw in self.hardware_specs:
+            return []
+        try:
+            if resolve_hardware_id(hw) is not None:
+                return []
+            listed = system_parts(row)
+        except (SpecError, ValueError) as e:
+            raise SkipRow(str(e)) from None
+        out = []
+        for name, n in listed:
+            try:
+                ref = resolve_hardware_id(name)
+            except SpecError as e:
+                raise SkipRow(str(e)) from None
+            if ref is None:
+                raise SkipRow(f"hardware {show(name)} (part of {hw}) not in the catalog")
+            out.append((self.hardware(ref).id, n))
+        return out
+
+    def hardware_id(self, row: Mapping[str, Any]) -> str:
+        """The catalog id of the row's chip; a heterogeneous system's parts joined by '+' in
+        id order (mi300x+mi325x, whatever order the notes list them in)."""
+        parts = self.parts(row)
+        return "+".join(sorted(hw for hw, _ in parts)) if parts else self.hardware(row["hardware"]).id
+
     def resolve_row(self, row: Mapping[str, Any]) -> Mapping[str, Any]:
         """`row` with its layout: as stated, or (tp and pp both empty in the source) the one
         `profiles.apply.assumed_layout` gives, with `layout_note` saying so. Raises SkipRow when
-        its model or hardware is unknown."""
-        if row.get("layout_stated", True):
+        its model or hardware is unknown. A heterogeneous system (`parts`) has one layout per
+        part and is returned as it is."""
+        if row.get("layout_stated", True) or self.parts(row):
             return row
         from simulator.specs.dtypes import DTypes
 
@@ -228,6 +263,9 @@ class Validator:
 
     def predict_row_detail(self, row: Mapping[str, Any]) -> tuple[float, str]:
         """(predicted value, note on any assumption made)."""
+        parts = self.parts(row)
+        if parts:
+            return self._heterogeneous(row, parts)
         row = self.resolve_row(row)
         pre = row.get("layout_note", "")
         if row["scenario"] == "static_batch":
@@ -237,6 +275,27 @@ class Validator:
         else:
             v, note = self._serving(row)
         return v, "; ".join(n for n in (pre, note) if n)
+
+    def _heterogeneous(self, row: Mapping[str, Any], parts: list[tuple[str, int]]) -> tuple[float, str]:
+        """An MLPerf Offline row of a system built from several chips (MangoBoost's MI300X +
+        MI325X clusters): the sum of its homogeneous parts, each priced as an Offline row of its
+        own (its own layout, engine instances and LoadGen query). Offline throughput adds up
+        when the one query is split in proportion to the parts' rates, so that they finish
+        together (ASSUMED: the submission does not say how its load balancer splits it). Other
+        scenarios do not add up and are skipped."""
+        if not mlperf_rows.is_mlperf_row(row) or row["metric"] not in ("output_tokens_per_s", "request_throughput"):
+            raise SkipRow(f"heterogeneous system {row['hardware']}: only MLPerf Offline throughput rows are priced "
+                          "(the sum of its parts)")
+        total, notes = 0.0, []
+        for hw_id, n in parts:
+            part = {**row, "hardware": hw_id, "num_gpus": n, "tp": None, "pp": None, "replicas": None,
+                    "layout_stated": False}
+            value, note = self.predict_row_detail(part)
+            total += value
+            layout = self.resolve_row(part)
+            notes.append(f"{n} x {hw_id} tp={layout['tp']} pp={layout['pp']}: {value:.6g}")
+        return total, ("heterogeneous system priced as the sum of its parts, the query split by their rates "
+                       f"(ASSUMED): {'; '.join(notes)}")
 
     def static_setting(self, row: Mapping[str, Any]) -> tuple[Any, int, int, int, str]:
         """(cost model, batch, input_len, output_len, note) a static_batch row is priced at."""
@@ -428,7 +487,7 @@ POINT_FIELDS = ("id", "source", "scenario", "engine", "engine_family", "hardware
 def _point(v: Validator, row: Mapping[str, Any], pred: float, note: str) -> dict[str, Any]:
     r = v.resolve_row(row)
     out = {k: r.get(k) for k in POINT_FIELDS}
-    out.update({"hardware": v.hardware(row["hardware"]).id,  # the catalog id (rows may use an alias)
+    out.update({"hardware": v.hardware_id(row),  # the catalog id (rows may use an alias)
                 "engine": v.engine_of(row), "engine_family": engine_family(str(row.get("engine") or "")),
                 "measured": row["value"], "predicted": pred, "error_pct": error_pct(pred, row["value"]),
                 "note": note})
