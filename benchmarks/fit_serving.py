@@ -12,7 +12,8 @@ a structural rule, not fitted). Method: a grid over step_overhead_s x allreduce_
 simulation of every run, as `validate` prices it, per pair) x per_request_s (a shift of the
 simulated times, no re-simulation: in an uncapped open loop the latency delays every engine
 arrival by the same amount, so the engine's schedule is the same one shifted), minimising the median absolute percentage error over the
-issue's target rows (mean/median TTFT, mean TPOT, mean/median E2E). Leave-one-model-out: the
+issue's target rows (mean/median TTFT, mean TPOT, mean/median E2E), each pair at the
+per_request_s its TTFT rows alone pick (`FRONTEND_METRICS`). Leave-one-model-out: the
 same grid fitted on the other three models, error on the held-out one.
 """
 
@@ -54,6 +55,11 @@ TARGET = ("mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "med
 STEP_GRID_S = [0.0, 5e-4]
 ALLREDUCE_GRID_S = [0.0, 2e-6, 4e-6, 8e-6]
 FRONTEND_GRID_S = [x * 1e-3 for x in range(0, 31)]
+#: the rows that fit the front-end latency: it shifts TTFT and E2E by the same milliseconds,
+#: which only TTFT (tens of ms, not seconds) resolves. Chosen over all five target metrics it
+#: traded TTFT against the +5 % TPOT/E2E bias of the step (2026-12-05: 3 ms, mean TTFT 8.8 %
+#: against 7.1 % at 6 ms) and was flat within 0.1 point from 3 to 6 ms.
+FRONTEND_METRICS = ("mean_ttft_ms", "median_ttft_ms")
 
 
 def runs(path: Path) -> dict[tuple, list[dict]]:
@@ -106,12 +112,15 @@ def errors(groups: dict, sims: dict, frontend_s: float, metrics: tuple = TARGET)
 
 
 def best(groups: dict, table: dict, keys: set) -> tuple[float, tuple, float]:
+    """(median APE of the target metrics, (step, allreduce), per_request_s) of the best pair,
+    each pair at the front-end latency its TTFT rows pick (FRONTEND_METRICS)."""
     sub = {k: v for k, v in groups.items() if k in keys}
     scored = []
     for params, sims in table.items():
-        for d in FRONTEND_GRID_S:
-            e = errors(sub, sims, d)
-            scored.append((statistics.median(abs(x) for _, x in e), params, d))
+        d = min(FRONTEND_GRID_S, key=lambda d, sims=sims: (
+            statistics.median(abs(x) for _, x in errors(sub, sims, d, FRONTEND_METRICS)), d))
+        e = errors(sub, sims, d)
+        scored.append((statistics.median(abs(x) for _, x in e), params, d))
     return min(scored)
 
 
@@ -212,6 +221,9 @@ def main() -> None:
     groups = runs(DATA)
     table = {(s, a): simulate_all(groups, s, a, 1500 if args.quick else None)
              for s in STEP_GRID_S for a in ALLREDUCE_GRID_S}
+    for params_i in table:  # how flat the grid is: the best front-end latency at each pair
+        m_i, _, d_i = best(groups, {params_i: table[params_i]}, set(groups))
+        print(f"  (step_overhead_s, allreduce_latency_s)={params_i}: per_request_s={d_i:.4g} median APE={m_i:.2f} %")
     mape, params, d = best(groups, table, set(groups))
     print(f"all runs: (step_overhead_s, allreduce_latency_s)={params} per_request_s={d:.4g} "
           f"median APE={mape:.1f} %")

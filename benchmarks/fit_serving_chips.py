@@ -43,19 +43,26 @@ from simulator.specs.catalog import read_yaml  # noqa: E402
 DATA = Path("/work/shared/reference/measurements")
 START = {"memory_relative": 1.0, "compute_relative": 1.0, "attention_relative": 1.0,
          "dequant_gemm_efficiency": 0.7, "dequant_ramp_relative": 0.25, "allreduce_latency_s": 1e-5, "kernel_overhead_s": 5e-6,
-         "step_overhead_s": 5e-4, "moe_layer_overhead_s": 2e-5, "expert_width_ramp": 500.0}
+         "step_overhead_s": 5e-4, "moe_layer_overhead_s": 2e-5, "expert_width_ramp": 500.0,
+         "overheads.per_prompt_token_s": 3.5e-6, "overheads.per_request_s": 0.006}
 BOUNDS = {"memory_relative": (0.2, 2.0), "compute_relative": (0.1, 2.0), "attention_relative": (0.1, 2.0),
           "dequant_gemm_efficiency": (0.05, 1.0), "dequant_ramp_relative": (0.05, 1.0),
           "allreduce_latency_s": (0.0, 2e-4),
           "kernel_overhead_s": (0.0, 1e-4), "step_overhead_s": (0.0, 0.02), "moe_layer_overhead_s": (0.0, 5e-4),
-          "expert_width_ramp": (0.0, 1e4)}
+          "expert_width_ramp": (0.0, 1e4),
+          "overheads.per_prompt_token_s": (0.0, 5e-5), "overheads.per_request_s": (0.0, 0.05)}
 
 
 def profile_with(engine: str, family: str, values: Mapping[str, float]) -> Any:
-    """The built-in profile `engine` with `kernels.by_chip_class.<family>` set to `values`."""
+    """The built-in profile `engine` with `kernels.by_chip_class.<family>` set to `values`
+    (a name `overheads.X` sets the profile's overhead X instead: every chip's)."""
     data = copy.deepcopy(read_yaml(ROOT / "engine_specs" / f"{engine}.yaml"))
     fam = data.setdefault("kernels", {}).setdefault("by_chip_class", {}).setdefault(family, {})
     for k, v in values.items():
+        if k.startswith("overheads."):
+            data.setdefault("overheads", {})[k.split(".", 1)[1]] = {"value": float(v), "status": "provisional"}
+            data["sources"][k] = "benchmarks/fit_serving_chips.py (trial value)"
+            continue
         fam[k] = {"value": float(v), "status": "provisional (fit in progress)"}
     data["sources"]["kernels.by_chip_class"] = "benchmarks/fit_serving_chips.py (trial values)"
     return engine_from_dict(data, f"{engine} (trial)")
@@ -116,10 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--file", required=True)
     ap.add_argument("--engine", default="vllm")
     ap.add_argument("--family", default="hopper")
-    ap.add_argument("--params", required=True, help="comma-separated CLASS_FACTORS names")
+    ap.add_argument("--params", required=True,
+                    help="comma-separated CLASS_FACTORS names, or overheads.per_prompt_token_s / overheads.per_request_s")
     ap.add_argument("--start", default="", help="NAME=VALUE,... start values")
     ap.add_argument("--check", action="append", default=[], help="another file the profile prices")
     ap.add_argument("--max-evals", type=int, default=40)
+    ap.add_argument("--step", type=float, default=0.4, help="first pattern-search step (log space)")
     ap.add_argument("--loo", action="store_true")
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--json", type=Path)
@@ -134,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     def f_of(rs: Sequence[Mapping[str, Any]]) -> Callable[[dict[str, float]], float]:
         return lambda p: objective(errors(rs, profile_with(args.engine, args.family, p)))
 
-    best, fb = pattern_search(f_of(rows), start, names, max_evals=args.max_evals)
+    best, fb = pattern_search(f_of(rows), start, names, step=args.step, max_evals=args.max_evals)
     pts = errors(rows, profile_with(args.engine, args.family, best))
     out: dict[str, Any] = {"file": args.file, "engine": args.engine, "family": args.family, "values": best,
                            "objective": fb, "fit": summary(pts)}

@@ -25,7 +25,7 @@ from simulator.analysis.measurements import read_measurements  # noqa: E402
 from simulator.profiles.profile import load_engine  # noqa: E402
 
 FILE = "dev_inferencemax_gptoss.csv"
-PARAMS = ("expert_width_ramp", "dequant_gemm_efficiency", "moe_layer_overhead_s")
+PARAMS = ("expert_width_ramp", "dequant_gemm_efficiency", "moe_layer_overhead_s", "overheads.per_prompt_token_s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,8 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     rows, _ = read_measurements(DATA / FILE, skip_bad_rows=True)
-    shipped = load_engine("vllm").kernels.by_chip_class["hopper"]
-    start = {n: float(shipped[n].value) for n in PARAMS}
+    profile = load_engine("vllm")
+    shipped = profile.kernels.by_chip_class["hopper"]
+    start = {n: float(getattr(profile.overheads, n.split(".", 1)[1]).value if n.startswith("overheads.")
+                      else shipped[n].value) for n in PARAMS}
     out: dict = {"file": FILE, "shipped": start, "fit": summary(errors(rows, profile_with("vllm", "hopper", start))),
                  "leave_one_hardware_out": {}}
     for hw in sorted({r["hardware"] for r in rows}):

@@ -277,3 +277,73 @@ def test_cli_flags_reach_the_scenario():
                        (["--request-timeout", "0"], "request_timeout_s")):
         r = CliRunner().invoke(main, [*base, *extra])
         assert r.exit_code != 0 and msg in r.output, r.output
+
+
+# --------------------------------------------------------------------------- the tokenizer
+
+
+def test_tokenizer_is_a_fifo_server_after_the_frontend():
+    """F = 0.5 s, b = 1 ms per prompt token. A (100 prompt, 2 out) sent at 0, B (10, 1) at 0.05.
+    A reaches the tokenizer at 0.5 and the engine at 0.6; B reaches the tokenizer at 0.55,
+    waits for A until 0.6 and reaches the engine at 0.61. A's prefill [0.6, 0.6 + d(100)];
+    B joins the next step with A's decode: d(11) more. TTFT(A) = 0.6 + d(100), TTFT(B) =
+    0.6 + d(100) + d(11) - 0.05; the ITLs are the steps' as without a tokenizer."""
+    view = ClientView(0.5, prompt_token_s=1e-3)
+    res = simulate(COST, wl([0, 0.05], [100, 10], [2, 1]), cfg(), client=view)
+    a_first = 0.6 + d(100)
+    np.testing.assert_allclose(res.arrival_s, [0.0, 0.05], rtol=1e-12)
+    np.testing.assert_allclose(res.first_token_s, [a_first, a_first + d(11)], rtol=1e-12)
+    np.testing.assert_allclose(res.finish_s, [a_first + d(11), a_first + d(11)], rtol=1e-12)
+    # b = 0 is the run without a tokenizer, bit for bit
+    plain = simulate(COST, wl([0, 0.05], [100, 10], [2, 1]), cfg(), client=ClientView(0.5))
+    zero = simulate(COST, wl([0, 0.05], [100, 10], [2, 1]), cfg(), client=ClientView(0.5, prompt_token_s=0.0))
+    assert np.array_equal(plain.first_token_s, zero.first_token_s)
+    assert np.array_equal(plain.finish_s, zero.finish_s)
+
+
+def test_tokenizer_in_closed_loops_caps_and_later_turns():
+    """b = 1 ms per token, F = 0.5, 10-token prompts: every request reaches the engine
+    0.5 + 0.01 after its send. Closed loop of one client: A sent 0, first token 0.51 + d(10),
+    ends 0.51 + d(10) + d(1); B is sent then and takes the same path."""
+    view = ClientView(0.5, prompt_token_s=1e-3)
+    one = 0.51 + d(10) + d(1)
+    res = simulate(COST, wl([0, 0], [10, 10], [2, 2], concurrency=1), cfg(), client=view)
+    np.testing.assert_allclose(res.arrival_s, [0.0, one], rtol=1e-12)
+    np.testing.assert_allclose(res.first_token_s, [0.51 + d(10), one + 0.51 + d(10)], rtol=1e-12)
+    np.testing.assert_allclose(res.finish_s, [one, 2 * one], rtol=1e-12)
+    capped = simulate(COST, wl([0, 0.1], [10, 10], [2, 2], max_concurrency=1), cfg(), client=view)
+    np.testing.assert_allclose(capped.finish_s, res.finish_s, rtol=1e-12)
+    # a later turn, sent a think time of 2 s after the client sees turn 1 end
+    w = wl([0, 0], [10, 10], [2, 1], extra={"parent": np.array([-1, 0]), "think_time_s": np.array([0.0, 2.0])})
+    turns = simulate(COST, w, cfg(), client=view)
+    np.testing.assert_allclose(turns.first_token_s[1], one + 2.0 + 0.51 + d(10), rtol=1e-12)
+
+
+def test_timeout_counts_from_the_send_through_the_tokenizer():
+    """b = 1 ms per token, a 1,000-token prompt: it reaches the engine at 1.0 and its prefill
+    ends at 1.0 + d(1000) = 3.0, past the deadline send + 1.5: failed at 1.5 (not at 2.5, the
+    deadline counted from its arrival at the engine)."""
+    res = simulate(COST, wl([0], [1000], [2]), cfg(), client=ClientView(timeout_s=1.5, prompt_token_s=1e-3))
+    assert res.status[0] != COMPLETED
+    assert res.failed_s[0] == pytest.approx(1.5, rel=1e-12)
+
+
+@pytest.mark.parametrize("bad", [-1e-6, math.inf, 0.01, True, "1e-6"])
+def test_tokenizer_time_is_checked(bad):
+    with pytest.raises(SpecError, match="prompt_token_s"):
+        ClientView(prompt_token_s=bad)
+
+
+def test_one_tokenizer_per_replica_in_send_order():
+    """b = 1 ms per token, two replicas (two API servers). A and B, 100 prompt tokens each,
+    both sent at 0: tokenised side by side, both reach the engine at 0.1 and prefill at once,
+    first tokens at 0.1 + d(100); one replica (one tokenizer) takes B second, at 0.2. A long
+    prompt first (1,000 tokens, 1 s) and a short one (10 tokens) on two tokenizers: the short
+    one is done at 0.01 but reaches the engine in send order, at 1.0, with A."""
+    view = ClientView(prompt_token_s=1e-3)
+    two = simulate(COST, wl([0, 0], [100, 100], [1, 1]), cfg(), replicas=2, client=view)
+    np.testing.assert_allclose(two.first_token_s, [0.1 + d(100)] * 2, rtol=1e-12)
+    one = simulate(COST, wl([0, 0], [100, 100], [1, 1]), cfg(), replicas=1, client=view)
+    np.testing.assert_allclose(one.first_token_s, [0.1 + d(100), 0.1 + d(100) + d(100)], rtol=1e-12)
+    order = simulate(COST, wl([0, 0], [1000, 10], [1, 1]), cfg(), replicas=2, client=view)
+    np.testing.assert_allclose(order.first_token_s, [1.0 + d(1000), 1.0 + d(10)], rtol=1e-12)

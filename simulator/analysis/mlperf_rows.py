@@ -40,6 +40,7 @@ a different and drain-dominated quantity).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -127,8 +128,6 @@ def _dp_cost(cost: Any, ranks: int) -> Any:
     """`cost` with its tp GPUs as `ranks` data-parallel attention groups and the experts over
     all of them (wide EP), as NVIDIA's DeepSeek-R1 harness runs it (enable_attention_dp, WIDEEP).
     (A small touch of the chips branch: the cost side of the attention-DP ranks.)"""
-    import dataclasses
-
     from simulator.cost.roofline import CostModel
 
     par = cost.par
@@ -156,7 +155,10 @@ def _run(cost: Any, profile: EngineProfile, row: Mapping[str, Any], ds: MlperfDa
     # rank's attention on its own sequences, MoE over all ranks: Parallelism.dp_attention), fed
     # the instance's statistics (ranks x the rank's); the KV capacity stays the rank's own
     step_cost: Any = LockstepRanks(_dp_cost(cost, ranks), ranks) if ranks > 1 else cost
-    res = simulate(step_cost, w, sc.engine_config(cost), 1, sc.router, client=client_view_for(profile))
+    # LoadGen hands the SUT token ids (MLPerf's datasets are tokenised), so no API server
+    # tokenizer stands in front of the engine: the profile's tokenizer time is dropped
+    view = dataclasses.replace(client_view_for(profile), prompt_token_s=0.0)
+    res = simulate(step_cost, w, sc.engine_config(cost), 1, sc.router, client=view)
     done = res.status == 1
     if not done.all():
         reason = next(iter(res.reasons.values()), "not completed")

@@ -333,8 +333,10 @@ __all__ = ["BENCH_WAVES", "LAYOUT_WEIGHT_SHARE", "MLPERF_ATTENTION_DP", "MLPERF_
 
 def client_view_for(profile: Any) -> ClientView:
     """What the profile's client sees beyond the engine core (`serving.client_view`): its
-    API-server latency and, under async scheduling, one step of admission lag."""
-    return ClientView(frontend_s_for(profile), lag_steps_for(profile))
+    API-server latency, its tokenizer's time per prompt token and, under async scheduling, one
+    step of admission lag."""
+    return ClientView(frontend_s_for(profile), lag_steps_for(profile),
+                      prompt_token_s=float(profile.overheads.per_prompt_token_s.value or 0.0))
 
 
 def lag_steps_for(profile: Any) -> int:

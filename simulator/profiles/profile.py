@@ -183,6 +183,7 @@ CHIP_CLASSES: dict[str, tuple[str, ...]] = {
     "cdna4": ("mi355x",),
     "gaudi": ("gaudi2", "gaudi3"),
     "xe-hpc": ("max1550",),
+    "xe2": ("arc-pro-b60", "arc-pro-b60-dual"),
 }
 
 #: the per-family kernel numbers a profile may give (`kernels.by_chip_class.<family>.<name>`)
@@ -343,6 +344,8 @@ class OverheadsSection:
     step_overhead_s: Tunable = field(default_factory=Tunable)
     sequence_overhead_s: Tunable = field(default_factory=Tunable)
     per_request_s: Tunable = field(default_factory=Tunable)
+    # the API server's tokenizer, seconds per prompt token (serving/client_view.py)
+    per_prompt_token_s: Tunable = field(default_factory=Tunable)
     runtime_reserve_bytes: Tunable = field(default_factory=Tunable)
     cpu_overlap_fraction: Tunable = field(default_factory=Tunable)
 

@@ -38,6 +38,7 @@ from simulator.serving.events import ARRIVAL, RELEASE, EventQueue, engine_time
 from simulator.serving.records import REJECTED, Records, cut_reason
 
 if TYPE_CHECKING:
+    from simulator.serving.client_view import TokenizerQueue
     from simulator.serving.events import EventQueue
     from simulator.serving.pool import Pool
     from simulator.serving.sched.registry import EngineConfig
@@ -45,12 +46,14 @@ if TYPE_CHECKING:
 
 def run_capped(pool: Pool, events: EventQueue, scheduled_s: np.ndarray, slots: int, send_s: np.ndarray,
                client_queue_s: np.ndarray, cfg: EngineConfig, out: Records,
-               progress: Callable[[int, int], None] | None, front: float = 0.0) -> None:
+               progress: Callable[[int, int], None] | None, front: float = 0.0,
+               tok: TokenizerQueue | None = None) -> None:
     """Send requests 0..n-1 (scheduled at `scheduled_s`, sorted) with at most `slots` in flight;
     writes each send time into `send_s` and its wait into `client_queue_s` (see the module
     docstring). Unsent requests past the time cap are rejected with a reason; theirs stay NaN.
     `events` carry engine times: a send at s reaches the engine at s + `front` (the API-server
-    latency), and a slot is free again when the client sees its request end."""
+    latency), then the tokenizer `tok` (None: none), and a slot is free again when the client
+    sees its request end."""
     n = len(scheduled_s)
     cap = cfg.max_duration_s
     report_every = max(1, n // 100)
@@ -85,10 +88,14 @@ def run_capped(pool: Pool, events: EventQueue, scheduled_s: np.ndarray, slots: i
             send = max(t - front, sched)  # (a + F) - F may round below a
             send_s[sent] = send
             client_queue_s[sent] = send - sched
-            pool.route(sent, t)
+            e = t
+            if tok is not None:
+                e = tok.admit(sent, t)  # it reaches the engine after tokenisation
+                pool.advance_until(e)
+            pool.route(sent, e)
             if out.status[sent] == REJECTED:
-                # refused at once (e.g. too long): the client sees it at t and its slot is free
-                events.push(engine_time(t, front), RELEASE)
+                # refused at once (e.g. too long): the client sees it at e and its slot is free
+                events.push(engine_time(e, front), RELEASE)
             sent += 1
             if progress is not None and (sent % report_every == 0 or sent == n):
                 progress(sent, n)

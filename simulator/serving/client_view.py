@@ -16,6 +16,17 @@ slot, a closed-loop client, the next turn of a session) sees the times the clien
   that arrives while a step is in flight is first scheduled into the step after the next
   one. The replica holds such a request out of one scheduling decision (`Replica.held`); a
   request that finds the engine idle is scheduled at once.
+* `prompt_token_s` (b): the API server's tokenizer time per prompt token (the engine
+  profile's `overheads.per_prompt_token_s`). vLLM's API server tokenises a request's text
+  before it hands the token ids to the engine core, one request at a time in arrival order
+  (one process, one event loop). So the tokenizer is a FIFO single server after F: request r,
+  sent at s_r, reaches the engine at e_r = max(s_r + F, e_(r-1)) + b L_r, with L_r its prompt
+  tokens (`TokenizerQueue`). R replicas are R API servers: R tokenizers, each request taken by
+  the first free one, and handed to the engine in the order it was sent (e_r >= e_(r-1)), which
+  is the single server above at R = 1. Its TTFT and E2E grow by e_r - s_r - F as well, its TPOT and ITL do
+  not, and it does not hold up the engine's steps (what a 7,372-token prompt's TTFT shows at
+  every TP while the step that prefills it, read off the p99 ITL of the same runs, does not:
+  docs/serving_model.md). Requests reach the engine in the order they were sent, as before.
 * `timeout_s`: the client gives up on a request that has not finished `timeout_s` after it was
   sent; the server aborts it (vLLM frees its KV when the client disconnects) and it counts as
   failed, with the time it failed (`Records.failed_s`), out of every latency statistic, as the
@@ -25,8 +36,11 @@ slot, a closed-loop client, the next turn of a session) sees the times the clien
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from simulator.specs.checks import SpecError
 
@@ -39,6 +53,7 @@ class ClientView:
     frontend_s: float = 0.0
     lag_steps: int = 0
     timeout_s: float | None = None
+    prompt_token_s: float = 0.0
 
     def __post_init__(self) -> None:
         f = self.frontend_s
@@ -46,7 +61,50 @@ class ClientView:
             raise SpecError(f"frontend_s: {f!r} must be a finite number of seconds >= 0")
         if self.lag_steps not in (0, 1):
             raise SpecError(f"lag_steps: {self.lag_steps!r} must be 0 or 1 (steps of async-scheduling lag)")
+        b = self.prompt_token_s
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not (math.isfinite(b) and 0 <= b <= 1e-3):
+            raise SpecError(f"prompt_token_s: {b!r} must be a number of seconds per prompt token in [0, 0.001]")
         t = self.timeout_s
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
                               or not (math.isfinite(t) and t > f)):
             raise SpecError(f"timeout_s: {t!r} must be a number of seconds > the API-server latency {f} (or none)")
+
+
+class TokenizerQueue:
+    """The API servers' tokenizers as a FIFO queue of `servers` (one per replica; module
+    docstring, `prompt_token_s`): `admit(r, t)` takes request r as it reaches them at engine
+    time t (send + F), starts it on the first free one and returns when it reaches the engine
+    core: e = max(its end there, the previous request's e), so requests reach the engine in
+    the order they were sent; one server gives e = max(t, the previous e) + b L_r. `wait_s[r]`
+    keeps e - t (a client deadline counts from the send, `Replica.enqueue`). Times handed to
+    `admit` must not decrease (the event loops pop them in time order)."""
+
+    __slots__ = ("free", "last", "service", "wait_s")
+
+    def __init__(self, prompt_token_s: float, input_len: np.ndarray, servers: int = 1) -> None:
+        self.service: list[float] = (prompt_token_s * np.asarray(input_len, dtype=float)).tolist()
+        self.free = [-math.inf] * max(1, int(servers))  # a heap of the servers' free times
+        self.last = -math.inf
+        self.wait_s = np.zeros(len(self.service))
+
+    def admit(self, r: int, t: float) -> float:
+        free = self.free
+        done = max(t, free[0]) + self.service[r]
+        heapq.heapreplace(free, done)
+        e = self.last = max(done, self.last)
+        self.wait_s[r] = e - t
+        return e
+
+    def stream(self, times: np.ndarray) -> np.ndarray:
+        """`admit` over requests 0..n-1 reaching the tokenizer at `times` (sorted): the
+        engine arrival of each."""
+        out = np.empty(len(times))
+        for r, t in enumerate(times.tolist()):
+            out[r] = self.admit(r, t)
+        return out
+
+
+def tokenizer_for(view: ClientView, input_len: np.ndarray, servers: int = 1) -> TokenizerQueue | None:
+    """The run's tokenizer queue (`servers`: one per replica), None when the view prices no
+    tokenisation (b = 0: every time is then what it was without the queue, bit for bit)."""
+    return TokenizerQueue(view.prompt_token_s, input_len, servers) if view.prompt_token_s > 0 else None

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from simulator.cost.roofline import CostModel
-from simulator.serving.client_view import ClientView
+from simulator.serving.client_view import ClientView, tokenizer_for
 from simulator.serving.events import HANDOFF, PREFILL_DONE, EventQueue
 from simulator.serving.pool import ROUTERS, Pool, kv_blocks
 from simulator.serving.records import (
@@ -210,7 +210,10 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
     plog, dlog = StepLog(), (TimedStepLog() if itl_times else StepLog())
     # engine times: a request reaches the prefill pool F after its send (the records keep sends)
     front = float(view.frontend_s)
-    events = EventQueue(np.array(workload.arrival_s, dtype=float) + front)
+    arrivals = np.array(workload.arrival_s, dtype=float) + front
+    # the API servers' tokenizers (one per prefill replica), then the prefill pool
+    tok = tokenizer_for(view, workload.input_len, min(prefill_replicas, n))
+    events = EventQueue(arrivals if tok is None else tok.stream(arrivals))
     # the prefill pool emits one token per request: its copy of the workload has outputs of 1
     wl_p = replace(workload, output_len=np.ones(n, dtype=workload.output_len.dtype))
     prefill = Pool([Replica(i, prefill_cost, pcfg, p_blocks, p_mml, wl_p, out_p, plog,

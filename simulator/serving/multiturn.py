@@ -25,6 +25,7 @@ from simulator.serving.records import PENDING, REJECTED, Records, cut_reason
 from simulator.workloads.sessions import Deps
 
 if TYPE_CHECKING:
+    from simulator.serving.client_view import TokenizerQueue
     from simulator.serving.events import EventQueue
     from simulator.serving.pool import Pool
     from simulator.serving.sched.registry import EngineConfig
@@ -42,12 +43,14 @@ def release_children(deps: Deps, r: int, t: float, arrivals: np.ndarray, events:
 
 def run_dependent(pool: Pool, events: EventQueue, roots: np.ndarray, deps: Deps, arrivals: np.ndarray,
                   cfg: EngineConfig, out: Records,
-                  progress: Callable[[int, int], None] | None, front: float = 0.0) -> None:
+                  progress: Callable[[int, int], None] | None, front: float = 0.0,
+                  tok: TokenizerQueue | None = None) -> None:
     """Hand every request to the pool at its release time (roots from the stream, children
     from the heap), advancing the pool to each event; see the module docstring. No step starts
     at or after the time cap: a first turn scheduled after it is cut off (the engine's
     reason), a later turn due after it, or whose earlier turn was cut off, is `never sent`
-    (no arrival time). Events carry engine times (send + `front`)."""
+    (no arrival time). Events carry engine times (send + `front`); a request then waits for the
+    tokenizer `tok` (None: none)."""
     n = len(deps[0])
     cap = cfg.max_duration_s
     handled = 0
@@ -79,6 +82,9 @@ def run_dependent(pool: Pool, events: EventQueue, roots: np.ndarray, deps: Deps,
             else:  # a scheduled first turn: cut off, as in the open loop
                 out.reject(r, cut_reason(cap))
         else:
+            if tok is not None:
+                t = tok.admit(r, t)  # it reaches the engine after tokenisation
+                pool.advance_until(t)
             pool.route(r, t)
         if out.status[r] == REJECTED:
             release_children(deps, r, t, arrivals, events, front)

@@ -55,7 +55,7 @@ from simulator.cost.memory import kv_bytes_per_gpu_token
 from simulator.cost.roofline import CostModel
 from simulator.cost.speculative import SpeculativeDecoding
 from simulator.serving.client_cap import run_capped
-from simulator.serving.client_view import ClientView
+from simulator.serving.client_view import ClientView, TokenizerQueue, tokenizer_for
 from simulator.serving.events import RELEASE, EventQueue, engine_time
 from simulator.serving.multiturn import release_children, run_dependent
 from simulator.serving.pool import ROUTERS, Pool, kv_blocks
@@ -143,6 +143,8 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     view = client or ClientView()
     check_arrivals_in_clock(workload)
     front = float(view.frontend_s)  # F: send -> engine arrival (module docstring)
+    # the API servers' tokenizers after F, one per replica (client_view.TokenizerQueue); None: none
+    tok = tokenizer_for(view, workload.input_len, min(replicas, workload.num_requests))
     if speculative is not None:
         cfg = _speculative_config(cfg, speculative, cost)
     n = workload.num_requests
@@ -158,7 +160,8 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         roots = np.flatnonzero(deps[0] < 0)
         events = EventQueue(arrivals[roots] + front)
     else:
-        events = EventQueue((arrivals + front if front else arrivals) if closed is None else None)
+        stream = _stream(arrivals, front, tok, closed, capped)
+        events = EventQueue(stream)
 
     def on_finish(r: int, t: float) -> None:
         """Request r ended (completed, or failed) where its client saw it at t."""
@@ -179,17 +182,17 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     pool = Pool(reps_, ROUTERS[router](cfg), cfg.max_duration_s)
     reps = pool.replicas
     _attach_prefix_caches(reps, workload, cfg)
-    _attach_client(reps, view, n)
+    _attach_client(reps, view, n, tok)
     if closed is not None:
         for _ in range(min(closed, n)):
             events.push(front, RELEASE)  # every client sends at 0
     if deps is not None:
-        run_dependent(pool, events, roots, deps, arrivals, cfg, out, progress, front)
+        run_dependent(pool, events, roots, deps, arrivals, cfg, out, progress, front, tok)
         client_queue_s = None
         stopped = None
     else:
         arrivals, client_queue_s, stopped = _run_stream(pool, events, workload, arrivals, cfg, out, progress,
-                                                        watch, front)
+                                                        watch, front, tok, stream)
     _end(pool, cfg, stopped)
     done = out.completed()
     if not all(math.isfinite(p.clock) for p in reps) or not (
@@ -289,11 +292,13 @@ def _end(pool: Pool, cfg: EngineConfig, stopped: dict | None) -> None:
         p.cut_off(f"not simulated: stopped early: {stopped['reason']}")
 
 
-def _attach_client(reps: list[Replica], view: ClientView, n: int) -> None:
-    """The client view's parts that act inside the replicas: the async lag, the timeout."""
+def _attach_client(reps: list[Replica], view: ClientView, n: int, tok: TokenizerQueue | None = None) -> None:
+    """The client view's parts that act inside the replicas: the async lag, the timeout (a
+    deadline counts from the send: F and the tokenizer's wait lie before the engine)."""
     deadline = np.full(n, np.inf) if view.timeout_s is not None else None
     for p in reps:
-        p.set_client(view.lag_steps > 0, view.timeout_s, float(view.frontend_s), deadline)
+        p.set_client(view.lag_steps > 0, view.timeout_s, float(view.frontend_s), deadline,
+                     None if tok is None else tok.wait_s)
 
 
 def _attach_prefix_caches(reps: list[Replica], workload: Workload, cfg: EngineConfig) -> None:
@@ -331,20 +336,33 @@ def _check_run(reps: list[Replica], out: Records, log: StepLog, arrivals: np.nda
                              "requests cut off)")
 
 
+def _stream(arrivals: np.ndarray, front: float, tok: TokenizerQueue | None, closed: int | None,
+            capped: int | None) -> np.ndarray | None:
+    """The stream of arrival events in engine times: an open loop's (send + F, then the
+    tokenizer: all known up front), a capped client's scheduled times + F (the tokenizer acts
+    when a slot sends the request), none for a closed loop."""
+    if closed is not None:
+        return None
+    s = arrivals + front if front else arrivals
+    return tok.stream(s) if tok is not None and capped is None else s
+
+
 def _run_stream(pool: Pool, events: EventQueue, workload: Workload, arrivals: np.ndarray, cfg: EngineConfig,
                 out: Records, progress: Callable[[int, int], None] | None, watch: Watch | None = None,
-                front: float = 0.0) -> tuple[np.ndarray, np.ndarray | None, dict | None]:
-    """Serve a stream without dependencies: open loop, closed loop, or open loop under a cap.
+                front: float = 0.0, tok: TokenizerQueue | None = None,
+                stream: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None, dict | None]:
+    """Serve a stream without dependencies: open loop, closed loop, or open loop under a cap
+    (`stream`: an open loop's engine arrivals; `tok`: the tokenizer queue, None for none).
     Returns (arrival = send time per request, client-side wait per request or None, where a
     watch stopped the run or None)."""
     closed, capped = workload.concurrency, workload.max_concurrency
     if capped is not None:
         send_s = np.full(len(arrivals), np.nan)  # the scheduled times stay in the workload
         queue_s = np.full(len(arrivals), np.nan)
-        run_capped(pool, events, workload.arrival_s, capped, send_s, queue_s, cfg, out, progress, front)
+        run_capped(pool, events, workload.arrival_s, capped, send_s, queue_s, cfg, out, progress, front, tok)
         return send_s, queue_s, None
     stopped = _run_events(pool, events, arrivals, closed, cfg, out, progress,
-                          watch if closed is None else None, front)
+                          watch if closed is None else None, front, tok, stream)
     # a closed-loop client's requests are all scheduled at t = 0: each waited until sent
     return arrivals, (None if closed is None else arrivals.copy()), stopped
 
@@ -352,18 +370,19 @@ def _run_stream(pool: Pool, events: EventQueue, workload: Workload, arrivals: np
 def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: int | None,
                 cfg: EngineConfig, out: Records,
                 progress: Callable[[int, int], None] | None, watch: Watch | None = None,
-                front: float = 0.0) -> dict | None:
+                front: float = 0.0, tok: TokenizerQueue | None = None,
+                stream: np.ndarray | None = None) -> dict | None:
     """Hand requests 0..n-1 to the pool in arrival order, advancing it to each event (engine
-    times: send + `front`; a closed loop's send times are written into `arrivals`); with a
-    `watch` (open loop), stop where it gives a reason: returns {"at_request", "time_s",
-    "reason"} then, else None."""
+    times: send + `front`, then the tokenizer `tok`; an open loop's are `stream`, a closed
+    loop's send times are written into `arrivals`); with a `watch` (open loop), stop where it
+    gives a reason: returns {"at_request", "time_s", "reason"} then, else None."""
     n = len(arrivals)
     cap = cfg.max_duration_s
     report_every = max(1, n // 100)
     watch_every = max(1, n // WATCH_CHECKS)
     # open loop: the events are the sorted arrivals alone (nothing pushes to the heap), so
     # read them as Python floats in order; one replica: every router picks it
-    times = (arrivals + front if front else arrivals).tolist() if closed is None else None
+    times = stream.tolist() if stream is not None else None
     only = pool.replicas[0] if len(pool.replicas) == 1 else None
     if times is not None and only is not None and cap is None and progress is None and watch is None:
         # the plainest run (open loop, one replica, no cap, no progress): nothing else to check
@@ -395,6 +414,8 @@ def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: in
             if closed is not None:
                 arrivals[r:] = np.nan
             break
+        if tok is not None and closed is not None:
+            t = tok.admit(r, t)  # sent before the cap; it reaches the engine after tokenisation
         if only is not None:
             only.advance_until(t)
             only.enqueue(r, t)
