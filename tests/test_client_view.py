@@ -294,6 +294,8 @@ def test_tokenizer_is_a_fifo_server_after_the_frontend():
     np.testing.assert_allclose(res.arrival_s, [0.0, 0.05], rtol=1e-12)
     np.testing.assert_allclose(res.first_token_s, [a_first, a_first + d(11)], rtol=1e-12)
     np.testing.assert_allclose(res.finish_s, [a_first + d(11), a_first + d(11)], rtol=1e-12)
+    # it never holds up a step: A's one gap is the shared step, as without a tokenizer
+    np.testing.assert_allclose(res.itl_values_s, [d(11)], rtol=1e-12)
     # b = 0 is the run without a tokenizer, bit for bit
     plain = simulate(COST, wl([0, 0.05], [100, 10], [2, 1]), cfg(), client=ClientView(0.5))
     zero = simulate(COST, wl([0, 0.05], [100, 10], [2, 1]), cfg(), client=ClientView(0.5, prompt_token_s=0.0))
@@ -347,3 +349,33 @@ def test_one_tokenizer_per_replica_in_send_order():
     np.testing.assert_allclose(one.first_token_s, [0.1 + d(100), 0.1 + d(100) + d(100)], rtol=1e-12)
     order = simulate(COST, wl([0, 0], [1000, 10], [1, 1]), cfg(), replicas=2, client=view)
     np.testing.assert_allclose(order.first_token_s, [1.0 + d(1000), 1.0 + d(10)], rtol=1e-12)
+
+
+def test_tokenizer_past_the_time_cap_starts_no_step():
+    """Cap 1.2 s, b = 1 ms per token, closed loop of 2: the 5,000-token request reaches the
+    engine at 5.01, after the cap: nothing past the cap runs, with one replica as with two (the
+    one-replica shortcut ran on to 5.02 before)."""
+    w = wl([0, 0, 0], [10, 5000, 10], [5, 1, 1], concurrency=2)
+    runs = [simulate(COST, w, cfg(max_duration_s=1.2), replicas=k, client=ClientView(prompt_token_s=1e-3))
+            for k in (1, 2)]
+    for res in runs:
+        assert not (res.status == COMPLETED).any()
+        np.testing.assert_allclose(res.first_token_s[0], 0.01 + d(10), rtol=1e-12)
+        assert np.isnan(res.first_token_s[1:]).all()
+        assert "not finished within the simulated-time cap" in res.reasons[1]
+
+
+def test_profile_tokenizer_time_is_checked_at_load():
+    import copy
+
+    from simulator.profiles.profile import engine_from_dict, load_engine
+    from simulator.specs.catalog import read_yaml
+
+    assert load_engine("vllm").overheads.per_prompt_token_s.value == pytest.approx(2.45e-6)
+    from pathlib import Path
+
+    data = copy.deepcopy(read_yaml(Path(__file__).resolve().parents[1] / "engine_specs" / "vllm.yaml"))
+    data["overheads"]["per_prompt_token_s"]["value"] = 0.002
+    with pytest.raises(SpecError, match=r"^x\.yaml: overheads\.per_prompt_token_s\.value: 0\.002 s per prompt token "
+                                        r"is out of range; allowed: 0 to 0\.001$"):
+        engine_from_dict(data, "x.yaml")

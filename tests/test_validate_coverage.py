@@ -206,6 +206,17 @@ def test_heterogeneous_system_is_the_sum_of_its_parts() -> None:
         v.predict_row_detail(bad)
     with pytest.raises(V.SkipRow, match="only MLPerf Offline throughput rows"):
         v.predict_row_detail({**row, "dataset": None, "scenario": "online_poisson", "metric": "ttft_ms"})
+    with pytest.raises(V.SkipRow, match="only MLPerf Offline throughput rows"):
+        v.predict_row_detail({**row, "scenario": "online_poisson"})
+    # a layout the row states holds for every part: TP 8 gives 2 instances of MI325X, 1 of MI300X
+    stated = {**row, "tp": 8, "pp": 1, "layout_stated": True, "replicas": 3}
+    total8, note8 = v.predict_row_detail(stated)
+    assert "16 x mi325x tp=8 pp=1" in note8 and "8 x mi300x tp=8 pp=1" in note8
+    assert total8 == pytest.approx(sum(v.predict_row_detail({**stated, "hardware": hw, "num_gpus": n,
+                                                               "replicas": n // 8})[0]
+                                       for hw, n in (("mi325x", 16), ("mi300x", 8))), rel=1e-12)
+    with pytest.raises(V.SkipRow, match="tp x pp: 32 does not divide the 16 mi325x GPUs"):
+        v.predict_row_detail({**stated, "tp": 32})
 
 
 def test_arc_pro_b60_dual_is_two_b60s() -> None:

@@ -279,21 +279,27 @@ class Validator:
     def _heterogeneous(self, row: Mapping[str, Any], parts: list[tuple[str, int]]) -> tuple[float, str]:
         """An MLPerf Offline row of a system built from several chips (MangoBoost's MI300X +
         MI325X clusters): the sum of its homogeneous parts, each priced as an Offline row of its
-        own (its own layout, engine instances and LoadGen query). Offline throughput adds up
-        when the one query is split in proportion to the parts' rates, so that they finish
-        together (ASSUMED: the submission does not say how its load balancer splits it). Other
-        scenarios do not add up and are skipped."""
-        if not mlperf_rows.is_mlperf_row(row) or row["metric"] not in ("output_tokens_per_s", "request_throughput"):
+        own (its own layout, engine instances and LoadGen query; a layout the row states holds
+        for every part). Offline throughput adds up when the one query is split in proportion to
+        the parts' rates, so that they finish together (ASSUMED: the submission does not say how
+        its load balancer splits it). Other scenarios do not add up and are skipped."""
+        if (row["scenario"] != "offline_max_throughput" or not mlperf_rows.is_mlperf_row(row)
+                or row["metric"] not in ("output_tokens_per_s", "request_throughput")):
             raise SkipRow(f"heterogeneous system {row['hardware']}: only MLPerf Offline throughput rows are priced "
                           "(the sum of its parts)")
         total, notes = 0.0, []
         for hw_id, n in parts:
-            part = {**row, "hardware": hw_id, "num_gpus": n, "tp": None, "pp": None, "replicas": None,
-                    "layout_stated": False}
+            if row.get("layout_stated"):
+                per = row["tp"] * row["pp"]
+                if n % per:
+                    raise SkipRow(f"tp x pp: {per} does not divide the {n} {hw_id} GPUs of {row['hardware']}")
+                part = {**row, "hardware": hw_id, "num_gpus": n, "replicas": n // per}
+            else:
+                part = {**row, "hardware": hw_id, "num_gpus": n, "tp": None, "pp": None, "replicas": None}
             value, note = self.predict_row_detail(part)
             total += value
             layout = self.resolve_row(part)
-            notes.append(f"{n} x {hw_id} tp={layout['tp']} pp={layout['pp']}: {value:.6g}")
+            notes.append(f"{n} x {hw_id} tp={layout['tp']} pp={layout['pp']}: {value:.6g} ({note})")
         return total, ("heterogeneous system priced as the sum of its parts, the query split by their rates "
                        f"(ASSUMED): {'; '.join(notes)}")
 

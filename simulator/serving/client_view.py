@@ -44,6 +44,9 @@ import numpy as np
 
 from simulator.specs.checks import SpecError
 
+#: the largest tokenizer time per prompt token a view accepts (1 ms: a thousand times vLLM's)
+MAX_PROMPT_TOKEN_S = 1e-3
+
 
 @dataclass(frozen=True)
 class ClientView:
@@ -62,8 +65,9 @@ class ClientView:
         if self.lag_steps not in (0, 1):
             raise SpecError(f"lag_steps: {self.lag_steps!r} must be 0 or 1 (steps of async-scheduling lag)")
         b = self.prompt_token_s
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not (math.isfinite(b) and 0 <= b <= 1e-3):
-            raise SpecError(f"prompt_token_s: {b!r} must be a number of seconds per prompt token in [0, 0.001]")
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not (math.isfinite(b) and 0 <= b <= MAX_PROMPT_TOKEN_S):
+            raise SpecError(f"prompt_token_s: {b!r} must be a number of seconds per prompt token in "
+                            f"[0, {MAX_PROMPT_TOKEN_S}]")
         t = self.timeout_s
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
                               or not (math.isfinite(t) and t > f)):
@@ -75,24 +79,25 @@ class TokenizerQueue:
     docstring, `prompt_token_s`): `admit(r, t)` takes request r as it reaches them at engine
     time t (send + F), starts it on the first free one and returns when it reaches the engine
     core: e = max(its end there, the previous request's e), so requests reach the engine in
-    the order they were sent; one server gives e = max(t, the previous e) + b L_r. `wait_s[r]`
-    keeps e - t (a client deadline counts from the send, `Replica.enqueue`). Times handed to
-    `admit` must not decrease (the event loops pop them in time order)."""
+    the order they were sent; one server gives e = max(t, the previous e) + b L_r.
+    `reached_s[r]` keeps t (a client deadline counts from the send, F before it:
+    `Replica.enqueue`). Times handed to `admit` must not decrease (the event loops pop them in
+    time order)."""
 
-    __slots__ = ("free", "last", "service", "wait_s")
+    __slots__ = ("free", "last", "reached_s", "service")
 
     def __init__(self, prompt_token_s: float, input_len: np.ndarray, servers: int = 1) -> None:
         self.service: list[float] = (prompt_token_s * np.asarray(input_len, dtype=float)).tolist()
         self.free = [-math.inf] * max(1, int(servers))  # a heap of the servers' free times
         self.last = -math.inf
-        self.wait_s = np.zeros(len(self.service))
+        self.reached_s = np.zeros(len(self.service))
 
     def admit(self, r: int, t: float) -> float:
         free = self.free
         done = max(t, free[0]) + self.service[r]
         heapq.heapreplace(free, done)
         e = self.last = max(done, self.last)
-        self.wait_s[r] = e - t
+        self.reached_s[r] = t
         return e
 
     def stream(self, times: np.ndarray) -> np.ndarray:

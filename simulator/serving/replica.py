@@ -64,7 +64,7 @@ class Replica(DecodeSegments):
     # 30 attributes CPython 3.11 stops sharing instance-dict keys (slower attribute loads)
     __slots__ = ("active", "arrived", "async_lag", "bs", "cfg", "checks_arrivals", "client_on", "clock", "computed",
                  "context_sum",
-                 "cost", "deadline", "deadline_after", "deadlines", "tokenizer_wait", "debug", "free_slots", "held", "timeout_s", "gen_so_far", "generated", "idle_segments", "in_step", "index", "kv", "last_tok", "last_tok_of",
+                 "cost", "deadline", "deadline_after", "deadlines", "tokenizer_at", "debug", "free_slots", "held", "timeout_s", "gen_so_far", "generated", "idle_segments", "in_step", "index", "kv", "last_tok", "last_tok_of",
                  "log", "max_model_len", "max_segment_steps", "max_tokens", "n_prefilling", "on_finish", "records", "outlen",
                  "outstanding", "policy", "prefix", "prompt", "rid", "scheduled_s", "segment_steps",
                  "step_time", "waiting", "window", "wl_in", "wl_out", "in_len", "out_len",
@@ -139,15 +139,15 @@ class Replica(DecodeSegments):
         self.timeout_s: float | None = None
         self.deadline_after: float | None = None  # engine arrival -> client deadline (timeout - frontend)
         self.deadline: Any = None  # per request, its deadline (s; an item view) with timeouts on
-        self.tokenizer_wait: Any = None  # per request, its wait for the API server's tokenizer (s)
+        self.tokenizer_at: Any = None  # per request, when it reached the API server's tokenizer (s)
         self.deadlines: deque[tuple[float, int]] = deque()  # (deadline, request) in enqueue order
 
     def set_client(self, async_lag: bool, timeout_s: float | None = None, frontend_s: float = 0.0,
-                   deadline: np.ndarray | None = None, tokenizer_wait_s: np.ndarray | None = None) -> None:
+                   deadline: np.ndarray | None = None, tokenizer_reached_s: np.ndarray | None = None) -> None:
         """The client view inside the engine (module docstring): `async_lag` holds a request that
         arrives during a step out of the next decision; `timeout_s` (with the API-server
-        latency `frontend_s` and each request's wait for the tokenizer, `tokenizer_wait_s`,
-        between the send and the engine) gives each request the deadline send + timeout;
+        latency `frontend_s` between the send and the API server's tokenizer, which request r
+        reached at `tokenizer_reached_s[r]`) gives each request the deadline send + timeout;
         `deadline`: an array with a slot per request to keep them in."""
         self.async_lag = async_lag
         self.client_on = async_lag or timeout_s is not None
@@ -157,7 +157,7 @@ class Replica(DecodeSegments):
             self.timeout_s = timeout_s
             self.deadline_after = timeout_s - frontend_s
             self.deadline = item_view(deadline)
-            self.tokenizer_wait = None if tokenizer_wait_s is None else item_view(tokenizer_wait_s)
+            self.tokenizer_at = None if tokenizer_reached_s is None else item_view(tokenizer_reached_s)
 
     def attach_prefix_cache(self, hashes: Sequence[Sequence[int]], warm: bool = False, cpu_blocks: int = 0,
                             reload_s_per_block: float = 0.0) -> None:
@@ -233,9 +233,8 @@ class Replica(DecodeSegments):
         else:
             self.waiting.append(r)
         if self.deadline_after is not None:
-            d = t + self.deadline_after
-            if self.tokenizer_wait is not None:
-                d -= self.tokenizer_wait[r]  # the send lies F + this wait before t
+            # counted from when r reached the tokenizer (send + F), else from its arrival here
+            d = (t if self.tokenizer_at is None else self.tokenizer_at[r]) + self.deadline_after
             self.deadline[r] = d
             self.deadlines.append((d, r))  # enqueue times never decrease: the deque stays sorted
 

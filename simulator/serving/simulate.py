@@ -298,7 +298,7 @@ def _attach_client(reps: list[Replica], view: ClientView, n: int, tok: Tokenizer
     deadline = np.full(n, np.inf) if view.timeout_s is not None else None
     for p in reps:
         p.set_client(view.lag_steps > 0, view.timeout_s, float(view.frontend_s), deadline,
-                     None if tok is None else tok.wait_s)
+                     None if tok is None else tok.reached_s)
 
 
 def _attach_prefix_caches(reps: list[Replica], workload: Workload, cfg: EngineConfig) -> None:
@@ -415,9 +415,9 @@ def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: in
                 arrivals[r:] = np.nan
             break
         if tok is not None and closed is not None:
-            t = tok.admit(r, t)  # sent before the cap; it reaches the engine after tokenisation
+            t = tok.admit(r, t)  # sent before the cap; it may reach the engine after it
         if only is not None:
-            only.advance_until(t)
+            only.advance_until(t if cap is None else min(t, cap))  # no step starts past the cap (Pool's rule)
             only.enqueue(r, t)
         else:
             pool.advance_until(t)
