@@ -296,6 +296,12 @@ def test_tokenizer_is_a_fifo_server_after_the_frontend():
     np.testing.assert_allclose(res.finish_s, [a_first + d(11), a_first + d(11)], rtol=1e-12)
     # it never holds up a step: A's one gap is the shared step, as without a tokenizer
     np.testing.assert_allclose(res.itl_values_s, [d(11)], rtol=1e-12)
+    # the report's breakdown: F, and the mean time from the tokenizer to the engine
+    # (A 0.1 s, B 0.01 s + 0.05 s waiting for A)
+    s = summarize(res)
+    assert s["api_server_latency_ms"] == pytest.approx(500.0)
+    assert s["tokenizer_mean_ms"] == pytest.approx(80.0)
+    assert summarize(simulate(COST, wl([0], [10], [2]), cfg()))["api_server_latency_ms"] is None
     # b = 0 is the run without a tokenizer, bit for bit
     plain = simulate(COST, wl([0, 0.05], [100, 10], [2, 1]), cfg(), client=ClientView(0.5))
     zero = simulate(COST, wl([0, 0.05], [100, 10], [2, 1]), cfg(), client=ClientView(0.5, prompt_token_s=0.0))

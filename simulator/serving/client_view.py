@@ -81,16 +81,17 @@ class TokenizerQueue:
     core: e = max(its end there, the previous request's e), so requests reach the engine in
     the order they were sent; one server gives e = max(t, the previous e) + b L_r.
     `reached_s[r]` keeps t (a client deadline counts from the send, F before it:
-    `Replica.enqueue`). Times handed to `admit` must not decrease (the event loops pop them in
-    time order)."""
+    `Replica.enqueue`), `wait_s[r]` e - t (the report's breakdown of TTFT). Times handed to
+    `admit` must not decrease (the event loops pop them in time order)."""
 
-    __slots__ = ("free", "last", "reached_s", "service")
+    __slots__ = ("free", "last", "reached_s", "service", "wait_s")
 
     def __init__(self, prompt_token_s: float, input_len: np.ndarray, servers: int = 1) -> None:
         self.service: list[float] = (prompt_token_s * np.asarray(input_len, dtype=float)).tolist()
         self.free = [-math.inf] * max(1, int(servers))  # a heap of the servers' free times
         self.last = -math.inf
         self.reached_s = np.zeros(len(self.service))
+        self.wait_s = np.full(len(self.service), np.nan)  # NaN: never admitted
 
     def admit(self, r: int, t: float) -> float:
         free = self.free
@@ -98,6 +99,7 @@ class TokenizerQueue:
         heapq.heapreplace(free, done)
         e = self.last = max(done, self.last)
         self.reached_s[r] = t
+        self.wait_s[r] = e - t
         return e
 
     def stream(self, times: np.ndarray) -> np.ndarray:

@@ -63,7 +63,7 @@ from simulator.serving.records import (
 )
 from simulator.serving.replica import Replica
 from simulator.serving.sched.registry import EngineConfig
-from simulator.serving.simulate import _attach_prefix_caches, _hit_rate
+from simulator.serving.simulate import _api_server_meta, _attach_prefix_caches, _hit_rate
 from simulator.serving.steplog import StepLog, TimedStepLog
 from simulator.specs.checks import SpecError, check_cost_model, check_instance, check_int
 from simulator.workloads.workload import Workload
@@ -240,8 +240,10 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
                         "check the efficiency overheads and the rate")
     if pcfg.debug or dcfg.debug:
         _check_run(pools, out, plog, dlog, workload)
-    return _result(workload, out, out_p, xfer, pools, plog, dlog, (p_blocks * pcfg.block_size, d_blocks * dcfg.block_size),
-                   (int(prefill_replicas), int(decode_replicas)), f"{prefill_router}/{decode_router}", mml)
+    res = _result(workload, out, out_p, xfer, pools, plog, dlog, (p_blocks * pcfg.block_size, d_blocks * dcfg.block_size),
+                  (int(prefill_replicas), int(decode_replicas)), f"{prefill_router}/{decode_router}", mml)
+    res.meta.update(_api_server_meta(front, tok, done))  # what the API server adds to TTFT and E2E
+    return res
 
 
 def _run(pools: _Pools, events: EventQueue, wl: Workload, out: Records, out_p: Records,

@@ -227,6 +227,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         "prefix_caching": cfg.enable_prefix_caching,
         "prefix_cache_hit_rate": _hit_rate(out, workload, done),
         **({"stopped_early": stopped} if stopped is not None else {}),
+        **_api_server_meta(front, tok, done),
     }
     if util["busy_utilization"] is not None:
         meta["busy_utilization"] = util["busy_utilization"]  # energy.run_energy's u_busy
@@ -290,6 +291,17 @@ def _end(pool: Pool, cfg: EngineConfig, stopped: dict | None) -> None:
         return
     for p in pool.replicas:
         p.cut_off(f"not simulated: stopped early: {stopped['reason']}")
+
+
+def _api_server_meta(front: float, tok: TokenizerQueue | None, done: np.ndarray) -> dict[str, Any]:
+    """What the API server added to every completed request's TTFT and E2E (the report's
+    breakdown): its latency F and the mean wait for, and time in, the tokenizer; {} when it
+    adds nothing."""
+    if not front and tok is None:
+        return {}
+    waits = tok.wait_s[done] if tok is not None else np.zeros(0)
+    waits = waits[np.isfinite(waits)]
+    return {"api_server": {"latency_s": front, "tokenizer_mean_s": float(waits.mean()) if waits.size else 0.0}}
 
 
 def _attach_client(reps: list[Replica], view: ClientView, n: int, tok: TokenizerQueue | None = None) -> None:
