@@ -382,6 +382,6 @@ def test_profile_tokenizer_time_is_checked_at_load():
 
     data = copy.deepcopy(read_yaml(Path(__file__).resolve().parents[1] / "engine_specs" / "vllm.yaml"))
     data["overheads"]["per_prompt_token_s"]["value"] = 0.002
-    with pytest.raises(SpecError, match=r"^x\.yaml: overheads\.per_prompt_token_s\.value: 0\.002 s per prompt token "
-                                        r"is out of range; allowed: 0 to 0\.001$"):
+    with pytest.raises(SpecError, match=r"^x\.yaml: overheads\.per_prompt_token_s\.value: 0\.002 must be a number of "
+                                        r"seconds per prompt token in \[0, 0\.001\]$"):
         engine_from_dict(data, "x.yaml")

@@ -48,6 +48,13 @@ from simulator.specs.checks import SpecError
 MAX_PROMPT_TOKEN_S = 1e-3
 
 
+def check_prompt_token_s(where: str, b: object) -> None:
+    """The tokenizer's seconds per prompt token: a finite number in [0, MAX_PROMPT_TOKEN_S]
+    (the view's own check, and the engine profile's at load time, where its file is named)."""
+    if isinstance(b, bool) or not isinstance(b, (int, float)) or not (math.isfinite(b) and 0 <= b <= MAX_PROMPT_TOKEN_S):
+        raise SpecError(f"{where}: {b!r} must be a number of seconds per prompt token in [0, {MAX_PROMPT_TOKEN_S}]")
+
+
 @dataclass(frozen=True)
 class ClientView:
     """The client-side times of one engine and load generator (module docstring); the
@@ -64,10 +71,7 @@ class ClientView:
             raise SpecError(f"frontend_s: {f!r} must be a finite number of seconds >= 0")
         if self.lag_steps not in (0, 1):
             raise SpecError(f"lag_steps: {self.lag_steps!r} must be 0 or 1 (steps of async-scheduling lag)")
-        b = self.prompt_token_s
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not (math.isfinite(b) and 0 <= b <= MAX_PROMPT_TOKEN_S):
-            raise SpecError(f"prompt_token_s: {b!r} must be a number of seconds per prompt token in "
-                            f"[0, {MAX_PROMPT_TOKEN_S}]")
+        check_prompt_token_s("prompt_token_s", self.prompt_token_s)
         t = self.timeout_s
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
                               or not (math.isfinite(t) and t > f)):

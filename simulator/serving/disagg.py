@@ -63,7 +63,7 @@ from simulator.serving.records import (
 )
 from simulator.serving.replica import Replica
 from simulator.serving.sched.registry import EngineConfig
-from simulator.serving.simulate import _api_server_meta, _attach_prefix_caches, _hit_rate
+from simulator.serving.simulate import _api_server_meta, _attach_prefix_caches, _hit_rate, _stream
 from simulator.serving.steplog import StepLog, TimedStepLog
 from simulator.specs.checks import SpecError, check_cost_model, check_instance, check_int
 from simulator.workloads.workload import Workload
@@ -210,10 +210,9 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
     plog, dlog = StepLog(), (TimedStepLog() if itl_times else StepLog())
     # engine times: a request reaches the prefill pool F after its send (the records keep sends)
     front = float(view.frontend_s)
-    arrivals = np.array(workload.arrival_s, dtype=float) + front
     # the API servers' tokenizers (one per prefill replica), then the prefill pool
     tok = tokenizer_for(view, workload.input_len, min(prefill_replicas, n))
-    events = EventQueue(arrivals if tok is None else tok.stream(arrivals))
+    events = EventQueue(_stream(np.array(workload.arrival_s, dtype=float), front, tok, None, None))
     # the prefill pool emits one token per request: its copy of the workload has outputs of 1
     wl_p = replace(workload, output_len=np.ones(n, dtype=workload.output_len.dtype))
     prefill = Pool([Replica(i, prefill_cost, pcfg, p_blocks, p_mml, wl_p, out_p, plog,

@@ -236,7 +236,7 @@ class Replica(DecodeSegments):
             # counted from when r reached the tokenizer (send + F), else from its arrival here
             d = (t if self.tokenizer_at is None else self.tokenizer_at[r]) + self.deadline_after
             self.deadline[r] = d
-            self.deadlines.append((d, r))  # enqueue times never decrease: the deque stays sorted
+            self.deadlines.append((d, r))  # enqueue (and tokenizer) times never decrease: the deque stays sorted
 
     # ---------------------------------------------------------------- main loop
     def advance_until(self, t_limit: float, max_actions: int | None = None) -> None:
