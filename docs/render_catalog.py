@@ -67,7 +67,8 @@ def model_table() -> list[str]:
     out = ["| id | attention | layers | hidden | params B | active B | KV kB/token (bf16) | max context | default weights |",
            "|---|---|---|---|---|---|---|---|---|"]
     for mid, m in sorted(model_catalog().items()):
-        quant = m.default_weight_dtype + (" (experts quantised)" if m.quantized_weights == "experts" else "")
+        rest = m.unquantized_dtype(m.default_weight_dtype)
+        quant = m.default_weight_dtype + ("" if rest == m.default_weight_dtype else f" (routed experts; rest {rest})")
         window = f" + window {m.sliding_window.window} on {m.sliding_window.num_layers}" if m.sliding_window else ""
         out.append(f"| `{mid}` | {m.attention_kind}{window} | {m.num_layers} | {m.hidden_size} | "
                    f"{m.param_count / 1e9:,.2f} | {m.active_param_count / 1e9:,.2f} | "

@@ -601,6 +601,7 @@ class Scenario:
         summary["model"] = cost.model.id
         summary["hardware"] = cost.hardware.id
         summary["tp"] = self.tp
+        summary.update(formats_summary(cost))
         if self.engine is not None:
             summary["engine"] = load_engine(self.engine).id
         summary["replicas"] = self.replicas
@@ -645,6 +646,7 @@ class Scenario:
             "replicas": P + D, "prefill_replicas": P, "decode_replicas": D,
             "kv_capacity_tokens_per_replica": res.meta["kv_capacity_tokens_per_replica"],
             "prefill_busy_s": res.meta["prefill_busy_s"], "decode_busy_s": res.meta["decode_busy_s"],
+            **formats_summary(pc),
         })
         price = price_per_hour(pc, dc, P, D)
         if price is not None:
@@ -655,6 +657,17 @@ class Scenario:
         return res, summary
 
 _LENGTH_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Scenario) if f.name in _LENGTH_FIELDS}
+
+
+def formats_summary(cost: CostModel) -> dict[str, str]:
+    """The number formats a run priced, for its report: `weight_dtype` (with the format of the
+    weights a checkpoint leaves unquantised, "fp4 (routed experts; rest bf16)" for gpt-oss's
+    MXFP4 checkpoint), `activation_dtype`, `kv_dtype`. Said because a model's default weight
+    format is its checkpoint's (`ModelSpec.default_weight_dtype`), not always bf16."""
+    d, m = cost.dtypes, cost.model
+    rest = m.unquantized_dtype(d.weight)
+    weights = d.weight if rest == d.weight else f"{d.weight} (routed experts; rest {rest})"
+    return {"weight_dtype": weights, "activation_dtype": d.activation, "kv_dtype": d.kv}
 
 
 def parse_rate(text: Any) -> float:

@@ -228,3 +228,16 @@ def test_copied_weight_only_numbers_are_noted_while_any_is_priced():
     assert note in run(*base).output
     assert note in run(*base, "--efficiency", "dequant_gemm_efficiency=0.4").output
     assert note not in run(*base, "--ideal").output
+
+
+def test_gpt_oss_default_is_its_mxfp4_checkpoint():
+    # `vllm serve openai/gpt-oss-120b` loads the MXFP4 checkpoint (61.6 GB here: experts 4-bit,
+    # the rest bf16) and serves it on one 80 GB H100; in bf16 it would be 233.6 GB and not fit.
+    # The report says which formats it priced.
+    r = run("simulate", "-m", "gpt-oss-120b", "-H", "h100-sxm", "-n", "5")
+    assert r.exit_code == 0, r.output
+    assert "Weights / activations / KV cache:        fp4 (routed experts; rest bf16) / bf16 / bf16" in r.output
+    r = run("simulate", "-m", "gpt-oss-120b", "-H", "h100-sxm", "-n", "5", "--weight-dtype", "bf16")
+    assert r.exit_code != 0 and "does not fit on h100-sxm" in r.output and "weights 233.6 GB" in r.output
+    doc = json.loads(run("simulate", "-m", "llama-3.1-8b", "-n", "5", "--kv-dtype", "fp8", "--json").stdout)
+    assert (doc["weight_dtype"], doc["activation_dtype"], doc["kv_dtype"]) == ("bf16", "bf16", "fp8")

@@ -183,7 +183,15 @@ def test_structure_flags():
     assert cat["deepseek-v3"].moe.num_shared_experts == 1
     assert cat["deepseek-v3"].moe.first_dense_layers == 3
     assert cat["deepseek-v3"].default_weight_dtype == "fp8"
-    assert cat["gpt-oss-120b"].default_weight_dtype == "bf16"
+    # the checkpoint vLLM loads is the default: MXFP4 experts (0.5 bytes a weight), the rest
+    # (attention, router, embeddings, LM head) bf16: 36 x 128 x 3 x 2880^2 = 114.66 B expert
+    # weights -> 57.33 GB, the other 2.13 B -> 4.26 GB; 61.59 GB against 233.58 GB in bf16
+    oss = cat["gpt-oss-120b"]
+    assert oss.default_weight_dtype == "fp4" and oss.unquantized_dtype("fp4") == "bf16"
+    experts = 36 * 128 * 3 * 2880 * 2880
+    assert oss.routed_expert_param_count == experts
+    assert oss.weight_bytes() == experts * 0.5 + (oss.param_count - experts) * 2
+    assert abs(oss.weight_bytes() / 1e9 - 61.59) < 0.01 and abs(oss.weight_bytes("bf16") / 1e9 - 233.58) < 0.01
     assert "MXFP4" in cat["gpt-oss-120b"].notes
     assert cat["qwen3-32b"].d_head == 128 != cat["qwen3-32b"].hidden_size // 64
     assert {m.attention_kind for m in cat.values()} == {"MHA", "GQA", "MLA"}

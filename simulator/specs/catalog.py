@@ -574,6 +574,12 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
     if method == "fp8":
         fields["default_weight_dtype"] = "fp8"
     elif method == "mxfp4":
+        # what vLLM loads: the routed experts in MXFP4 (4-bit), the rest (attention, router,
+        # embeddings, LM head: modules_to_not_convert) in bf16
+        fields["default_weight_dtype"] = "fp4"
+        if fields.get("moe") is not None:
+            fields["quantized_weights"] = "experts"
+            fields["unquantized_weight_dtype"] = "bf16"
         fields["notes"] = "experts are MXFP4 in the published checkpoint; attention and embeddings bf16"
     elif method:  # a format the import does not map: said, not silently bf16
         fields["notes"] = (f"the checkpoint is quantized ({method}); imported with bf16 weights: "

@@ -98,11 +98,16 @@ class ModelSpec:
     # tokenizer family (llama3, qwen, cl100k, o200k: the ShareGPT table's; "" = unknown):
     # token counts of text workloads (ShareGPT) come from it
     tokenizer: str = ""
+    # the weight format of the published checkpoint: a run's weight dtype when none is given
+    # (what `vllm serve` loads: gpt-oss-120b's MXFP4 experts, DeepSeek-V3's FP8)
     default_weight_dtype: str = field(default="bf16", metadata={"choices": DTYPES})
     # which weights a narrower run weight dtype quantises: "all", or "experts" (the routed
-    # experts only, the rest stays default_weight_dtype: gpt-oss's MXFP4 checkpoint, FP8 MoE
-    # checkpoints that leave attention in 16 bits)
+    # experts only, the rest stays in unquantized_weight_dtype: gpt-oss's MXFP4 checkpoint,
+    # FP8 MoE checkpoints that leave attention in 16 bits)
     quantized_weights: str = field(default="all", metadata={"choices": ("all", "experts")})
+    # the format of the weights a quantised checkpoint leaves unquantised (gpt-oss: attention,
+    # router, embeddings and LM head in bf16); None: default_weight_dtype
+    unquantized_weight_dtype: str | None = field(default=None, metadata={"choices": DTYPES})
     sources: tuple[str, ...] = ()
     notes: str = ""
 
@@ -250,10 +255,11 @@ class ModelSpec:
     def unquantized_dtype(self, dtype: str) -> str:
         """The dtype of the weights a run in weight dtype `dtype` leaves unquantised: `dtype`
         itself when every weight takes it, else (quantized_weights: experts, and `dtype`
-        narrower than the model's own) the model's `default_weight_dtype`."""
-        if self.quantized_weights == "experts" and self.moe is not None and \
-                DTYPE_BYTES[dtype] < DTYPE_BYTES[self.default_weight_dtype]:
-            return self.default_weight_dtype
+        narrower than the unquantised format) `unquantized_weight_dtype` (default: the model's
+        `default_weight_dtype`)."""
+        base = self.unquantized_weight_dtype or self.default_weight_dtype
+        if self.quantized_weights == "experts" and self.moe is not None and DTYPE_BYTES[dtype] < DTYPE_BYTES[base]:
+            return base
         return dtype
 
     def weight_bytes(self, dtype: str | None = None) -> float:
