@@ -89,6 +89,7 @@ def loho_map(fit: dict[str, Any]) -> dict[str, Any]:
     loho = fit.get("leave_one_hardware_out")
     if isinstance(loho, dict):
         out.update({k: (f"{fmt(v['median_ape'])} (on its {', '.join(v['models'])} rows)" if v.get("models")
+                        else f"{fmt(v['median_ape'])} ({v['note']})" if v.get("note")
                         else v["median_ape"]) for k, v in loho.items()})
     return out
 

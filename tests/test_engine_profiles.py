@@ -101,6 +101,24 @@ def test_trtllm_profile_carries_the_provisional_analytic_fit() -> None:
     assert p.allreduce_16bit and p.kernels.attention_window == "full"
 
 
+def test_vllm_fp8_on_ada_is_its_own_kernels_rate() -> None:
+    # vLLM's FP8 W8A8 GEMMs on sm89 (CUTLASS 2.x) at 0.55 of the chip's fp8 efficiency (which is
+    # TensorRT-LLM's): 0.55 x 0.5266 = 0.2896 of L40S's 733 TFLOP/s fp8 peak, 212 TFLOP/s; bf16
+    # GEMMs, other families and other engines keep theirs; `llmsim show l40s` lists it
+    from simulator.profiles.profile import apply_profile, engine_family_numbers
+    from simulator.specs.catalog import load_hardware
+
+    l40s = load_hardware("l40s")
+    eff = apply_profile(l40s, load_engine("vllm")).efficiency
+    assert eff.compute_for("fp8") == pytest.approx(0.55 * 0.5266)
+    assert eff.attention_for("fp8") == pytest.approx(0.55 * 0.5266)
+    assert eff.compute_for("bf16") == pytest.approx(0.5266)
+    assert 733e12 * eff.compute_for("fp8") / 1e12 == pytest.approx(212.3, abs=0.1)
+    assert load_engine("vllm").fp8_relative("h100-sxm") is None
+    assert engine_family_numbers("l40s")["vllm"]["fp8_efficiency_relative"].startswith("0.55 (fitted")
+    assert engine_family_numbers("l40s")["trtllm"]["fp8_efficiency_relative"].startswith("0.8 (provisional")
+
+
 # ---------------------------------------------------------------------- bad profiles: one line each
 
 

@@ -761,13 +761,18 @@ def _is_pcie(hw: HardwareSpec) -> bool:
 
 def engine_family_numbers(hardware_id: str) -> dict[str, dict[str, str]]:
     """{profile id: {factor: "value (status)"}}: what each built-in engine profile changes on
-    this chip's family (`kernels.by_chip_class`), fitted or copied, for `llmsim show`."""
+    this chip's family (`kernels.by_chip_class`, and `kernels.fp8_efficiency_relative`), fitted
+    or copied, for `llmsim show`."""
     cls = chip_class(hardware_id)
     out = {}
     for pid, prof in engine_catalog().items():
-        got = prof.kernels.by_chip_class.get(cls or "", {})
-        if got:
-            out[pid] = {name: f"{t.value:g} ({t.status})" for name, t in got.items() if t.value is not None}
+        got = dict(prof.kernels.by_chip_class.get(cls or "", {}))
+        fp8 = prof.kernels.fp8_efficiency_relative.get(cls or "")
+        if fp8 is not None:
+            got["fp8_efficiency_relative"] = fp8
+        numbers = {name: f"{t.value:g} ({t.status})" for name, t in got.items() if t.value is not None}
+        if numbers:
+            out[pid] = numbers
     return out
 
 
