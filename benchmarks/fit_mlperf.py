@@ -72,7 +72,8 @@ GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 #: a chip held out takes these chips' fitted values
 COPY = {"gb200": "b200", "gb300": "b200", "b200": "h100-sxm", "mi325x": "mi300x", "mi300x": "mi325x",
-        "rtx-pro-6000": "l40s", "h200-sxm": "h100-sxm", "h100-sxm": "h200-sxm", "h200-nvl": "h200-sxm"}
+        "rtx-pro-6000": "l40s", "h200-sxm": "h100-sxm", "h100-sxm": "h200-sxm", "h200-nvl": "h200-sxm",
+        "arc-pro-b60-dual": "l40s"}
 START = {"compute_efficiency": 0.5, "memory_efficiency": 0.8, "step_overhead_s": 1e-3, "compute_relative": 1.3,
          "memory_relative": 1.05}
 BOUNDS = {"compute_efficiency": (0.05, 1.0), "memory_efficiency": (0.2, 1.0), "step_overhead_s": (0.0, 0.02),

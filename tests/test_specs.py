@@ -129,6 +129,7 @@ def test_hardware_key_figures():
     assert hw["h100-sxm"].link_bandwidth_bytes_per_s == 450e9  # per direction
     assert hw["a100-sxm-80gb"].gemm_dtype("fp8") == "bf16"  # no FP8 on Ampere
     assert hw["mi355x"].flops("bf16") == hw["mi355x"].flops("fp8") / 2  # documented estimate
+    assert hw["mi355x"].flops("fp4") == hw["mi355x"].flops("fp8") * 2  # CDNA 4's FP4/FP6 rate, an estimate
     assert "ESTIMATE" in hw["mi355x"].notes
     assert "CONFLICT" in hw["a10g"].notes
     assert hw["h200-sxm"].hbm_capacity_bytes == pytest.approx(141 * 2**30, rel=1e-3)
