@@ -646,7 +646,7 @@ class Scenario:
             "replicas": P + D, "prefill_replicas": P, "decode_replicas": D,
             "kv_capacity_tokens_per_replica": res.meta["kv_capacity_tokens_per_replica"],
             "prefill_busy_s": res.meta["prefill_busy_s"], "decode_busy_s": res.meta["decode_busy_s"],
-            **formats_summary(pc),
+            **formats_summary(pc, dc),
         })
         price = price_per_hour(pc, dc, P, D)
         if price is not None:
@@ -659,15 +659,22 @@ class Scenario:
 _LENGTH_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Scenario) if f.name in _LENGTH_FIELDS}
 
 
-def formats_summary(cost: CostModel) -> dict[str, str]:
-    """The number formats a run priced, for its report: `weight_dtype` (with the format of the
-    weights a checkpoint leaves unquantised, "fp4 (routed experts; rest bf16)" for gpt-oss's
-    MXFP4 checkpoint), `activation_dtype`, `kv_dtype`. Said because a model's default weight
-    format is its checkpoint's (`ModelSpec.default_weight_dtype`), not always bf16."""
-    d, m = cost.dtypes, cost.model
-    rest = m.unquantized_dtype(d.weight)
-    weights = d.weight if rest == d.weight else f"{d.weight} (routed experts; rest {rest})"
-    return {"weight_dtype": weights, "activation_dtype": d.activation, "kv_dtype": d.kv}
+def formats_summary(cost: CostModel, decode: CostModel | None = None) -> dict[str, str]:
+    """The number formats a run priced, for its report: `weights_format` (with the format of
+    the weights a checkpoint leaves unquantised, "fp4 (routed experts; rest bf16)" for gpt-oss's
+    MXFP4 checkpoint), `activations_format`, `kv_cache_format`; a disaggregated run's pools
+    each ("fp8 (prefill) / bf16 (decode)" where they differ). Said because a model's default
+    weight format is its checkpoint's (`ModelSpec.default_weight_dtype`), not always bf16. The
+    keys are not the scenario's field names (`weight_dtype`, ...): a sweep's points carry both."""
+    def one(c: CostModel) -> tuple[str, str, str]:
+        d, m = c.dtypes, c.model
+        rest = m.unquantized_dtype(d.weight)
+        return (d.weight if rest == d.weight else f"{d.weight} (routed experts; rest {rest})", d.activation, d.kv)
+
+    p = one(cost)
+    q = p if decode is None else one(decode)
+    both = [a if a == b else f"{a} (prefill) / {b} (decode)" for a, b in zip(p, q, strict=True)]
+    return dict(zip(("weights_format", "activations_format", "kv_cache_format"), both, strict=True))
 
 
 def parse_rate(text: Any) -> float:

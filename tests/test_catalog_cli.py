@@ -240,4 +240,14 @@ def test_gpt_oss_default_is_its_mxfp4_checkpoint():
     r = run("simulate", "-m", "gpt-oss-120b", "-H", "h100-sxm", "-n", "5", "--weight-dtype", "bf16")
     assert r.exit_code != 0 and "does not fit on h100-sxm" in r.output and "weights 233.6 GB" in r.output
     doc = json.loads(run("simulate", "-m", "llama-3.1-8b", "-n", "5", "--kv-dtype", "fp8", "--json").stdout)
-    assert (doc["weight_dtype"], doc["activation_dtype"], doc["kv_dtype"]) == ("bf16", "bf16", "fp8")
+    assert (doc["weights_format"], doc["activations_format"], doc["kv_cache_format"]) == ("bf16", "bf16", "fp8")
+
+
+def test_a_disaggregated_run_reports_each_pools_formats():
+    from simulator.scenario import Scenario
+
+    sc = Scenario(model="llama-3.1-8b", hardware="h100-sxm", disagg="1:1", workload="random", num_requests=20,
+                  input_len=200, output_len=20, rate=2.0, deployment={"decode": {"kv_dtype": "fp8", "weight_dtype": "fp8"}})
+    _, s = sc.run()
+    assert s["weights_format"] == "bf16 (prefill) / fp8 (decode)"
+    assert s["kv_cache_format"] == "bf16 (prefill) / fp8 (decode)" and s["activations_format"] == "bf16"

@@ -372,3 +372,15 @@ def test_physical_ranges_of_hardware_fields():
         dataclasses.replace(hw, peak_flops_per_s={"bf16": 1e20})
     # every catalog chip sits inside the ranges (they were chosen around real hardware)
     assert set(HARDWARE_IDS) <= set(hardware_catalog())
+
+
+def test_unquantized_weight_dtype_is_checked_against_the_rest_of_the_spec() -> None:
+    from simulator.specs.catalog import load_model
+
+    oss = load_model("gpt-oss-20b")
+    with pytest.raises(SpecError, match=r"^unquantized_weight_dtype: bf16 applies to an MoE checkpoint"):
+        dataclasses.replace(oss, quantized_weights="all")
+    with pytest.raises(SpecError, match=r"^unquantized_weight_dtype: fp8 is narrower than default_weight_dtype bf16"):
+        dataclasses.replace(oss, default_weight_dtype="bf16", unquantized_weight_dtype="fp8")
+    # fp8 experts on an fp4-default checkpoint: the experts fp8, the rest its bf16
+    assert oss.unquantized_dtype("fp8") == "bf16" and oss.unquantized_dtype("bf16") == "bf16"

@@ -343,3 +343,15 @@ def test_cli_whatif_speculative(tmp_path):
     assert "x total" in text and ("crossover" in text or "at every concurrency" in text)
     res = CliRunner().invoke(main, ["whatif", "speculative", "-m", "llama-3.1-8b", "-q"])
     assert res.exit_code != 0 and "--speculative-config" in res.output
+
+
+def test_an_eagle_head_takes_the_unquantised_format_of_the_targets_checkpoint() -> None:
+    # gpt-oss-120b's checkpoint is MXFP4 experts + bf16 rest (its default weight format): its
+    # EAGLE3 head is a dense bf16 layer, as published heads are, not fp4; a draft_weight_dtype
+    # still wins; a target whose every weight takes the run's format gives the head that format
+    oss = make_cost_model("gpt-oss-120b", "h100-sxm")
+    assert oss.dtypes.weight == "fp4"
+    assert make_speculative(oss, EAGLE3).drafter.cost.dtypes.weight == "bf16"
+    assert make_speculative(oss, {**EAGLE3, "quantization": "fp8"}).drafter.cost.dtypes.weight == "fp8"
+    llama = make_cost_model("llama-3.1-8b", "h100-sxm", weight_dtype="fp8", activation_dtype="fp8")
+    assert make_speculative(llama, EAGLE3).drafter.cost.dtypes.weight == "fp8"

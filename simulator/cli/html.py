@@ -212,6 +212,7 @@ def simulate_page(sc: Any, res: Any, summary: dict[str, Any]) -> str:
                 for key, label in LATENCIES]
     latency = table(["", *(h for _, h in STATS)], lat_rows)
     engine = kv_table(data, [
+        ("Weights", "weights_format"), ("Activations", "activations_format"), ("KV cache", "kv_cache_format"),
         ("Mean batch size (seqs/step)", "mean_batch_size"), ("Peak KV-cache utilisation", "peak_kv_utilization"),
         ("Preemptions", "preemptions"), ("Prefix-cache hit rate", "prefix_cache_hit_rate"),
         ("MFU mean (busy steps)", "mfu_mean"), ("MBU mean (busy steps)", "mbu_mean"),

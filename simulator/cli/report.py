@@ -245,9 +245,9 @@ def print_serving_summary(s: dict[str, Any]) -> None:
 
     click.echo("{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="))
     click.echo(f"{'Model / hardware:':<40} {s.get('model')} on {s.get('num_gpus')} x {s.get('hardware')}")
-    if s.get("weight_dtype"):
-        click.echo(f"{'Weights / activations / KV cache:':<40} {s['weight_dtype']} / {s.get('activation_dtype')} / "
-                   f"{s.get('kv_dtype')}")
+    if s.get("weights_format"):
+        click.echo(f"{'Weights / activations / KV cache:':<40} {s['weights_format']} / {s.get('activations_format')} / "
+                   f"{s.get('kv_cache_format')}")
     click.echo(f"{'Workload:':<40} {s.get('workload')}")
     line("Successful requests:", s["completed"])
     line("Failed (rejected) requests:", s["failed"])

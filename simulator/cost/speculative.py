@@ -85,7 +85,10 @@ def head_spec(target: ModelSpec, method: str, draft_vocab: int | None) -> ModelS
     if method in ("eagle", "eagle3"):
         # a Llama decoder layer: full attention, dense gated MLP of the target's intermediate size
         changes.update(moe=None, mla=None, parallel_attention=False, mlp="gated",
-                       vocab_size=draft_vocab or (EAGLE3_DRAFT_VOCAB if method == "eagle3" else target.vocab_size))
+                       vocab_size=draft_vocab or (EAGLE3_DRAFT_VOCAB if method == "eagle3" else target.vocab_size),
+                       # a dense head: one format for all its weights (the Drafter picks it)
+                       quantized_weights="all", unquantized_weight_dtype=None,
+                       default_weight_dtype=target.unquantized_dtype(target.default_weight_dtype))
         if target.mla is not None and target.head_dim is None:
             changes["head_dim"] = target.hidden_size // target.num_heads
     elif target.moe is not None:  # mtp: one MoE layer when the target's layers are MoE
@@ -141,7 +144,11 @@ class Drafter:
             dtypes = DTypes(config.draft_weight_dtype or draft_model.default_weight_dtype, target.dtypes.activation, kv)
         else:
             net = head_spec(target.model, self.method, config.draft_vocab_size)
-            dtypes = DTypes(config.draft_weight_dtype or target.dtypes.weight, target.dtypes.activation, kv)
+            # a dense head (EAGLE) ships in the format the target's checkpoint leaves unquantised
+            # (gpt-oss's EAGLE3 heads are bf16 beside its MXFP4 experts); an MoE head (MTP) in
+            # the target's weight format
+            own = target.dtypes.weight if net.moe is not None else target.model.unquantized_dtype(target.dtypes.weight)
+            dtypes = DTypes(config.draft_weight_dtype or own, target.dtypes.activation, kv)
         if net.num_heads % tp:
             raise SpecError(f"speculative_config.draft_tensor_parallel_size: {tp} does not divide the draft's "
                             f"{net.num_heads} attention heads ({net.id})")

@@ -580,7 +580,9 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
         if fields.get("moe") is not None:
             fields["quantized_weights"] = "experts"
             fields["unquantized_weight_dtype"] = "bf16"
-        fields["notes"] = "experts are MXFP4 in the published checkpoint; attention and embeddings bf16"
+            fields["notes"] = "experts are MXFP4 in the published checkpoint; attention and embeddings bf16"
+        else:  # no such checkpoint is known: every weight is priced at fp4, and said
+            fields["notes"] = "an MXFP4 checkpoint without experts: every weight priced at fp4 (embeddings too)"
     elif method:  # a format the import does not map: said, not silently bf16
         fields["notes"] = (f"the checkpoint is quantized ({method}); imported with bf16 weights: "
                            "give the run's --weight-dtype (e.g. int4, int8, fp8)")

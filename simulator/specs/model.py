@@ -134,6 +134,13 @@ class ModelSpec:
             raise SpecError(
                 f"moe.first_dense_layers: {self.moe.first_dense_layers} must be <= num_layers ({self.num_layers})"
             )
+        u = self.unquantized_weight_dtype
+        if u is not None and (self.quantized_weights != "experts" or self.moe is None):
+            raise SpecError(f"unquantized_weight_dtype: {u} applies to an MoE checkpoint that quantises its routed "
+                            "experts only (quantized_weights: experts)")
+        if u is not None and DTYPE_BYTES[u] < DTYPE_BYTES[self.default_weight_dtype]:
+            raise SpecError(f"unquantized_weight_dtype: {u} is narrower than default_weight_dtype "
+                            f"{self.default_weight_dtype} (it is the format of the weights left unquantised)")
 
     # ---- derived geometry
     @property
