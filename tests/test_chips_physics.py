@@ -230,7 +230,7 @@ def test_a_family_may_copy_another_familys_numbers_and_says_so() -> None:
     # the built-in vllm profile copies its Hopper MXFP4 numbers to ROCm (the same Triton kernel),
     # to Blackwell only the small-batch floor and fixed MoE kernels (TRT-LLM-gen), never the width ramp
     vllm = load_engine("vllm")
-    weight_only = {"dequant_gemm_efficiency": 0.5, "dequant_ramp_relative": 0.25, "moe_layer_overhead_s": 5e-5}
+    weight_only = {"dequant_gemm_efficiency": 0.6, "dequant_ramp_relative": 0.25, "moe_layer_overhead_s": 5e-5}
     for cls in ("cdna3", "cdna4"):  # plus the FP8 experts' grouped-GEMM factor (Mixtral rows)
         assert {k: t.value for k, t in vllm.kernels.by_chip_class[cls].items()} == {**weight_only,
                                                                                     "moe_gemm_relative": 0.7}
