@@ -141,6 +141,15 @@ def test_cli_plan_json_and_out(tmp_path):
     assert (out / "plan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_cli_plan_candidate_lists_take_the_option_repeated():
+    # `-H a -H b` used to keep b alone (click's last value), a silently smaller search
+    base = ["plan", *SMALL, "-r", "20", "--goodput", "ttft:3000", "--goodput", "tpot:200", "--serial", "-q", "--json"]
+    comma = json.loads(_run([*base, "-H", "h100-sxm,a100-sxm-80gb", "--tp", "1,2"]).output)
+    repeated = json.loads(_run([*base, "-H", "h100-sxm", "-H", "a100-sxm-80gb", "--tp", "1", "--tp", "2"]).output)
+    assert {(c["hardware"], c["tp"]) for c in repeated["candidates"]} == {(c["hardware"], c["tp"]) for c in comma["candidates"]}
+    assert {c["hardware"] for c in repeated["candidates"]} == {"h100-sxm", "a100-sxm-80gb"}
+
+
 def test_cli_plan_needs_goodput():
     res = CliRunner().invoke(main, ["plan", *SMALL, "-r", "5"])
     assert res.exit_code == 2 and "goodput" in res.output

@@ -511,10 +511,14 @@ def calibrate_cmd(file: str, hardware: str, ops: str | None, allreduce: str | No
 @click.option("--disagg", "search_disagg", is_flag=True,
               help="Also search disaggregated deployments (prefill TP x P, decode TP x D; docs/deployments.md).")
 @click.option("--rate", "-r", "--request-rate", "target_rate", required=True, type=float, help="Request rate to serve (req/s, all replicas).")
-@click.option("--hardware", "-H", "hw_list", help="Candidate accelerators, comma-separated. [default: h100-sxm]")
-@click.option("--tp", "tp_list", help="Candidate TP degrees, comma-separated, e.g. 1,2,4,8. [default: 1]")
-@click.option("--kv-dtype", "--kv-cache-dtype", "kv_list", help="Candidate KV-cache formats, comma-separated. [default: bf16]")
-@click.option("--weight-dtype", "wd_list", help="Candidate weight formats, comma-separated. [default: the model's]")
+@click.option("--hardware", "-H", "hw_list", multiple=True,
+              help="Candidate accelerators, comma-separated (or the option repeated). [default: h100-sxm]")
+@click.option("--tp", "tp_list", multiple=True,
+              help="Candidate TP degrees, comma-separated (or repeated), e.g. 1,2,4,8. [default: 1]")
+@click.option("--kv-dtype", "--kv-cache-dtype", "kv_list", multiple=True,
+              help="Candidate KV-cache formats, comma-separated (or repeated). [default: bf16]")
+@click.option("--weight-dtype", "wd_list", multiple=True,
+              help="Candidate weight formats, comma-separated (or repeated). [default: the model's]")
 @click.option("--headroom", type=float, default=0.2, show_default=True,
               help="Fraction of each replica's SLO capacity kept free.")
 @click.option("--price", "price_items", multiple=True, metavar="HW=USD",
@@ -524,7 +528,8 @@ def calibrate_cmd(file: str, hardware: str, ops: str | None, allreduce: str | No
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @opt.html_option
-def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_list: str | None, wd_list: str | None,
+def plan_cmd(target_rate: float, hw_list: tuple[str, ...], tp_list: tuple[str, ...], kv_list: tuple[str, ...],
+             wd_list: tuple[str, ...],
              headroom: float, price_items: tuple[str, ...], slo_target: float | None, tol: float, workers: int | None,
              serial: bool, dask_address: str | None, out_dir: str | None, as_json: bool, quiet: bool,
              search_disagg: bool, html_out: str | None = None, **kw: Any) -> None:
@@ -538,9 +543,10 @@ def plan_cmd(target_rate: float, hw_list: str | None, tp_list: str | None, kv_li
     sc, slo_target = _checked_scenario(kw, slo_target, out_set("--out", out_dir, PLAN_FILES),
                                        out_file("--html", html_out))
     with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
-        result = pl.plan(sc, target_rate, hardware=opt.csv_list(hw_list, "--hardware"),
-                         tps=opt.csv_list(tp_list, "--tp", int), kv_dtypes=opt.csv_list(kv_list, "--kv-dtype"),
-                         weight_dtypes=opt.csv_list(wd_list, "--weight-dtype"), headroom=headroom,
+        result = pl.plan(sc, target_rate, hardware=opt.csv_list(opt.joined(hw_list), "--hardware"),
+                         tps=opt.csv_list(opt.joined(tp_list), "--tp", int),
+                         kv_dtypes=opt.csv_list(opt.joined(kv_list), "--kv-dtype"),
+                         weight_dtypes=opt.csv_list(opt.joined(wd_list), "--weight-dtype"), headroom=headroom,
                          prices=opt.prices(price_items), slo_target=slo_target, tol=tol, executor=ex,
                          progress=report.Progress("planning", quiet or as_json), disagg=search_disagg)
     if out_dir:
@@ -641,7 +647,8 @@ def whatif_spec_cmd(concurrencies: str | None, requests_per_client: int, min_req
 
 @whatif_group.command("hardware")
 @opt.scenario_options_except("--hardware")
-@click.option("--hardware", "-H", "hw_list", required=True, help="Accelerators to compare, comma-separated.")
+@click.option("--hardware", "-H", "hw_list", required=True, multiple=True,
+              help="Accelerators to compare, comma-separated (or the option repeated).")
 @click.option("--price", "price_items", multiple=True, metavar="HW=USD",
               help="$/GPU-hour override, e.g. h100-sxm=3.5 (repeatable).")
 @click.option("--static-only", is_flag=True, help="Skip the simulations (fit and price only).")
@@ -649,7 +656,7 @@ def whatif_spec_cmd(concurrencies: str | None, requests_per_client: int, min_req
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write hardware.json, hardware.csv, hardware.png here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def whatif_hw_cmd(hw_list: str, price_items: tuple[str, ...], static_only: bool, slo_target: float | None, tol: float,
+def whatif_hw_cmd(hw_list: tuple[str, ...], price_items: tuple[str, ...], static_only: bool, slo_target: float | None, tol: float,
                   workers: int | None, serial: bool, dask_address: str | None, out_dir: str | None,
                   as_json: bool, quiet: bool, **kw: Any) -> None:
     """The same workload on each accelerator: fit, latency, saturation, SLO capacity, cost."""
@@ -658,7 +665,7 @@ def whatif_hw_cmd(hw_list: str, price_items: tuple[str, ...], static_only: bool,
 
     sc, slo_target = _checked_scenario(kw, slo_target, out_set("--out", out_dir, _whatif_files("hardware")))
     with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
-        r = wi.hardware_whatif(sc, opt.csv_list(hw_list, "--hardware") or [],  # required option: never None
+        r = wi.hardware_whatif(sc, opt.csv_list(opt.joined(hw_list), "--hardware") or [],  # required option: never None
                                prices=opt.prices(price_items),
                                load=not static_only, executor=ex, progress=report.Progress("what-if", quiet or as_json),
                                slo_target=slo_target, tol=tol)
