@@ -452,3 +452,22 @@ def test_cli_calibrate_writes_overlay(tmp_path: Path) -> None:
     assert yaml.safe_load(ov.read_text())["base"] == A100
     r = _runner().invoke(main, ["validate", str(p), "--hardware-spec", str(ov), "--json"])
     assert json.loads(r.stdout)["predicted"] == len(rows)
+
+
+def test_a_rows_stated_expert_parallelism_and_dp_attention_price_its_layout() -> None:
+    # InferenceMAX notes state the server's layout ("single server, TP8 EP8 dp-attention true"):
+    # an MoE model is priced with the experts over 8 ranks and 8 attention groups of 1 GPU;
+    # EP1 / false (the gpt-oss rows) and a dense model keep plain TP
+    base = {"model": "deepseek-v3", "hardware": "b200", "tp": 8, "pp": 1, "weight_dtype": "fp8",
+            "activation_dtype": "fp8", "kv_dtype": "fp8", "engine": "SGLang 0.5.5"}
+    v = V.Validator()
+
+    def par(notes: str, **kw: Any) -> tuple[int, int]:
+        p = v.cost_model({**base, **kw, "notes": f"single server, {notes}; one replica"}).par
+        return p.ep, p.dp_attention
+
+    assert par("TP8 EP8 dp-attention true") == (8, 8)
+    assert par("TP8 EP8 dp-attention false") == (8, 1)
+    assert par("TP8 EP1 dp-attention false") == (1, 1)
+    assert par("TP4 EP4 dp-attention true", model="llama-3.3-70b", tp=4) == (1, 1)
+    assert measurements.note_facts({"notes": "MoE expert parallelism 8 (config)"}) == {}

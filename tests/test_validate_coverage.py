@@ -103,7 +103,8 @@ def test_engine_strings_map_to_profiles() -> None:
 def test_note_facts_of_each_file() -> None:
     imx = _rows("dev_inferencemax_gptoss.csv")[0]
     assert note_facts(imx) == {"range_ratio": 0.8, "nominal_input_len": 8192, "nominal_output_len": 1024,
-                               "requests_per_slot": 10, "warmups_per_slot": 2, "ignore_eos": True}
+                               "requests_per_slot": 10, "warmups_per_slot": 2, "ignore_eos": True,
+                               "expert_parallel": 1, "dp_attention": False}
     ml = _rows("dev_mlperf51_offline.csv")[0]
     f = note_facts(ml)
     assert f["min_duration_ms"] == 600000 and f["run_mean_output"] == 3650.4 and f["submitter"] == "Dell"

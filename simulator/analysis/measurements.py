@@ -201,7 +201,7 @@ def _check_categories(row: dict[str, Any]) -> None:
 
 #: facts the measurement files state only in `notes` (free text), as (key, pattern, type):
 #: the run's settings a simulation needs and no column holds
-_NOTE_FACTS: tuple[tuple[str, re.Pattern[str], type], ...] = (
+_NOTE_FACTS: tuple[tuple[str, re.Pattern[str], Any], ...] = (
     # MLPerf (dev_mlperf51_offline.csv): LoadGen's min_duration and the run's own mean output
     # per sample (its Tokens/s over its Samples/s: the same makespan cancels)
     ("min_duration_ms", re.compile(r"\bmin_duration (\d+) ms"), int),
@@ -213,6 +213,10 @@ _NOTE_FACTS: tuple[tuple[str, re.Pattern[str], type], ...] = (
     ("nominal_output_len", re.compile(r"nominal ISL/OSL \d+/(\d+)"), int),
     ("requests_per_slot", re.compile(r"num-prompts = (\d+) x concurrency"), int),
     ("warmups_per_slot", re.compile(r"with (\d+) x concurrency warm-up"), int),
+    # InferenceMAX's server layout ("single server, TP8 EP8 dp-attention true"): expert
+    # parallelism inside the TP group and data-parallel attention over its ranks
+    ("expert_parallel", re.compile(r"\bTP\d+ EP(\d+) dp-attention\b"), int),
+    ("dp_attention", re.compile(r"\bTP\d+ EP\d+ dp-attention (true|false)\b"), lambda s: s == "true"),
 )
 
 

@@ -236,14 +236,21 @@ class Validator:
         from simulator.specs.parallelism import Parallelism
 
         profile = self.profile_of(row)
+        # the layout's expert parallelism and data-parallel attention where the notes state them
+        # (InferenceMAX: "TP8 EP8 dp-attention true"); MoE models only, else 1 and none
+        facts = note_facts(row)
+        moe = self.model(row["model"]).moe is not None
+        ep = int(facts.get("expert_parallel", 1)) if moe else 1
+        dpa = int(row["tp"]) if moe and facts.get("dp_attention") else 1
         key = (row["model"], row["hardware"], row["tp"], row["pp"], row["weight_dtype"],
-               row["activation_dtype"], row["kv_dtype"], profile.id)
+               row["activation_dtype"], row["kv_dtype"], profile.id, ep, dpa)
         if key not in self._cost:
             model = profile_model(self.model(row["model"]), profile)
             hw = apply_profile(self.hardware(row["hardware"]), profile)
             try:
                 # an engine that keeps pipeline micro-batches in flight (profile kernels.pipeline)
-                par = Parallelism(row["tp"], row["pp"], pp_interleaved=profile.kernels.pipeline == "interleaved")
+                par = Parallelism(row["tp"], row["pp"], ep=ep, dp_attention=dpa,
+                                  pp_interleaved=profile.kernels.pipeline == "interleaved")
                 cost = CostModel(model, hw, par,
                                  DTypes(row["weight_dtype"], row["activation_dtype"], row["kv_dtype"]),
                                  link_dtype=profile.link_dtype)
