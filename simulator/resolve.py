@@ -24,7 +24,7 @@ from simulator.specs.parallelism import Parallelism
 
 
 def make_cost_model(model: str | os.PathLike | ModelSpec, hardware: str | os.PathLike | HardwareSpec, tp: int = 1, pp: int = 1,
-                    weight_dtype: str | None = None, activation_dtype: str = "bf16",
+                    weight_dtype: str | None = None, activation_dtype: str | None = None,
                     kv_dtype: str | None = None, ideal: bool = False,
                     efficiency: dict[str, float] | None = None, link_dtype: str | None = None, *,
                     ep: int = 1, pp_microbatches: int = 1, expert_imbalance: float = 1.0,
@@ -35,11 +35,12 @@ def make_cost_model(model: str | os.PathLike | ModelSpec, hardware: str | os.Pat
     argument is checked before use (one-line SpecError naming it)."""
     m = load_model(model)
     hw = load_hardware(hardware)
-    check_choice("activation_dtype", activation_dtype, DTYPES)
-    for name, value in (("weight_dtype", weight_dtype), ("kv_dtype", kv_dtype)):
+    for name, value in (("weight_dtype", weight_dtype), ("activation_dtype", activation_dtype), ("kv_dtype", kv_dtype)):
         if value is not None:
             check_choice(name, value, DTYPES)
     w = weight_dtype or m.default_weight_dtype
+    # the checkpoint's activation format at its own weight format (W8A8 FP8 checkpoints), else bf16
+    activation_dtype = activation_dtype or m.activation_for(weight_dtype)
     # vLLM keeps --kv-cache-dtype separate from the compute dtype: KV stays 16-bit unless asked
     kv = kv_dtype or "bf16"
     par = Parallelism(tp, pp, ep=ep, pp_microbatches=pp_microbatches, expert_imbalance=expert_imbalance,

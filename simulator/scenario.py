@@ -142,7 +142,7 @@ class Scenario:
     expert_imbalance: float = 1.0  # busiest EP rank's load over the mean (1: uniform routing)
     dp_attention: int = 1  # data-parallel attention groups inside the replica (divides tp)
     weight_dtype: str | None = None
-    activation_dtype: str = "bf16"
+    activation_dtype: str | None = None  # None: the checkpoint's (ModelSpec.activation_for: W8A8 fp8, else bf16)
     kv_dtype: str | None = None
     ideal: bool = False
     efficiency: dict = field(default_factory=dict)
@@ -218,9 +218,8 @@ class Scenario:
         need(is_num(self.range_ratio) and 0 <= self.range_ratio < 1, "range_ratio", "must be in [0, 1)")
         need(isinstance(self.router, str) and self.router in ROUTERS, "router", f"is not one of {', '.join(ROUTERS)}")
         need(isinstance(self.scheduler, str) and self.scheduler in SCHEDULERS, "scheduler", f"is not one of {', '.join(SCHEDULERS)}")
-        for name in ("weight_dtype", "kv_dtype"):
+        for name in ("weight_dtype", "activation_dtype", "kv_dtype"):
             need(getattr(self, name) is None or getattr(self, name) in DTYPES, name, f"is not one of {', '.join(DTYPES)}")
-        need(self.activation_dtype in DTYPES, "activation_dtype", f"is not one of {', '.join(DTYPES)}")
         need(is_num(self.gpu_memory_utilization) and 0 < self.gpu_memory_utilization <= 1,
              "gpu_memory_utilization", "must be in (0, 1]")
         # every other field's type too: a scenario YAML can hold anything (issue 9)

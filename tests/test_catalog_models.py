@@ -170,7 +170,7 @@ IMPORTER_GAPS: dict[str, str] = {}
 _GEOMETRY = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "d_head", "vocab_size",
              "max_context", "mlp", "parallel_attention", "tie_word_embeddings", "attention_bias",
              "mlp_bias", "moe", "mla", "sliding_window", "default_weight_dtype", "quantized_weights",
-             "unquantized_weight_dtype", "param_count",
+             "unquantized_weight_dtype", "default_activation_dtype", "param_count",
              "active_param_count")
 
 

@@ -384,3 +384,24 @@ def test_unquantized_weight_dtype_is_checked_against_the_rest_of_the_spec() -> N
         dataclasses.replace(oss, default_weight_dtype="bf16", unquantized_weight_dtype="fp8")
     # fp8 experts on an fp4-default checkpoint: the experts fp8, the rest its bf16
     assert oss.unquantized_dtype("fp8") == "bf16" and oss.unquantized_dtype("bf16") == "bf16"
+
+
+def test_an_fp8_checkpoint_runs_w8a8_by_default() -> None:
+    # DeepSeek-V3/R1 and Kimi-K2 ship FP8 weights with dynamic activation scales: vLLM runs them
+    # W8A8 (fp8 GEMMs). Priced W8A16 (the bf16 default before) the GEMMs dequantised at the
+    # weight-only rate, 0.6 x the bf16 rate on Hopper under vLLM against the fp8 rate: a prefill
+    # about 3x slower than the engine runs it. Another weight format keeps bf16 activations.
+    from simulator.resolve import make_cost_model
+    from simulator.specs.catalog import import_hf_config, load_model
+
+    ds = load_model("deepseek-v3")
+    assert ds.default_activation_dtype == "fp8" and load_model("kimi-k2").default_activation_dtype == "fp8"
+    assert ds.activation_for(None) == ds.activation_for("fp8") == "fp8" and ds.activation_for("bf16") == "bf16"
+    assert load_model("gpt-oss-120b").activation_for(None) == "bf16"  # MXFP4 W4A16
+    assert load_model("llama-3.1-8b").activation_for("fp8") == "bf16"  # a run's own fp8 says its activations
+    c = make_cost_model("deepseek-v3", "h200-sxm", tp=8)
+    assert (c.dtypes.weight, c.dtypes.activation, c.dtypes.kv) == ("fp8", "fp8", "bf16") and c.dtypes.gemm == "fp8"
+    assert make_cost_model("deepseek-v3", "h200-sxm", tp=8, activation_dtype="bf16").dtypes.activation == "bf16"
+    hf = SHARED_HF / "DeepSeek-R1.json"
+    if hf.is_file():
+        assert import_hf_config(hf).default_activation_dtype == "fp8"

@@ -27,7 +27,9 @@ def cost_options(fn: Any) -> Any:
         click.option("--dp-attention", type=int, default=1, show_default=True,
                      help="Data-parallel attention groups inside the replica (divides --tp; see simulate --help)."),
         click.option("--weight-dtype", type=dt, default=None, help="Weight format [default: the model's]."),
-        click.option("--activation-dtype", type=dt, default="bf16", show_default=True),
+        click.option("--activation-dtype", type=dt, default=None,
+                     help="Activation format [default: the checkpoint's: fp8 for a W8A8 FP8 checkpoint "
+                          "(DeepSeek-V3, Kimi-K2) at its own weight format, else bf16]."),
         click.option("--kv-dtype", "--kv-cache-dtype", "kv_dtype", default=None,
                      help="KV-cache format, independent of --activation-dtype as in vLLM; vLLM's names too "
                           "(auto = the model dtype, fp8_e4m3, fp8_e5m2, ...) [default: bf16]."),
@@ -77,7 +79,8 @@ SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--expert-imbalance",), {"type": float, "help": "Busiest EP rank's tokens over the mean, >= 1. [default: 1]"}),
     (("--dp-attention",), {"type": int, "help": "Data-parallel attention groups inside the replica (divides --tp): each group of tp/N GPUs runs attention on its own sequences and keeps their KV; MoE layers span all --tp GPUs (--ep = --tp: wide expert parallelism). vLLM --data-parallel-size D --tensor-parallel-size T --enable-expert-parallel is --tp D*T --dp-attention D --ep D*T; SGLang --enable-dp-attention --dp D. [default: 1]"}),
     (("--weight-dtype",), {"help": "Weight format (default: the model's own)."}),
-    (("--activation-dtype",), {"help": "Activation format. [default: bf16]"}),
+    (("--activation-dtype",), {"help": "Activation format. [default: the checkpoint's: fp8 for a W8A8 FP8 "
+                                         "checkpoint (DeepSeek-V3, Kimi-K2) at its own weight format, else bf16]"}),
     (("--kv-dtype", "--kv-cache-dtype"), {"help": "KV-cache format (vLLM: --kv-cache-dtype, whose names it takes too: auto = the model dtype, fp8, fp8_e4m3, fp8_e5m2, ...), independent of --activation-dtype. [default: bf16]"}),
     (("--quantization",), {"help": "vLLM's --quantization method, as weight/activation formats: fp8 (W8A8), awq/gptq (int4 weight-only), mxfp4 (fp4 weights), modelopt_fp4 (W4A4), ...; others are refused with the reason."}),
     (("--ideal",), {"is_flag": True, "default": None, "help": "Pure roofline: efficiencies 1, overheads 0."}),

@@ -573,6 +573,8 @@ def model_from_hf_dict(cfg: dict, model_id: str) -> ModelSpec:
     method = _quant_method(cfg)
     if method == "fp8":
         fields["default_weight_dtype"] = "fp8"
+        if str((cfg.get("quantization_config") or {}).get("activation_scheme", "")).lower() in ("dynamic", "static"):
+            fields["default_activation_dtype"] = "fp8"  # W8A8: the activations are quantised too
     elif method == "mxfp4":
         # what vLLM loads: the routed experts in MXFP4 (4-bit), the rest (attention, router,
         # embeddings, LM head: modules_to_not_convert) in bf16

@@ -108,6 +108,10 @@ class ModelSpec:
     # the format of the weights a quantised checkpoint leaves unquantised (gpt-oss: attention,
     # router, embeddings and LM head in bf16); None: default_weight_dtype
     unquantized_weight_dtype: str | None = field(default=None, metadata={"choices": DTYPES})
+    # the activation format the checkpoint's quantisation runs at its default weight format: an
+    # FP8 checkpoint with dynamic activation scales (DeepSeek-V3, Kimi-K2) is W8A8, fp8; None:
+    # bf16 (16-bit and weight-only checkpoints: gpt-oss's MXFP4 runs W4A16)
+    default_activation_dtype: str | None = field(default=None, metadata={"choices": DTYPES})
     sources: tuple[str, ...] = ()
     notes: str = ""
 
@@ -268,6 +272,14 @@ class ModelSpec:
         if self.quantized_weights == "experts" and self.moe is not None and DTYPE_BYTES[dtype] < DTYPE_BYTES[base]:
             return base
         return dtype
+
+    def activation_for(self, weight_dtype: str | None) -> str:
+        """The activation format a run takes when none is given: the checkpoint's own
+        (`default_activation_dtype`) at the checkpoint's weight format, else bf16 (a run that
+        re-quantises the weights says its activations too)."""
+        if weight_dtype in (None, self.default_weight_dtype) and self.default_activation_dtype:
+            return self.default_activation_dtype
+        return "bf16"
 
     def weight_bytes(self, dtype: str | None = None) -> float:
         """Bytes of all weights stored in `dtype` (default: the model's own); with
