@@ -471,3 +471,15 @@ def test_a_rows_stated_expert_parallelism_and_dp_attention_price_its_layout() ->
     assert par("TP8 EP1 dp-attention false") == (1, 1)
     assert par("TP4 EP4 dp-attention true", model="llama-3.3-70b", tp=4) == (1, 1)
     assert measurements.note_facts({"notes": "MoE expert parallelism 8 (config)"}) == {}
+
+
+def test_a_result_file_without_formats_takes_the_served_checkpoints() -> None:
+    # vLLM's result JSON records no formats: --weight-dtype/--activation-dtype, else the
+    # checkpoint's (DeepSeek-V3 FP8 W8A8, gpt-oss MXFP4 W4A16), else bf16
+    from simulator.analysis.result_files import checkpoint_formats
+
+    assert checkpoint_formats("deepseek-r1", None, None) == {"weight_dtype": "fp8", "activation_dtype": "fp8"}
+    assert checkpoint_formats("gpt-oss-120b", None, None) == {"weight_dtype": "fp4", "activation_dtype": "bf16"}
+    assert checkpoint_formats("deepseek-r1", "bf16", None) == {"weight_dtype": "bf16", "activation_dtype": "bf16"}
+    assert checkpoint_formats("llama-3.1-8b", "fp8", "fp8") == {"weight_dtype": "fp8", "activation_dtype": "fp8"}
+    assert checkpoint_formats("no-such-model", None, None) == {"weight_dtype": "bf16", "activation_dtype": "bf16"}

@@ -273,7 +273,7 @@ class _Reader:
         engine_note = "" if s.get("engine") or engine else "; engine not recorded: vllm assumed (--engine)"
         return {"source": source, "model": model, "hardware": s["hardware"], "tp": tp, "pp": pp,
                 "num_gpus": s.get("num_gpus") or tp * pp, "engine": s.get("engine") or engine or "vllm",
-                "weight_dtype": s.get("weight_dtype") or "bf16", "activation_dtype": s.get("activation_dtype") or "bf16",
+                **checkpoint_formats(model, s.get("weight_dtype"), s.get("activation_dtype")),
                 "kv_dtype": s.get("kv_dtype") or "bf16",
                 "max_batch_size": s.get("max_num_seqs") or "", "max_num_tokens": s.get("max_num_batched_tokens") or "",
                 "quality": "high", "notes": note + engine_note}
@@ -710,6 +710,22 @@ def detect_format(path: str | Path) -> str:
 _VLLM_ONLY = ("input_len", "output_len", "dataset")
 
 
+def checkpoint_formats(model: Any, weight_dtype: str | None, activation_dtype: str | None) -> dict[str, str]:
+    """A result file's weight and activation formats: the ones given (--weight-dtype,
+    --activation-dtype), else the served checkpoint's (`ModelSpec.default_weight_dtype`,
+    `activation_for`: DeepSeek-V3's FP8 W8A8, gpt-oss's MXFP4 W4A16), else bf16 (a model the
+    catalog does not know: its row is skipped later, naming it)."""
+    from simulator.specs.catalog import load_model
+
+    try:
+        m = load_model(model) if model else None
+    except SpecError:
+        m = None
+    w = weight_dtype or (m.default_weight_dtype if m is not None else "bf16")
+    a = activation_dtype or (m.activation_for(weight_dtype) if m is not None else "bf16")
+    return {"weight_dtype": w, "activation_dtype": a}
+
+
 def load_rows(path: str | Path, skip_bad_rows: bool = False, **settings: Any) -> tuple[list[dict], list[dict]]:
     """(rows, skipped) of a measurement CSV, a vLLM result JSON, a GuideLLM report, an
     inference-perf run or an AIPerf export (`detect_format`). `settings`: model, hardware,
@@ -725,6 +741,7 @@ def load_rows(path: str | Path, skip_bad_rows: bool = False, **settings: Any) ->
             raise SpecError(f"{p}: a vLLM result JSON does not record the model or hardware; "
                             "pass --model and --hardware")
         kw = {k: v for k, v in settings.items() if k != "engine"}
+        kw.update(checkpoint_formats(kw["model"], kw.get("weight_dtype"), kw.get("activation_dtype")))
         return read_vllm_result(p, **kw), []
     given = [k for k in _VLLM_ONLY if settings.get(k) is not None]
     if given:

@@ -376,8 +376,10 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
 @click.option("--tp", type=int, default=1, show_default=True, help="Result files: tensor-parallel degree.")
 @click.option("--pp", type=int, default=1, show_default=True, help="Result files: pipeline-parallel degree.")
 @click.option("--num-gpus", type=int, help="Result files: GPUs in total [default: tp*pp].")
-@click.option("--weight-dtype", default="bf16", show_default=True, help="Result files: weight format.")
-@click.option("--activation-dtype", default="bf16", show_default=True, help="Result files: activation format.")
+@click.option("--weight-dtype", default=None,
+              help="Result files: weight format. [default: the model's checkpoint (DeepSeek-V3 fp8, gpt-oss fp4, else bf16)]")
+@click.option("--activation-dtype", default=None,
+              help="Result files: activation format. [default: the checkpoint's (fp8 for a W8A8 FP8 one, else bf16)]")
 @click.option("--kv-dtype", default="bf16", show_default=True, help="Result files: KV-cache format.")
 @click.option("--engine", "engine_text", help="GuideLLM/inference-perf/AIPerf files: the server engine (vllm, sglang, "
               "trtllm) [default: inference-perf's server.type, else vllm].")
@@ -407,7 +409,7 @@ def sweep_cmd(rates: str, sweep_items: tuple[str, ...], slo_target: float | None
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @opt.html_option
 def validate_cmd(file: str, model: str | None, hardware: str | None, tp: int, pp: int, num_gpus: int | None,
-                 weight_dtype: str, activation_dtype: str, kv_dtype: str, input_len: int | None,
+                 weight_dtype: str | None, activation_dtype: str | None, kv_dtype: str, input_len: int | None,
                  output_len: int | None, max_num_seqs: int | None, max_num_batched_tokens: int | None,
                  workloads: tuple[str, ...], scenario: str | None, hardware_filter: str | None,
                  hardware_specs: tuple[str, ...], num_requests: int | None, max_requests: int | None,
@@ -579,14 +581,15 @@ def whatif_group() -> None:
 
 @whatif_group.command("kv-dtype")
 @opt.scenario_options_except("--kv-dtype")
-@click.option("--values", default="bf16,fp8,int4", show_default=True, help="KV-cache formats to compare (ratios to the first).")
+@click.option("--values", multiple=True,
+              help="KV-cache formats to compare (ratios to the first), comma-separated or repeated. [default: bf16,fp8,int4]")
 @click.option("--seq-len", type=int, default=None, help="Sequence length concurrency is counted at. [default: mean prompt+output]")
 @click.option("--static-only", is_flag=True, help="Skip the simulations (no saturation rate / SLO capacity).")
 @opt.executor_options
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write kv_dtype.json, kv_dtype.csv, kv_dtype.png here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def whatif_kv_cmd(values: str, seq_len: int | None, static_only: bool, slo_target: float | None, tol: float,
+def whatif_kv_cmd(values: tuple[str, ...], seq_len: int | None, static_only: bool, slo_target: float | None, tol: float,
                   workers: int | None, serial: bool, dask_address: str | None, out_dir: str | None,
                   as_json: bool, quiet: bool, **kw: Any) -> None:
     """KV-cache quantization: capacity, concurrency, TPOT, saturation and SLO capacity per format."""
@@ -595,7 +598,7 @@ def whatif_kv_cmd(values: str, seq_len: int | None, static_only: bool, slo_targe
     from simulator.cli import planplots
 
     sc, slo_target = _checked_scenario(kw, slo_target, out_set("--out", out_dir, _whatif_files("kv_dtype")))
-    vals = opt.csv_list(values, "--values") or []  # never None: the option has a default
+    vals = opt.csv_list(opt.joined(values) or "bf16,fp8,int4", "--values") or []
     with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
         r = wi.kv_dtype_whatif(sc, vals, seq_len=seq_len, load=not static_only, executor=ex,
                                progress=report.Progress("what-if", quiet or as_json), slo_target=slo_target, tol=tol)
@@ -610,8 +613,8 @@ def whatif_kv_cmd(values: str, seq_len: int | None, static_only: bool, slo_targe
 
 @whatif_group.command("speculative")
 @opt.scenario_options
-@click.option("--concurrencies", default=None,
-              help="Closed-loop concurrencies to compare, comma-separated. [default: 1,2,4,...,256 up to --max-num-seqs]")
+@click.option("--concurrencies", multiple=True,
+              help="Closed-loop concurrencies to compare, comma-separated or repeated. [default: 1,2,4,...,256 up to --max-num-seqs]")
 @click.option("--requests-per-client", type=int, default=8, show_default=True,
               help="Requests per client at each concurrency (at least --min-requests in all); -n N: N requests every run instead.")
 @click.option("--min-requests", type=int, default=32, show_default=True, help="Fewest requests per run.")
@@ -621,7 +624,7 @@ def whatif_kv_cmd(values: str, seq_len: int | None, static_only: bool, slo_targe
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write speculative.json, speculative.csv, speculative.png here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-def whatif_spec_cmd(concurrencies: str | None, requests_per_client: int, min_requests: int, workers: int | None,
+def whatif_spec_cmd(concurrencies: tuple[str, ...], requests_per_client: int, min_requests: int, workers: int | None,
                     serial: bool, dask_address: str | None, out_dir: str | None, as_json: bool, quiet: bool,
                     **kw: Any) -> None:
     """Speculative decoding (--speculative-config) against concurrency: per-user speed and total
@@ -632,7 +635,7 @@ def whatif_spec_cmd(concurrencies: str | None, requests_per_client: int, min_req
 
     check_outputs(out_set("--out", out_dir, _whatif_files("speculative")), inputs=_scenario_inputs(kw))
     sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
-    cs = opt.csv_list(concurrencies, "--concurrencies", int)
+    cs = opt.csv_list(opt.joined(concurrencies), "--concurrencies", int)
     with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
         r = wi.speculative_whatif(sc, concurrencies=cs, requests_per_client=requests_per_client,
                                   min_requests=min_requests, executor=ex,
