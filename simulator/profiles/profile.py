@@ -427,6 +427,9 @@ class KernelsSection:
     fp8_efficiency_relative: dict = field(default_factory=dict)  # chip class -> Tunable
     by_chip_class: dict = field(default_factory=dict)  # chip class -> {CLASS_FACTORS name: Tunable}
     allreduce_dtype: str = field(default="activation", metadata={"choices": ALLREDUCE_DTYPES})
+    # recorded, not priced: a call's latency is allreduce_latency_s when the profile gives it,
+    # else the hardware's NCCL-fitted link_latency_s (sglang and trtllm-pytorch declare custom
+    # all-reduce but have no serving rows to fit its latency: docs/limits.md)
     allreduce_impl: str = field(default="nccl_ring", metadata={"choices": ("nccl_ring", "custom_allreduce")})
     allreduce_latency_s: Tunable = field(default_factory=Tunable)
     pcie_link_efficiency: Tunable = field(default_factory=Tunable)
