@@ -167,8 +167,6 @@ def price(rows: Sequence[Mapping[str, Any]], values: Mapping[str, float], quick:
     as the built-in profile replaced for the run (`profiles.profile._builtin_engine`, which
     `load_engine` reads: the catalog dict `engine_catalog()` returns is a fresh copy, so
     replacing an entry there changed nothing)."""
-    from simulator.profiles import profile as profile_mod
-
     by_engine: dict[str, dict[str, float]] = {}
     for name, v in values.items():
         parts = name.split(":")
@@ -188,13 +186,21 @@ def price(rows: Sequence[Mapping[str, Any]], values: Mapping[str, float], quick:
                                                         for k, x in over.items()})
             prof = dataclasses.replace(prof, overheads=ov)
         trial[eng] = prof
+    chips = {r["hardware"] for r in rows}  # catalog ids (`read_rows`)
+    specs = {h: hardware_with(h, values) for h in chips if h in hardware_catalog()}
+    return price_with_engines(rows, trial, Validator(hardware_specs=specs, max_requests=quick))
+
+
+def price_with_engines(rows: Sequence[Mapping[str, Any]], trial: Mapping[str, Any],
+                       validator: Validator | None = None) -> list[dict]:
+    """The rows' points with the built-in profiles of `trial` ({engine id: EngineProfile})
+    replaced for the run (`profiles.profile._builtin_engine`, which `load_engine` reads)."""
+    from simulator.profiles import profile as profile_mod
+
     original = profile_mod._builtin_engine
     profile_mod._builtin_engine = lambda eid: trial[eid] if eid in trial else original(eid)  # type: ignore[assignment]
     try:
-        chips = {r["hardware"] for r in rows}  # catalog ids (`read_rows`)
-        specs = {h: hardware_with(h, values) for h in chips if h in hardware_catalog()}
-        res = validate(rows, validator=Validator(hardware_specs=specs, max_requests=quick))
-        return res["points"]
+        return validate(rows, validator=validator or Validator())["points"]
     finally:
         profile_mod._builtin_engine = original  # type: ignore[assignment]
 

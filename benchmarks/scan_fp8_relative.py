@@ -26,35 +26,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from fit_mlperf import median_ape, read_rows, summary  # noqa: E402
+from fit_mlperf import median_ape, price_with_engines, read_rows, summary  # noqa: E402
 
-from simulator.analysis.validate import Validator, validate  # noqa: E402
-from simulator.profiles import profile as profile_mod  # noqa: E402
+from simulator.analysis.validate import Validator  # noqa: E402
 from simulator.profiles.profile import CHIP_CLASSES, engine_from_dict  # noqa: E402
 from simulator.specs.catalog import read_yaml  # noqa: E402
 
 
-def profile_at(engine: str, family: str, value: float | None) -> Any:
-    """The built-in profile with `kernels.fp8_efficiency_relative.<family>` = value (None: none)."""
+def profile_at(engine: str, family: str, value: float) -> Any:
+    """The built-in profile with `kernels.fp8_efficiency_relative.<family>` = value (1.0: the
+    chip's own fp8 efficiencies, as without the factor)."""
     data = copy.deepcopy(read_yaml(ROOT / "engine_specs" / f"{engine}.yaml"))
-    rel = data.setdefault("kernels", {}).setdefault("fp8_efficiency_relative", {})
-    rel.pop(family, None)
-    data["sources"].pop(f"kernels.fp8_efficiency_relative.{family}", None)
-    if value is not None:
-        rel[family] = {"value": float(value), "status": "provisional (scan)"}
-        data["sources"][f"kernels.fp8_efficiency_relative.{family}"] = "benchmarks/scan_fp8_relative.py (trial value)"
-    if not rel:
-        data["kernels"].pop("fp8_efficiency_relative")
+    data.setdefault("kernels", {}).setdefault("fp8_efficiency_relative", {})[family] = {
+        "value": float(value), "status": "provisional (scan)"}
+    data["sources"][f"kernels.fp8_efficiency_relative.{family}"] = "benchmarks/scan_fp8_relative.py (trial value)"
     return engine_from_dict(data, f"{engine} (trial)")
-
-
-def price(rows: list[dict[str, Any]], engine: str, prof: Any) -> list[dict[str, Any]]:
-    original = profile_mod._builtin_engine
-    profile_mod._builtin_engine = lambda eid: prof if eid == engine else original(eid)  # type: ignore[assignment]
-    try:
-        return validate(rows, validator=Validator())["points"]
-    finally:
-        profile_mod._builtin_engine = original  # type: ignore[assignment]
 
 
 def main() -> None:
@@ -69,22 +55,23 @@ def main() -> None:
     rows = [r for r in rows if Validator().profile_of(r).id == args.engine]
     if not rows:
         sys.exit(f"no {args.engine} rows on {args.family} chips in the MLPerf file")
+    values = sorted({1.0, *(float(x) for x in args.values.split(","))}, reverse=True)  # 1.0: no factor
+    pts = {v: price_with_engines(rows, {args.engine: profile_at(args.engine, args.family, v)}) for v in values}
+    name = f"eng:{args.engine}:{args.family}:fp8_efficiency_relative"
     grid = []
-    base = price(rows, args.engine, profile_at(args.engine, args.family, None))
-    for v in [float(x) for x in args.values.split(",")]:
-        pts = price(rows, args.engine, profile_at(args.engine, args.family, v))
-        grid.append({"values": {f"eng:{args.engine}:{args.family}:fp8_efficiency_relative": v},
-                     "median_ape": median_ape(pts), "errors": [round(p["error_pct"], 1) for p in pts]})
+    for v in values:
+        grid.append({"values": {name: v}, "median_ape": median_ape(pts[v]),
+                     "errors": [round(p["error_pct"], 1) for p in pts[v]]})
         print(f"{args.engine} {args.family} fp8_efficiency_relative {v:g}: "
-              + " ".join(f"{p['hardware']} {p['metric']} {p['error_pct']:+.1f}" for p in pts), flush=True)
+              + " ".join(f"{p['hardware']} {p['metric']} {p['error_pct']:+.1f}" for p in pts[v]), flush=True)
     best = min(grid, key=lambda g: g["median_ape"])
-    best_pts = price(rows, args.engine, profile_at(args.engine, args.family, next(iter(best["values"].values()))))
+    best_v, base = best["values"][name], pts[1.0]
     held = sorted({r["hardware"] for r in rows})
     loho = {hw: {"values": {}, "median_ape": median_ape([p for p in base if p["hardware"] == hw]),
                  "note": f"without the {args.engine}/{args.family} fp8 factor, which only its rows fit"}
             for hw in held} if len(held) == 1 else {}
     doc = {"file": "dev_mlperf51_offline.csv", "values": best["values"], "groups": [f"{args.engine}/{args.family}"],
-           "models": [], "grid_fit": {"values": best["values"], **summary(best_pts),
+           "models": [], "grid_fit": {"values": best["values"], **summary(pts[best_v]),
                                       "leave_one_hardware_out": loho, "grid": grid,
                                       "without_factor_median_ape": median_ape(base)}}
     out = args.json or ROOT / "benchmarks" / "results" / "chips" / f"fit_mlperf_{args.engine}_{args.family}.json"

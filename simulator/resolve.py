@@ -38,14 +38,13 @@ def make_cost_model(model: str | os.PathLike | ModelSpec, hardware: str | os.Pat
     for name, value in (("weight_dtype", weight_dtype), ("activation_dtype", activation_dtype), ("kv_dtype", kv_dtype)):
         if value is not None:
             check_choice(name, value, DTYPES)
-    w = weight_dtype or m.default_weight_dtype
-    # the checkpoint's activation format at its own weight format (W8A8 FP8 checkpoints), else bf16
-    activation_dtype = activation_dtype or m.activation_for(weight_dtype)
+    # the checkpoint's formats where none is given (W8A8 FP8 checkpoints: fp8 activations)
+    w, a = m.run_formats(weight_dtype, activation_dtype)
     # vLLM keeps --kv-cache-dtype separate from the compute dtype: KV stays 16-bit unless asked
     kv = kv_dtype or "bf16"
     par = Parallelism(tp, pp, ep=ep, pp_microbatches=pp_microbatches, expert_imbalance=expert_imbalance,
                       dp_attention=dp_attention, pp_interleaved=pp_interleaved)
-    return CostModel(m, hw, par, DTypes(w, activation_dtype, kv),
+    return CostModel(m, hw, par, DTypes(w, a, kv),
                      ideal=ideal, efficiency=efficiency, link_dtype=link_dtype)
 
 

@@ -718,12 +718,10 @@ def checkpoint_formats(model: Any, weight_dtype: str | None, activation_dtype: s
     from simulator.specs.catalog import load_model
 
     try:
-        m = load_model(model) if model else None
+        w, a = load_model(model).run_formats(weight_dtype, activation_dtype) if model else (None, None)
     except SpecError:
-        m = None
-    w = weight_dtype or (m.default_weight_dtype if m is not None else "bf16")
-    a = activation_dtype or (m.activation_for(weight_dtype) if m is not None else "bf16")
-    return {"weight_dtype": w, "activation_dtype": a}
+        w, a = weight_dtype, activation_dtype
+    return {"weight_dtype": w or "bf16", "activation_dtype": a or "bf16"}
 
 
 def load_rows(path: str | Path, skip_bad_rows: bool = False, **settings: Any) -> tuple[list[dict], list[dict]]:

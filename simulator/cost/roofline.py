@@ -436,8 +436,7 @@ class CostModel:
         self.link_dtype = link_dtype
         self.hardware = hw = _efficient_hardware(hardware, ideal, efficiency)
         self.par = parallelism or Parallelism()
-        self.dtypes = dtypes or DTypes(weight=self.model.default_weight_dtype,
-                                       activation=self.model.activation_for(None))
+        self.dtypes = dtypes or DTypes(*self.model.run_formats())
         if not isinstance(self.par, Parallelism) or not isinstance(self.dtypes, DTypes):
             raise SpecTypeError("CostModel: parallelism must be a Parallelism and dtypes a DTypes (or None)")
         m, par = self.model, self.par

@@ -273,6 +273,11 @@ class ModelSpec:
             return base
         return dtype
 
+    def run_formats(self, weight_dtype: str | None = None, activation_dtype: str | None = None) -> tuple[str, str]:
+        """(weight, activation) formats of a run that gives these (None: not given): the
+        checkpoint's weight format, and `activation_for` it."""
+        return weight_dtype or self.default_weight_dtype, activation_dtype or self.activation_for(weight_dtype)
+
     def activation_for(self, weight_dtype: str | None) -> str:
         """The activation format a run takes when none is given: the checkpoint's own
         (`default_activation_dtype`) at the checkpoint's weight format, else bf16 (a run that
