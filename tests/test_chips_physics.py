@@ -93,6 +93,42 @@ def test_weight_only_gemm_rate_and_ramp() -> None:
     assert o["time_ms"] / 1e3 == pytest.approx(ref, rel=1e-9)
 
 
+def test_weight_only_integer_gemms_at_the_int8_rate() -> None:
+    """A kernel that quantises the activations of weight-only integer GEMMs to int8 per token
+    (IPEX's WoqLowpMode.INT8, vLLM's GPTQ/AWQ path on Intel XPU: `dequant_int8_compute` 1) runs
+    W4A16 at the int8 rate. Ideal H100 (int8 1979e12, bf16 989e12 FLOP/s): the q/k/v projection at
+    T = 4096 takes 32 x 2 x 4096 x 6144 x 4096 / 1979e12 s, about half the bf16 time; fp4 (a
+    float format) and W8A8 fp8 are unchanged; the run's notes say what happened."""
+    m = load_model(L3)
+    b = StepBatch(T=4096, S=1, Ap=4096 * 2048.0, R=4096)
+    on = CostModel(m, ideal_hw(dequant_int8_compute=1.0), dtypes=DTypes("int4", "bf16", "bf16"))
+    off = CostModel(m, ideal_hw(), dtypes=DTypes("int4", "bf16", "bf16"))
+    assert (on.gemm_dtype, on.gemm_formats, off.gemm_dtype) == ("int8", ("int8", "int8"), "bf16")
+    assert op(on, b, "qkv_proj")["time_ms"] / 1e3 == pytest.approx(32 * 2 * 4096 * 6144 * 4096 / 1979e12, rel=1e-9)
+    assert op(off, b, "qkv_proj")["time_ms"] / 1e3 == pytest.approx(32 * 2 * 4096 * 6144 * 4096 / 989e12, rel=1e-9)
+    assert any("weight-only int4 GEMMs run at the int8 rate" in n for n in on.notes)
+    for d in (DTypes("fp4", "bf16", "bf16"), DTypes("fp8", "fp8", "bf16"), DTypes("bf16", "bf16", "bf16")):
+        assert CostModel(m, ideal_hw(dequant_int8_compute=1.0), dtypes=d).gemm_dtype == d.gemm
+    assert DTypes("int8", "fp16", "bf16").gemm_at(True) == "int8"
+    assert DTypes("int4", "int8", "bf16").gemm_at(True) == "int8"  # already W4A8
+    # the vllm profile sets it on the Intel XPU families only
+    vllm = load_engine("vllm")
+    assert apply_profile(load_hardware("arc-pro-b60-dual"), vllm).efficiency.dequant_int8_compute == 1
+    assert apply_profile(load_hardware("max1550"), vllm).efficiency.dequant_int8_compute == 1
+    assert apply_profile(load_hardware(H100), vllm).efficiency.dequant_int8_compute == 0
+    with pytest.raises(SpecError, match=r"efficiency\.dequant_int8_compute: 0\.5 must be 0"):
+        Efficiency(dequant_int8_compute=0.5)
+    with pytest.raises(SpecError, match=r"by_chip_class\.xe2\.dequant_int8_compute\.value: 0\.5 must be 0 or 1"):
+        engine_from_dict({"id": "t", "name": "t", "versions": "t", "scheduler": {"policy": "vllm"},
+                          "limits": {"max_num_seqs": 8, "max_num_batched_tokens": 64, "chunked_prefill": True,
+                                     "block_size_tokens": 16, "prefix_caching": False,
+                                     "kv_memory_rule": "total_fraction", "kv_memory_fraction": 0.9,
+                                     "max_tokens_if_unset": 16},
+                          "sources": {"limits": "test", "kernels": "test"},
+                          "kernels": {"by_chip_class": {"xe2": {"dequant_int8_compute": {"value": 0.5,
+                                                                                          "status": "assumed"}}}}})
+
+
 def test_experts_only_quantisation_bytes() -> None:
     """gpt-oss-120b in fp4: the 36 x 128 routed experts (3 x 2880 x 2880 each, plus biases
     2 x 2880 + 2880... as the model counts them) take 0.5 B, everything else bf16."""

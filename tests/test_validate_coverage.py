@@ -229,4 +229,8 @@ def test_arc_pro_b60_dual_is_two_b60s() -> None:
     assert two.hbm_capacity_bytes == pytest.approx(2 * one.hbm_capacity_bytes)
     # no fp8 rate on Xe2: fp8 falls back to bf16; copied efficiencies say so in every report
     assert one.gemm_dtype("fp8") == "bf16"
-    assert one.efficiency_notice() == "arc-pro-b60: efficiencies copied from l40s, unvalidated"
+    assert one.efficiency_notice() == ("arc-pro-b60: efficiencies copied from l40s, unvalidated "
+                                       "(int8 GEMMs copied from arc-pro-b60-dual, unvalidated)")
+    assert two.efficiency_notice() == ("arc-pro-b60-dual: efficiencies copied from l40s, unvalidated "
+                                       "(fitted: int8 GEMMs)")
+    assert one.efficiency.compute_for("int8") == two.efficiency.compute_for("int8") == 0.64

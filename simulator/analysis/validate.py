@@ -257,8 +257,9 @@ class Validator:
             except SpecError as e:
                 raise SkipRow(f"unsupported setting: {e}") from None
             # a GEMM dtype the chip has no rate for would be priced at another format: a guess
-            if cost.gemm_dtype != cost.dtypes.gemm and not _fallback_ok(cost.dtypes.gemm, cost.gemm_dtype):
-                raise SkipRow(f"{hw.id} has no {cost.dtypes.gemm} tensor rate (dtype unsupported on this chip)")
+            for want, got in zip(cost.gemm_formats, (cost.gemm_dtype, cost.expert_gemm_dtype), strict=True):
+                if got != want and not _fallback_ok(want, got):
+                    raise SkipRow(f"{hw.id} has no {want} tensor rate (dtype unsupported on this chip)")
             self._cost[key] = cost
         return self._cost[key]
 

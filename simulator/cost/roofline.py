@@ -447,11 +447,14 @@ class CostModel:
         # the routed experts' GEMMs run at the run's GEMM format; a model that quantises its
         # experts only keeps every other GEMM at its unquantised weights (gpt-oss: MXFP4 experts)
         dense = DTypes(m.unquantized_dtype(self.dtypes.weight), self.dtypes.activation, self.dtypes.kv)
-        self.expert_gemm_dtype = hw.gemm_dtype(self.dtypes.gemm)
-        self.gemm_dtype = hw.gemm_dtype(dense.gemm)
+        # the formats the GEMMs compute in, before the chip's fallback (a kernel may run
+        # weight-only integer GEMMs at the int8 rate: Efficiency.dequant_int8_compute)
+        int8_compute = bool(hw.efficiency.dequant_int8_compute)
+        self.gemm_formats = (dense.gemm_at(int8_compute), self.dtypes.gemm_at(int8_compute))
+        self.gemm_dtype, self.expert_gemm_dtype = (hw.gemm_dtype(f) for f in self.gemm_formats)
         attn = attention_format(self.dtypes.activation, self.dtypes.kv)
         self.attention_dtype = hw.gemm_dtype(attn)
-        self.notes = self._provenance_notes(hardware, dense, attn)
+        self.notes = self._provenance_notes(hardware, attn)
         # weight-only experts through a kernel that pads each expert's rows to a tile (Tx)
         cap = hw.efficiency.expert_tile_rows
         self._tiles = tuple(b for b in MARLIN_MOE_TILES if b <= cap) \
@@ -481,13 +484,16 @@ class CostModel:
                 self.step_time, self.step_times, par.pp, par.pp_microbatches)
 
     # ------------------------------------------------------------------ building the ops
-    def _provenance_notes(self, hardware: HardwareSpec, dense: DTypes, attn: str) -> list[str]:
+    def _provenance_notes(self, hardware: HardwareSpec, attn: str) -> list[str]:
         """What a report must say about where this model's rates come from: a format the chip
         has no rate for, efficiencies copied from another chip (`hardware`: the catalog entry,
         before --ideal/--efficiency), an engine's weight-only numbers copied from another family."""
         hw = self.hardware
         notes: list[str] = []
-        for want, got in ((dense.gemm, self.gemm_dtype), (self.dtypes.gemm, self.expert_gemm_dtype)):
+        if self.gemm_formats[1] != self.dtypes.gemm:
+            notes.append(f"weight-only {self.dtypes.weight} GEMMs run at the {self.gemm_formats[1]} rate: "
+                         f"{self.dtypes.activation} activations quantised per token (the engine's kernel on {hw.id})")
+        for want, got in zip(self.gemm_formats, (self.gemm_dtype, self.expert_gemm_dtype), strict=True):
             note = f"{hw.id} has no {want} tensor rate: GEMMs priced at its {got} rate"
             if got != want and note not in notes:
                 notes.append(note)
@@ -529,11 +535,12 @@ class CostModel:
         converted at eff's rate where the kernel has no native path for it."""
         m, dt = self.model, self.dtypes
         w_dense = DTYPE_BYTES[m.unquantized_dtype(dt.weight)]
-        ba = DTYPE_BYTES[dt.activation]
+        # weights narrower than the format the GEMM computes in are dequantised in its main loop
+        b_dense, b_exp = (DTYPE_BYTES[f] for f in self.gemm_formats)
         return Rates.of(self.hardware, self.gemm_dtype, self.attention_dtype, dt.kv, eff, link_latency_s,
-                        weight_only=min(w_dense / ba, 1.0),
+                        weight_only=min(w_dense / b_dense, 1.0),
                         expert_gemm_dtype=self.expert_gemm_dtype,
-                        expert_weight_only=min(DTYPE_BYTES[dt.weight] / ba, 1.0),
+                        expert_weight_only=min(DTYPE_BYTES[dt.weight] / b_exp, 1.0),
                         dequant_kv=DTYPE_BYTES[dt.kv] < DTYPE_BYTES[self.attention_dtype],
                         vector_dtype=self.hardware.gemm_dtype(dt.activation))
 

@@ -204,6 +204,7 @@ CLASS_FACTORS = {
     "expert_width_ramp": "the experts' GEMM width ramp W0: per-row compute x (1 + W0 / W), W = each GPU's expert slice",
     "moe_gemm_relative": "replaces the rate of native-format experts' grouped GEMMs relative to the dense GEMMs",
     "expert_tile_rows": "the largest row tile a weight-only MoE kernel pads each expert's rows to (0: none)",
+    "dequant_int8_compute": "1: weight-only integer GEMMs quantise activations to int8 per token and run at the int8 rate",
 }
 #: factors with a range of their own: (low, high, unit); the fractions take the hardware field's
 #: own range (Efficiency, _EFF_RANGE), refused here where the profile file and family can be
@@ -214,7 +215,8 @@ _FACTOR_RANGES = {"kv_dequant_rate_fp8": (1e6, 1e16, "elements/s"),
                   "dequant_gemm_efficiency": (1e-3, 1.0, "of the chip's GEMM rate"),
                   "dequant_ramp_relative": (1e-3, 1.0, "of the GEMM ramp T0"),
                   "moe_gemm_relative": (1e-3, 1.0, "of the dense GEMM rate"),
-                  "expert_tile_rows": (0.0, 64.0, "rows (the experts' largest padding tile: 0, or 8 to 64)")}
+                  "expert_tile_rows": (0.0, 64.0, "rows (the experts' largest padding tile: 0, or 8 to 64)"),
+                  "dequant_int8_compute": (0.0, 1.0, "(0: the activation format, 1: the int8 rate)")}
 #: relative factors: an engine may reach more than the chip's reference engines (the chip's
 #: efficiencies were fitted on dev.csv's 2023 static engines); the product stays <= 1
 _RELATIVE_FACTORS = ("compute_relative", "memory_relative", "attention_relative")
@@ -373,6 +375,8 @@ def _class_factor(where: str, name: str, v: Any) -> Tunable:
         raise SpecError(f"{where}.value: {t.value!r} must be in [{lo:g}, {hi:g}] {unit}")
     if name == "expert_tile_rows":
         check_tile_rows(f"{where}.value", t.value)
+    if name == "dequant_int8_compute" and t.value not in (0, 1):
+        raise SpecError(f"{where}.value: {t.value!r} must be 0 or 1")
     return t
 
 
@@ -799,7 +803,7 @@ def _class_changes(eff: Any, f: dict[str, float]) -> dict[str, Any]:
                                                    for k, v in eff.attention_efficiency_by_kv_dtype.items()}
     for name in ("gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative", "step_overhead_s",
                  "kernel_overhead_s", "moe_layer_overhead_s", "expert_width_ramp", "moe_gemm_relative",
-                 "expert_tile_rows"):
+                 "expert_tile_rows", "dequant_int8_compute"):
         if name in f:
             out[name] = f[name]
     if "kv_dequant_rate_fp8" in f:

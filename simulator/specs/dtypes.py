@@ -67,3 +67,11 @@ class DTypes:
         if DTYPE_BYTES[self.weight] >= DTYPE_BYTES[self.activation]:
             return self.weight
         return self.activation
+
+    def gemm_at(self, int8_compute: bool) -> str:
+        """The GEMM format on a kernel that may run weight-only integer GEMMs at the int8 rate
+        (`Efficiency.dequant_int8_compute`): int4/int8 weights with 16-bit activations then
+        compute in int8, the activations quantised per token; otherwise `gemm`."""
+        if int8_compute and self.weight in ("int4", "int8") and DTYPE_BYTES[self.activation] > 1:
+            return "int8"
+        return self.gemm

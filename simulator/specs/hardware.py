@@ -72,6 +72,11 @@ class Efficiency:
     rows to: vLLM's Marlin MoE takes the first of 8, 16, 32, 48, 64 rows (up to this cap) whose
     mean fill is below 0.9 of a tile and computes every padded row (`roofline.expert_tokens`).
     0: no padding (the experts compute exactly their rows); else 8 to 64.
+    `dequant_int8_compute` (0 or 1) says how weight-only *integer* GEMMs (int4/int8 weights,
+    16-bit activations) compute: 0 in the activation format (Marlin-style: dequantise the
+    weights to 16 bits in the main loop), 1 at the int8 tensor rate, the activations quantised to
+    int8 per token on the fly (IPEX's weight-only linear with `WoqLowpMode.INT8`, which vLLM's
+    GPTQ/AWQ path on Intel XPU runs). Floating-point weight formats (fp8, fp4) are unaffected.
 
     Optional per-format values (absent: every format uses the single value above):
     `compute_efficiency_by_dtype` and `gemm_ramp_tokens_by_dtype` map a GEMM's tensor-core format
@@ -99,6 +104,7 @@ class Efficiency:
     expert_width_ramp: float = _nonneg(0.0, max=1e5)
     moe_gemm_relative: float = _pos(1.0, **_EFF_RANGE)
     expert_tile_rows: float = _nonneg(0.0, max=64.0)
+    dequant_int8_compute: float = _nonneg(0.0, max=1.0)
     compute_efficiency_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     gemm_ramp_tokens_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     attention_efficiency_by_kv_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
@@ -108,6 +114,9 @@ class Efficiency:
     def __post_init__(self) -> None:
         _check_fields(self, "efficiency")
         check_tile_rows("efficiency.expert_tile_rows", self.expert_tile_rows)
+        if self.dequant_int8_compute not in (0, 1):
+            raise SpecError(f"efficiency.dequant_int8_compute: {show(self.dequant_int8_compute)} must be 0 "
+                            "(weight-only GEMMs in the activation format) or 1 (at the int8 rate)")
         for name, rng in (("compute_efficiency_by_dtype", _EFF_RANGE), ("gemm_ramp_tokens_by_dtype", _RAMP_RANGE),
                           ("attention_efficiency_by_kv_dtype", _EFF_RANGE),
                           ("kv_dequant_rate_by_kv_dtype", _DEQUANT_RANGE)):
@@ -166,7 +175,8 @@ _VALIDATED = re.compile(r"\bvalidated on\b", re.IGNORECASE)
 SCALAR_EFFICIENCY_FIELDS = ("compute_efficiency", "memory_efficiency", "attention_efficiency", "gemm_ramp_tokens",
                             "kernel_overhead_s", "step_overhead_s", "link_efficiency", "sequence_overhead_s",
                             "gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative",
-                            "moe_layer_overhead_s", "expert_width_ramp", "moe_gemm_relative", "expert_tile_rows")
+                            "moe_layer_overhead_s", "expert_width_ramp", "moe_gemm_relative", "expert_tile_rows",
+                            "dequant_int8_compute")
 
 
 def parse_efficiency_overrides(items: list[str] | tuple[str, ...]) -> dict[str, float]:
