@@ -545,10 +545,10 @@ def plan_cmd(target_rate: float, hw_list: tuple[str, ...], tp_list: tuple[str, .
     sc, slo_target = _checked_scenario(kw, slo_target, out_set("--out", out_dir, PLAN_FILES),
                                        out_file("--html", html_out))
     with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
-        result = pl.plan(sc, target_rate, hardware=opt.csv_list(opt.joined(hw_list), "--hardware"),
-                         tps=opt.csv_list(opt.joined(tp_list), "--tp", int),
-                         kv_dtypes=opt.csv_list(opt.joined(kv_list), "--kv-dtype"),
-                         weight_dtypes=opt.csv_list(opt.joined(wd_list), "--weight-dtype"), headroom=headroom,
+        result = pl.plan(sc, target_rate, hardware=opt.csv_list(hw_list, "--hardware"),
+                         tps=opt.csv_list(tp_list, "--tp", int),
+                         kv_dtypes=opt.csv_list(kv_list, "--kv-dtype"),
+                         weight_dtypes=opt.csv_list(wd_list, "--weight-dtype"), headroom=headroom,
                          prices=opt.prices(price_items), slo_target=slo_target, tol=tol, executor=ex,
                          progress=report.Progress("planning", quiet or as_json), disagg=search_disagg)
     if out_dir:
@@ -598,7 +598,7 @@ def whatif_kv_cmd(values: tuple[str, ...], seq_len: int | None, static_only: boo
     from simulator.cli import planplots
 
     sc, slo_target = _checked_scenario(kw, slo_target, out_set("--out", out_dir, _whatif_files("kv_dtype")))
-    vals = opt.csv_list(opt.joined(values) or "bf16,fp8,int4", "--values") or []
+    vals = opt.csv_list(values or "bf16,fp8,int4", "--values") or []
     with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
         r = wi.kv_dtype_whatif(sc, vals, seq_len=seq_len, load=not static_only, executor=ex,
                                progress=report.Progress("what-if", quiet or as_json), slo_target=slo_target, tol=tol)
@@ -635,7 +635,7 @@ def whatif_spec_cmd(concurrencies: tuple[str, ...], requests_per_client: int, mi
 
     check_outputs(out_set("--out", out_dir, _whatif_files("speculative")), inputs=_scenario_inputs(kw))
     sc = opt.scenario_from_options(opt.pop_scenario_opts(kw))
-    cs = opt.csv_list(opt.joined(concurrencies), "--concurrencies", int)
+    cs = opt.csv_list(concurrencies, "--concurrencies", int)
     with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
         r = wi.speculative_whatif(sc, concurrencies=cs, requests_per_client=requests_per_client,
                                   min_requests=min_requests, executor=ex,
@@ -668,7 +668,7 @@ def whatif_hw_cmd(hw_list: tuple[str, ...], price_items: tuple[str, ...], static
 
     sc, slo_target = _checked_scenario(kw, slo_target, out_set("--out", out_dir, _whatif_files("hardware")))
     with executors.make_executor(serial=serial, workers=workers, dask=dask_address) as ex:
-        r = wi.hardware_whatif(sc, opt.csv_list(opt.joined(hw_list), "--hardware") or [],  # required option: never None
+        r = wi.hardware_whatif(sc, opt.csv_list(hw_list, "--hardware") or [],  # required option: never None
                                prices=opt.prices(price_items),
                                load=not static_only, executor=ex, progress=report.Progress("what-if", quiet or as_json),
                                slo_target=slo_target, tol=tol)

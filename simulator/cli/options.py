@@ -407,13 +407,11 @@ class LazyOptionsGroup(click.Group):
     command_class = LazyOptionsCommand
 
 
-def joined(values: tuple[str, ...] | None) -> str | None:
-    """A repeatable list option's values as one comma-separated list (None when not given)."""
-    return ",".join(values) if values else None
-
-
-def csv_list(text: str | None, option: str, conv: Any = str) -> list[Any] | None:
-    """'a,b,c' -> [conv(a), conv(b), conv(c)] (None when not given)."""
+def csv_list(text: str | tuple[str, ...] | None, option: str, conv: Any = str) -> list[Any] | None:
+    """'a,b,c' -> [conv(a), conv(b), conv(c)] (None when not given); a repeatable option's
+    values (a tuple: ('a,b', 'c')) are one list."""
+    if isinstance(text, tuple):
+        text = ",".join(text) or None
     if text is None:
         return None
     out = []
