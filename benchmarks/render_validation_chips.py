@@ -71,13 +71,14 @@ def load_json(name: str) -> dict[str, Any]:
 def mlperf_fits() -> dict[str, Any]:
     """The MLPerf grid fits (`fit_mlperf.py --grid ... --json fit_mlperf_<group>.json`), their
     leave-one-hardware-out entries merged: one group per chip or chip family."""
-    loho: dict[str, Any] = {}
+    loho: dict[str, list[dict[str, Any]]] = {}
     for p in sorted(RESULTS.glob("fit_mlperf_*.json")):
         doc = json.loads(p.read_text(encoding="utf-8"))
         fit = doc.get("grid_fit", {})
         for hw, v in fit.get("leave_one_hardware_out", {}).items():
-            # a fit on some models' rows only (`fit_mlperf.py --models`) is held out on those rows
-            loho[hw] = {**v, "models": doc["models"]} if doc.get("models") else dict(v)
+            # a fit on some models' rows only (`fit_mlperf.py --models`) is held out on those rows;
+            # a chip in several fits (its own group, and a model's) lists each
+            loho.setdefault(hw, []).append({**v, "models": doc["models"]} if doc.get("models") else dict(v))
     return {"leave_one_hardware_out": loho} if loho else {}
 
 
@@ -88,9 +89,14 @@ def loho_map(fit: dict[str, Any]) -> dict[str, Any]:
         out[r["held_out"]] = r["median_ape"]
     loho = fit.get("leave_one_hardware_out")
     if isinstance(loho, dict):
-        out.update({k: (f"{fmt(v['median_ape'])} (on its {', '.join(v['models'])} rows)" if v.get("models")
-                        else f"{fmt(v['median_ape'])} ({v['note']})" if v.get("note")
-                        else v["median_ape"]) for k, v in loho.items()})
+        def one(v: dict[str, Any]) -> Any:
+            return (f"{fmt(v['median_ape'])} (on its {', '.join(v['models'])} rows)" if v.get("models")
+                    else f"{fmt(v['median_ape'])} ({v['note']})" if v.get("note") else v["median_ape"])
+
+        for k, vs in loho.items():
+            vals = list(dict.fromkeys(v if isinstance(v, str) else fmt(v)
+                                      for v in (one(v) for v in (vs if isinstance(vs, list) else [vs]))))
+            out[k] = vals[0] if len(vals) == 1 else "; ".join(vals)
     return out
 
 
@@ -139,7 +145,7 @@ def batch_table(pts: list[dict[str, Any]], hw: str) -> list[str]:
 def loo_list(fit: dict[str, Any], key: str) -> list[str]:
     rows = fit.get(key) or []
     if isinstance(rows, dict):
-        rows = [{"held_out": k, **v} for k, v in rows.items()]
+        rows = [{"held_out": k, **v} for k, vs in rows.items() for v in (vs if isinstance(vs, list) else [vs])]
     return [f"| {r['held_out']} | {r.get('rows', '-') if not r.get('models') else 'its ' + ', '.join(r['models'])} "
             f"| {fmt(r.get('median_ape'))} |" for r in rows]
 

@@ -201,6 +201,31 @@ def test_dp_attention_step_prices_a_group_share() -> None:
         Parallelism(8, dp_attention=3)
 
 
+def test_dp_attention_step_overhead_only_under_dp_attention() -> None:
+    """`dp_attention_step_overhead_s` d is paid once per step by a replica whose attention runs
+    data-parallel: the same decode step costs exactly d more at dp_attention 8, nothing more at
+    dp_attention 1, and the breakdown counts it as overhead. The trtllm-pytorch profile sets it
+    on Blackwell only (fitted on the DeepSeek-R1 MLPerf rows), every other family keeps 0."""
+    m = load_model("deepseek-v3")
+    dt = DTypes("fp8", "fp8", "fp8")
+    b = decode_step(m, 64, 2000)
+    par = Parallelism(8, ep=8, dp_attention=8)
+    base = CostModel(m, ideal_hw(), par, dt)
+    d = CostModel(m, ideal_hw(dp_attention_step_overhead_s=0.04), par, dt)
+    assert d.time(b) - base.time(b) == pytest.approx(0.04, abs=1e-12)
+    assert (d.breakdown(b)["time_by_bound_ms"]["overhead"] - base.breakdown(b)["time_by_bound_ms"]["overhead"]
+            == pytest.approx(40.0, abs=1e-9))
+    tp = Parallelism(8, ep=8)
+    assert CostModel(m, ideal_hw(dp_attention_step_overhead_s=0.04), tp, dt).time(b) == pytest.approx(
+        CostModel(m, ideal_hw(), tp, dt).time(b), rel=1e-12)
+    trt = load_engine("trtllm-pytorch")
+    assert apply_profile(load_hardware("b200"), trt).efficiency.dp_attention_step_overhead_s == pytest.approx(0.04)
+    assert apply_profile(load_hardware("h200-sxm"), trt).efficiency.dp_attention_step_overhead_s == 0.0
+    assert apply_profile(load_hardware("b200"), load_engine("vllm")).efficiency.dp_attention_step_overhead_s == 0.0
+    with pytest.raises(SpecError, match=r"dp_attention_step_overhead_s"):
+        Efficiency(dp_attention_step_overhead_s=-1.0)
+
+
 def test_sliding_window_kv_shrinks() -> None:
     """gpt-oss-120b: 18 of 36 layers keep only 128 tokens. At 8192-token sequences a token
     costs the full layers' bytes plus the sliding layers' x 128/8192."""

@@ -149,8 +149,34 @@ def test_mlperf_harness_rules() -> None:
     assert r405["capacity_policy"] == "max_utilization" and r405["kv_fraction"] == 0.80
     ds = mlperf_limits(load_engine("trtllm-pytorch"), "deepseek-r1", "b200", 8, 512, 4608)
     assert (ds["max_batch_size"], ds["max_num_tokens"], ds["dp_ranks"], ds["chunked"]) == (512, 4608, 8, False)
+    assert ds["kv_fraction"] == 0.90  # the DeepSeek-R1 configs' kvcache_free_gpu_mem_frac, not the 0.80 default
+    # GB300 (NV-CFG GB300-NVL72, CoreWeave GB300-NVL8): runtime budget 6656 over the 4608 build
+    # flag, KV 0.95, and max_concurrency 10240 an instance = 1280 of the 1536 seats of each of 8 ranks
+    g3 = mlperf_limits(load_engine("trtllm-pytorch"), "deepseek-r1", "gb300", 8, 1536, 4608)
+    assert (g3["max_batch_size"], g3["max_num_tokens"], g3["dp_ranks"], g3["kv_fraction"]) == (1280, 6656, 8, 0.95)
+    assert any("max_concurrency 10240" in n for n in g3["notes"])
+    # B200/GB200: 5120 is above 8 x 512: the seats stay
+    assert mlperf_limits(load_engine("trtllm-pytorch"), "deepseek-r1", "gb200", 8, 512, 4608)["max_batch_size"] == 512
     amd = mlperf_limits(sgl, "llama2-70b", "mi325x", 1, 2700, 65536)
     assert (amd["max_batch_size"], amd["max_num_tokens"], amd["chunked"]) == (2700, 65536, None)
+
+
+def test_mlperf_loadgen_query_is_the_systems_config() -> None:
+    """Each DeepSeek-R1 system runs the min_query_count and offline_expected_qps of its own config:
+    GB200-NVL72 26328 x 8 = 210,624 samples (2,926 a rank of its 72), not the B200 config's 26,328
+    (366 a rank: a run that was mostly its drain); GB300-NVL72 max(70 x 4388, 1.1 x 2000 s x 180)
+    = 396,000, padded to 91 passes of 4,388 = 399,308."""
+    v = V.Validator()
+    rows = {r["id"]: r for r in _rows("dev_mlperf51_offline.csv")}
+    ds = mlperf_rows.DATASETS["mlperf-deepseek-r1-mix"]
+    prof = load_engine("trtllm-pytorch")
+    assert mlperf_rows.loadgen_config(ds, prof, "gb200", 72) == mlperf_rows.LoadgenConfig(210624, 10.0)
+    assert mlperf_rows.loadgen_config(ds, prof, "h200-sxm", 8) == mlperf_rows.LoadgenConfig(26328)  # fallback
+    assert mlperf_rows.loadgen_config(ds, load_engine("vllm"), "mi355x", 8) == mlperf_rows.LoadgenConfig(4388)
+    _, note = v.predict_row_detail(rows["mlperf51off-gb200-0001"])
+    assert "LoadGen query 210624 samples (2926 per scheduler x 72)" in note
+    _, note = v.predict_row_detail(rows["mlperf51off-nvidia-gb300-0003"])
+    assert "LoadGen query 399308 samples" in note
 
 
 def test_mlperf_405b_row_is_served_under_chunked_context() -> None:

@@ -55,10 +55,36 @@ from simulator.workloads.mlperf import DATASETS, MlperfDataset, loadgen_sample_c
 
 #: LoadGen's default min_duration of an Offline run (loadgen/mlperf.conf *.Offline.min_duration)
 DEFAULT_MIN_DURATION_S = 600.0
-#: NVIDIA's DeepSeek-R1 Offline config overrides min_query_count to 26328 = 6 x 4388
-#: (closed/NVIDIA/configs/B200-SXM-180GBx8/Offline/deepseek-r1.py, NV-CFG-deepseek-r1): every
-#: TensorRT-LLM DeepSeek row runs NVIDIA's harness (ASSUMED for the submitters that copy it)
-MIN_QUERY_COUNT: dict[tuple[str, str], int] = {("deepseek-r1", "trtllm"): 26328}
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadgenConfig:
+    """A submission config's LoadGen overrides: min_query_count, and offline_expected_qps (the
+    submitter's target_qps; None: taken as the rate the simulation reaches, module docstring)."""
+
+    min_query_count: int
+    expected_qps: float | None = None
+
+
+#: LoadGen overrides of the v5.1 DeepSeek-R1 Offline configs (mlcommons/inference_results_v5.1
+#: closed/<submitter>/configs/<system>/Offline/deepseek-r1.py, NV-CFG-deepseek-r1), by
+#: (benchmark, engine policy, hardware, GPUs); (benchmark, policy) alone is the fallback for a
+#: system whose config was not read:
+#: * NVIDIA B200-SXM-180GBx8: min_query_count 26328 = 6 x 4388, offline_expected_qps 10 (the
+#:   Dell and GigaComputing B200 rows carry the same engine flags: ASSUMED copied, as is the
+#:   fallback);
+#: * NVIDIA GB200-NVL72: 26328 x 8 = 210,624 and 10: a query of 2,925 samples a rank, not the
+#:   366 of the B200 count (until 2026-12-05 every system took 26,328, and the simulated GB200
+#:   run was a drain of 610 samples a rank);
+#: * CoreWeave GB300-NVL8: 10 x 4388 = 43,880 and 10; NVIDIA GB300-NVL72: 70 x 4388 = 307,160
+#:   and 10 x 18 = 180 (both with min_duration 2,000 s, which the rows' notes carry).
+LOADGEN_CONFIGS: dict[tuple[str, ...], LoadgenConfig] = {
+    ("deepseek-r1", "trtllm"): LoadgenConfig(26328),
+    ("deepseek-r1", "trtllm", "b200", "8"): LoadgenConfig(26328, 10.0),
+    ("deepseek-r1", "trtllm", "gb200", "72"): LoadgenConfig(26328 * 8, 10.0),
+    ("deepseek-r1", "trtllm", "gb300", "8"): LoadgenConfig(10 * 4388, 10.0),
+    ("deepseek-r1", "trtllm", "gb300", "72"): LoadgenConfig(70 * 4388, 180.0),
+}
 #: the first simulated run of an instance serves min(its share of the minimum query, max(its
 #: seats, MIN_PILOT_SAMPLES)) samples; the second twice that; a longer query's makespan is
 #: extended linearly from the two (module docstring)
@@ -71,8 +97,12 @@ def is_mlperf_row(row: Mapping[str, Any]) -> bool:
     return str(row.get("dataset") or "").strip().lower() in DATASETS
 
 
-def _min_query_count(ds: MlperfDataset, profile: EngineProfile) -> int:
-    return MIN_QUERY_COUNT.get((ds.benchmark, profile.policy), ds.min_query_count)
+def loadgen_config(ds: MlperfDataset, profile: EngineProfile, hardware_id: str, num_gpus: int) -> LoadgenConfig:
+    """The row's LoadGen overrides (LOADGEN_CONFIGS), else LoadGen's defaults for the dataset."""
+    for key in ((ds.benchmark, profile.policy, hardware_id, str(num_gpus)), (ds.benchmark, profile.policy)):
+        if key in LOADGEN_CONFIGS:
+            return LOADGEN_CONFIGS[key]
+    return LoadgenConfig(ds.min_query_count)
 
 
 def settings(profile: EngineProfile, cost: Any, row: Mapping[str, Any], ds: MlperfDataset) -> dict[str, Any]:
@@ -186,8 +216,13 @@ def predict(validator: Any, row: Mapping[str, Any]) -> tuple[float, str]:
             lim = settings(profile, cost, row, ds)
             # schedulers that never interact: every engine instance, every attention-DP rank
             instances = int(row["replicas"]) * lim["dp_ranks"]
-            minq = _min_query_count(ds, profile)
-            n_min = -(-loadgen_sample_count(ds, 0.0, 0.0, minq) // instances)
+            lg = loadgen_config(ds, profile, cost.hardware.id, int(row["num_gpus"]))
+            minq = lg.min_query_count
+            # the submitter's expected rate where its config states it: the query is then known
+            # before any run (the simulated rate would put the answer into the question, and a
+            # pilot that never fills its seats misjudges it)
+            stated = None if lg.expected_qps is None else loadgen_sample_count(ds, duration, lg.expected_qps, minq)
+            n_min = -(-(stated or loadgen_sample_count(ds, 0.0, 0.0, minq)) // instances)
             # first run: the minimum query, at most one full batch of seats (but >= 1,000;
             # `--max-requests` N lowers that floor to N, never below the seats: a run that
             # never fills them measures its longest sample, not the Offline throughput, which
@@ -196,7 +231,7 @@ def predict(validator: Any, row: Mapping[str, Any]) -> tuple[float, str]:
             floor = min(MIN_PILOT_SAMPLES, cap) if cap else MIN_PILOT_SAMPLES
             n1 = min(n_min, max(int(lim["max_num_seqs"]), floor))
             t1, k1, tok1 = _run(cost, profile, row, ds, lim, n1, mean_out)
-            total = max(loadgen_sample_count(ds, duration, instances * k1 / t1, minq), n_min * instances)
+            total = stated or max(loadgen_sample_count(ds, duration, instances * k1 / t1, minq), n_min * instances)
             n2 = -(-total // instances)
             if n2 <= n1:
                 t, k, tok = t1, k1, tok1
@@ -205,7 +240,8 @@ def predict(validator: Any, row: Mapping[str, Any]) -> tuple[float, str]:
                 t, k, tok = _run(cost, profile, row, ds, lim, m, mean_out)
                 if m < n2:  # extend the makespan at the saturated rate (module docstring)
                     slope = (t - t1) / (m - n1)
-                    total = max(loadgen_sample_count(ds, duration, instances / slope, minq), n_min * instances)
+                    total = stated or max(loadgen_sample_count(ds, duration, instances / slope, minq),
+                                          n_min * instances)
                     n2 = -(-total // instances)
                     t += (n2 - m) * slope
                     tok = int(round(tok * n2 / m))
@@ -225,5 +261,5 @@ def predict(validator: Any, row: Mapping[str, Any]) -> tuple[float, str]:
     return tokens_s, note
 
 
-__all__ = ["DEFAULT_MIN_DURATION_S", "MIN_PILOT_SAMPLES", "MIN_QUERY_COUNT", "SEED", "is_mlperf_row",
+__all__ = ["DEFAULT_MIN_DURATION_S", "LOADGEN_CONFIGS", "LoadgenConfig", "MIN_PILOT_SAMPLES", "SEED", "loadgen_config", "is_mlperf_row",
            "predict", "settings"]

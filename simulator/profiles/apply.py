@@ -281,6 +281,22 @@ MLPERF_CHUNKED_CONTEXT = ("llama2-70b", "llama3.1-8b", "llama3.1-405b")
 MLPERF_RUNTIME_TOKENS: dict[tuple[str, str, int], int] = {
     ("llama3.1-405b", "b200", 5120): 1536,
     ("mixtral-8x7b", "h200-sxm", 16384): 9216,
+    # DeepSeek-R1 GB300: NV-CFG GB300-NVL72 and CoreWeave GB300-NVL8 Offline deepseek-r1.py
+    # (build 4608, runtime 6656)
+    ("deepseek-r1", "gb300", 4608): 6656,
+}
+#: kvcache_free_gpu_mem_frac where a benchmark's config sets it (the harness default is
+#: MLPERF_TRTLLM_KV_FRACTION): DeepSeek-R1 0.9 on B200 and GB200 (NV-CFG B200-SXM-180GBx8 and
+#: GB200-NVL72 Offline deepseek-r1.py), 0.95 on GB300 (NV-CFG GB300-NVL72, CoreWeave GB300-NVL8)
+MLPERF_KV_FRACTIONS: dict[tuple[str, str], float] = {
+    ("deepseek-r1", "b200"): 0.90, ("deepseek-r1", "gb200"): 0.90, ("deepseek-r1", "gb300"): 0.95,
+}
+#: the harness's max_concurrency, the requests in flight per engine instance ("applies to each
+#: LLMCore", llmlib config.py TrtllmEndpointConfig), where a config sets it: DeepSeek-R1 5120
+#: on B200/GB200 (above the 8 x 512 seats), 10240 on GB300 (below its 8 x 1536 seats: 1280 a
+#: rank); same configs as MLPERF_KV_FRACTIONS
+MLPERF_MAX_CONCURRENCY: dict[tuple[str, str], int] = {
+    ("deepseek-r1", "b200"): 5120, ("deepseek-r1", "gb200"): 5120, ("deepseek-r1", "gb300"): 10240,
 }
 #: DeepSeek-R1 on TensorRT-LLM runs attention data-parallel: "max-bs applies per
 #: attention-rank, when enabled, each TP rank has a DP rank of attention block" (llmlib
@@ -304,15 +320,25 @@ def mlperf_limits(profile: EngineProfile, benchmark: str, hardware_id: str, tp: 
         out["notes"] = notes
         return out
     out["capacity_policy"] = "max_utilization"
-    out["kv_fraction"] = MLPERF_TRTLLM_KV_FRACTION
+    out["kv_fraction"] = MLPERF_KV_FRACTIONS.get((benchmark, hardware_id), MLPERF_TRTLLM_KV_FRACTION)
+    if out["kv_fraction"] != MLPERF_TRTLLM_KV_FRACTION:
+        notes.append(f"KV cache fraction {out['kv_fraction']:g} (the benchmark's config)")
     out["chunked"] = benchmark in MLPERF_CHUNKED_CONTEXT
     runtime = MLPERF_RUNTIME_TOKENS.get((benchmark, hardware_id, max_num_tokens or 0))
     if runtime is not None:
         out["max_num_tokens"] = runtime
         notes.append(f"max_num_tokens {max_num_tokens} is the build flag; runtime {runtime}")
+    cap = MLPERF_MAX_CONCURRENCY.get((benchmark, hardware_id))
     if benchmark in MLPERF_ATTENTION_DP and tp > 1:
         out["dp_ranks"] = tp
-        notes.append(f"attention DP: {tp} ranks of {max_batch_size} seats / {out['max_num_tokens']} tokens")
+        if cap is not None and max_batch_size and cap // tp < max_batch_size:
+            # the harness keeps at most `cap` requests in an instance, spread over its ranks
+            out["max_batch_size"] = cap // tp
+            notes.append(f"max_concurrency {cap} an instance: {cap // tp} of the {max_batch_size} seats a rank used")
+        notes.append(f"attention DP: {tp} ranks of {out['max_batch_size']} seats / {out['max_num_tokens']} tokens")
+    elif cap is not None and max_batch_size and cap < max_batch_size:
+        out["max_batch_size"] = cap
+        notes.append(f"max_concurrency {cap}: {cap} of the {max_batch_size} seats used")
     out["notes"] = notes
     return out
 
@@ -323,7 +349,8 @@ def resolve(ref: str | EngineProfile | None) -> EngineProfile:
 
 
 __all__ = ["BENCH_WAVES", "LAYOUT_WEIGHT_SHARE", "MLPERF_ATTENTION_DP", "MLPERF_CHUNKED_CONTEXT",
-           "MLPERF_RUNTIME_TOKENS", "MLPERF_TRTLLM_KV_FRACTION", "assumed_layout", "mlperf_limits", "client_view_for", "frontend_s_for", "lag_steps_for", "BenchSettings", "PROFILE_FIELDS", "bench_num_requests",
+           "MLPERF_KV_FRACTIONS", "MLPERF_MAX_CONCURRENCY", "MLPERF_RUNTIME_TOKENS",
+           "MLPERF_TRTLLM_KV_FRACTION", "assumed_layout", "mlperf_limits", "client_view_for", "frontend_s_for", "lag_steps_for", "BenchSettings", "PROFILE_FIELDS", "bench_num_requests",
            "bench_settings", "policy_params_for", "profile_hardware", "profile_model", "row_settings", "profile_kv_tokens", "profile_settings", "resolve",
            "scheduler_for", "sglang_seats"]
 

@@ -198,6 +198,7 @@ CLASS_FACTORS = {
     "dequant_gemm_efficiency": "replaces the chip's weight-only (dequantising) GEMM efficiency",
     "dequant_ramp_relative": "replaces the ramp factor of weight-only GEMMs (their small-M floor)",
     "step_overhead_s": "replaces the step overhead on this family",
+    "dp_attention_step_overhead_s": "per step of a replica whose attention runs data-parallel (ranks in lockstep)",
     "kernel_overhead_s": "replaces the chip's per-kernel launch overhead (graph launch, tail effects)",
     "moe_layer_overhead_s": "per MoE layer per step with weight-only (dequantising) experts: that path's fixed kernels",
     "allreduce_latency_s": "replaces the per all-reduce latency on this family (the collective library's)",
@@ -803,7 +804,7 @@ def _class_changes(eff: Any, f: dict[str, float]) -> dict[str, Any]:
                                                    for k, v in eff.attention_efficiency_by_kv_dtype.items()}
     for name in ("gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative", "step_overhead_s",
                  "kernel_overhead_s", "moe_layer_overhead_s", "expert_width_ramp", "moe_gemm_relative",
-                 "expert_tile_rows", "dequant_int8_compute"):
+                 "expert_tile_rows", "dequant_int8_compute", "dp_attention_step_overhead_s"):
         if name in f:
             out[name] = f[name]
     if "kv_dequant_rate_fp8" in f:

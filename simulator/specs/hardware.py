@@ -43,6 +43,10 @@ class Efficiency:
     `step_overhead_s` once per engine step (scheduler, sampling, host sync).
     `link_efficiency` is the fraction of link bandwidth an all-reduce achieves.
 
+    `dp_attention_step_overhead_s` is paid once per engine step when attention runs data-parallel
+    (`Parallelism.dp_attention` > 1, every rank in lockstep): the per-iteration time of such a step
+    beyond its priced kernels and `step_overhead_s`, fitted where measured (engine profiles'
+    `kernels.by_chip_class`); 0 elsewhere.
     `sequence_overhead_s` is paid once per sequence in a step (host work that grows with the
     batch: per-sequence scheduling, sampling and detokenisation in a Python engine loop).
     `gqa_kv_sharing` (s in [0, 1]) says how much of a GQA group's KV the decode attention kernel
@@ -95,6 +99,7 @@ class Efficiency:
     gemm_ramp_tokens: float = _nonneg(0.0, **_RAMP_RANGE)
     kernel_overhead_s: float = _nonneg(0.0, max=1.0, unit="s")
     step_overhead_s: float = _nonneg(0.0, max=10.0, unit="s")
+    dp_attention_step_overhead_s: float = _nonneg(0.0, max=10.0, unit="s")
     link_efficiency: float = _pos(1.0, **_EFF_RANGE)
     sequence_overhead_s: float = _nonneg(0.0, max=0.1, unit="s")
     gqa_kv_sharing: float = _nonneg(1.0, max=1.0)
@@ -176,7 +181,7 @@ SCALAR_EFFICIENCY_FIELDS = ("compute_efficiency", "memory_efficiency", "attentio
                             "kernel_overhead_s", "step_overhead_s", "link_efficiency", "sequence_overhead_s",
                             "gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative",
                             "moe_layer_overhead_s", "expert_width_ramp", "moe_gemm_relative", "expert_tile_rows",
-                            "dequant_int8_compute")
+                            "dequant_int8_compute", "dp_attention_step_overhead_s")
 
 
 def parse_efficiency_overrides(items: list[str] | tuple[str, ...]) -> dict[str, float]:
