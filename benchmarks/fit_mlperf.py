@@ -26,7 +26,7 @@ would). `--grid`: what the shipped numbers come from (each YAML's `sources` give
 point of a small grid priced in full (no `--quick`: 200 samples per instance misjudged the
 saturated rate by tens of per cent), the fit is the point of least median APE, and
 leave-one-hardware-out picks it again without each chip (one chip: its numbers as the copy
-rule `COPY` gives them). The numbers are written into the YAMLs by hand, with those entries.
+rule `COPY` gives them), leave-one-submitter-out without each submitter's rows. The numbers are written into the YAMLs by hand, with those entries.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import dataclasses
 import json
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +96,8 @@ def grid_fit(rows: Sequence[Mapping[str, Any]], chips: Sequence[str], axes: Mapp
              fixed: Mapping[str, float]) -> dict[str, Any]:
     """Every point of the grid `axes` priced in full on the chips' rows; the fit is the point of
     least median APE, and leave-one-hardware-out picks it again without each chip's rows and
-    prices that chip with the pick (the grid is small: each point is a full pricing)."""
+    prices that chip with the pick (the grid is small: each point is a full pricing);
+    leave-one-submitter-out does the same per MLPerf submitter, from the same grid points."""
     import itertools
 
     names = list(axes)
@@ -108,8 +109,11 @@ def grid_fit(rows: Sequence[Mapping[str, Any]], chips: Sequence[str], axes: Mapp
         trials.append((dict(zip(names, combo, strict=True)), pts))
         print("  grid", trials[-1][0], f"{median_ape(pts):.1f} %", flush=True)
 
-    def med(pts: Sequence[Mapping[str, Any]], keep: Sequence[str]) -> float:
-        return median_ape([p for p in pts if p["hardware"] in keep])
+    def held_out(key: Callable[[Mapping[str, Any]], str], k: str) -> dict[str, Any]:
+        """The grid point of least median APE without the rows whose key is k, and k's rows there."""
+        pick, ppts = min(trials, key=lambda tr: median_ape([p for p in tr[1] if key(p) != k]))
+        held = [p for p in ppts if key(p) == k]
+        return {"values": pick, "rows": len(held), "median_ape": median_ape(held)}
 
     best, pts = min(trials, key=lambda tr: median_ape(tr[1]))
     loho = {}
@@ -117,11 +121,17 @@ def grid_fit(rows: Sequence[Mapping[str, Any]], chips: Sequence[str], axes: Mapp
         copied = {n: copy_value(n) for n in names}
         loho[chips[0]] = {"values": copied, "median_ape": median_ape(price(rows, {**fixed, **copied}, None))}
     for hw in chips if len(chips) > 1 else ():
-        rest = [c for c in chips if c != hw]
-        pick, ppts = min(trials, key=lambda tr: med(tr[1], rest))
-        loho[hw] = {"values": pick, "median_ape": med(ppts, [hw])}
-    return {"values": best, **summary(pts), "leave_one_hardware_out": loho,
+        loho[hw] = held_out(lambda p: p["hardware"], hw)
+    subs = sorted({submitter(p) for p in pts})
+    loso = {s: held_out(submitter, s) for s in subs} if len(subs) > 1 else {}
+    return {"values": best, **summary(pts), "leave_one_hardware_out": loho, "leave_one_submitter_out": loso,
             "grid": [{"values": v, "median_ape": median_ape(p)} for v, p in trials]}
+
+
+def submitter(point: Mapping[str, Any]) -> str:
+    """The MLPerf submitter of a row: `closed/<submitter>/` in its source path."""
+    parts = str(point["source"]).split(":", 1)[-1].split("/")
+    return parts[parts.index("closed") + 1] if "closed" in parts else str(point["source"])
 
 
 def copy_value(name: str) -> float:

@@ -223,6 +223,11 @@ def predict(validator: Any, row: Mapping[str, Any]) -> tuple[float, str]:
             # pilot that never fills its seats misjudges it)
             stated = None if lg.expected_qps is None else loadgen_sample_count(ds, duration, lg.expected_qps, minq)
             n_min = -(-(stated or loadgen_sample_count(ds, 0.0, 0.0, minq)) // instances)
+
+            def query(rate: float) -> int:
+                """LoadGen's query at target_qps `rate` (the stated one wins), at least n_min a scheduler."""
+                return stated or max(loadgen_sample_count(ds, duration, rate, minq), n_min * instances)
+
             # first run: the minimum query, at most one full batch of seats (but >= 1,000;
             # `--max-requests` N lowers that floor to N, never below the seats: a run that
             # never fills them measures its longest sample, not the Offline throughput, which
@@ -231,7 +236,7 @@ def predict(validator: Any, row: Mapping[str, Any]) -> tuple[float, str]:
             floor = min(MIN_PILOT_SAMPLES, cap) if cap else MIN_PILOT_SAMPLES
             n1 = min(n_min, max(int(lim["max_num_seqs"]), floor))
             t1, k1, tok1 = _run(cost, profile, row, ds, lim, n1, mean_out)
-            total = stated or max(loadgen_sample_count(ds, duration, instances * k1 / t1, minq), n_min * instances)
+            total = query(instances * k1 / t1)
             n2 = -(-total // instances)
             if n2 <= n1:
                 t, k, tok = t1, k1, tok1
@@ -240,8 +245,7 @@ def predict(validator: Any, row: Mapping[str, Any]) -> tuple[float, str]:
                 t, k, tok = _run(cost, profile, row, ds, lim, m, mean_out)
                 if m < n2:  # extend the makespan at the saturated rate (module docstring)
                     slope = (t - t1) / (m - n1)
-                    total = stated or max(loadgen_sample_count(ds, duration, instances / slope, minq),
-                                          n_min * instances)
+                    total = query(instances / slope)
                     n2 = -(-total // instances)
                     t += (n2 - m) * slope
                     tok = int(round(tok * n2 / m))

@@ -328,17 +328,16 @@ def mlperf_limits(profile: EngineProfile, benchmark: str, hardware_id: str, tp: 
     if runtime is not None:
         out["max_num_tokens"] = runtime
         notes.append(f"max_num_tokens {max_num_tokens} is the build flag; runtime {runtime}")
-    cap = MLPERF_MAX_CONCURRENCY.get((benchmark, hardware_id))
     if benchmark in MLPERF_ATTENTION_DP and tp > 1:
         out["dp_ranks"] = tp
-        if cap is not None and max_batch_size and cap // tp < max_batch_size:
-            # the harness keeps at most `cap` requests in an instance, spread over its ranks
-            out["max_batch_size"] = cap // tp
-            notes.append(f"max_concurrency {cap} an instance: {cap // tp} of the {max_batch_size} seats a rank used")
+    # the harness keeps at most `cap` requests in an instance, spread over its schedulers
+    cap = MLPERF_MAX_CONCURRENCY.get((benchmark, hardware_id))
+    if cap is not None and max_batch_size and cap // out["dp_ranks"] < max_batch_size:
+        out["max_batch_size"] = cap // out["dp_ranks"]
+        notes.append(f"max_concurrency {cap} an instance: {out['max_batch_size']} of the {max_batch_size} seats "
+                     "a scheduler used")
+    if out["dp_ranks"] > 1:
         notes.append(f"attention DP: {tp} ranks of {out['max_batch_size']} seats / {out['max_num_tokens']} tokens")
-    elif cap is not None and max_batch_size and cap < max_batch_size:
-        out["max_batch_size"] = cap
-        notes.append(f"max_concurrency {cap}: {cap} of the {max_batch_size} seats used")
     out["notes"] = notes
     return out
 
