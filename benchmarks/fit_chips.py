@@ -12,7 +12,8 @@ rows of `dev_llm_inference_bench.csv` (every chip of the catalog; `sn40l` is not
   what that engine's kernels reach on that architecture relative to the chip's own efficiencies
   (`compute_relative`, `memory_relative`), whether its decode attention shares a GQA group's KV
   (`gqa_kv_sharing`), and the conversion rate of an fp8 KV cache it has no native path for
-  (`kv_dequant_rate_fp8`);
+  (`kv_dequant_rate_fp8`) with one thread block's rate of it (`kv_dequant_block_rate_fp8`: the
+  floor of a batch too small to fill the chip);
 * per chip without earlier fits (`hardware_specs/<id>.yaml`, `efficiency`): `compute_efficiency`
   (attention tied to it) and `memory_efficiency`, for the chips listed in `CHIP_PARAMS`.
 
@@ -77,7 +78,9 @@ ENGINE_PARAMS: dict[str, tuple[str, ...]] = {
 CLASS_PARAMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("vllm-v0-rocm", "cdna3"): ("compute_relative", "gqa_kv_sharing", "kernel_overhead_s", "allreduce_latency_s"),
     ("vllm-v0-rocm", "cdna2"): ("gqa_kv_sharing", "kernel_overhead_s", "allreduce_latency_s"),
-    ("vllm-v0", "ampere"): ("kv_dequant_rate_fp8",),
+    ("vllm-v0", "ampere"): ("kv_dequant_rate_fp8", "kv_dequant_block_rate_fp8"),
+    # Hopper converts fp8 in hardware (cvt e4m3x2): its batch-1 pairs differ by +-0.2 ms a step,
+    # the noise, so no block floor is fitted there
     ("vllm-v0", "hopper"): ("kv_dequant_rate_fp8",),
     ("llama.cpp", "cdna3"): ("memory_relative", "gqa_kv_sharing", "kernel_overhead_s"),
     ("llama.cpp", "cdna2"): ("memory_relative", "gqa_kv_sharing", "kernel_overhead_s"),
@@ -95,7 +98,8 @@ COPY_CLASS = {"cdna3": "cdna2", "cdna2": "cdna3", "hopper": "ampere", "ampere": 
 START = {"compute_efficiency": 0.45, "memory_efficiency": 0.75, "step_overhead_s": 2e-3,
          "kernel_overhead_s": 1e-5, "allreduce_latency_s": 2e-5,
          "sequence_overhead_s": 5e-5, "compute_relative": 0.5, "memory_relative": 0.7,
-         "gqa_kv_sharing": 0.5, "kv_dequant_rate_fp8": 1e11, "attention_relative": 0.5}
+         "gqa_kv_sharing": 0.5, "kv_dequant_rate_fp8": 1e11, "kv_dequant_block_rate_fp8": 1e9,
+         "attention_relative": 0.5}
 FRACTIONS = ("compute_efficiency", "memory_efficiency", "compute_relative", "memory_relative",
              "gqa_kv_sharing", "attention_relative")
 
@@ -158,7 +162,9 @@ class Group:
                                                                     e.step_overhead_s)),
              "sequence_overhead_s": v.get(f"eng:{self.engine}:sequence_overhead_s", e.sequence_overhead_s),
              "gqa_kv_sharing": v.get(cls + "gqa_kv_sharing", e.gqa_kv_sharing),
-             "kv_dequant_rate": v.get(cls + "kv_dequant_rate_fp8", e.kv_dequant_rate_by_kv_dtype.get("fp8", 0.0))}
+             "kv_dequant_rate": v.get(cls + "kv_dequant_rate_fp8", e.kv_dequant_rate_by_kv_dtype.get("fp8", 0.0)),
+             "kv_dequant_block_rate": v.get(cls + "kv_dequant_block_rate_fp8",
+                                            e.kv_dequant_block_rate_by_kv_dtype.get("fp8", 0.0))}
         p["compute_efficiency"] = min(p["compute_efficiency"], 1.0)
         p["memory_efficiency"] = min(p["memory_efficiency"], 1.0)
         p["attention_efficiency"] = min(p["attention_efficiency"], 1.0)
@@ -208,7 +214,7 @@ def param_names(groups: Sequence[Group]) -> list[str]:
     narrow = {(g.engine, g.cls) for g in groups if g.fs.narrow_kv.any()}
     for (eng, cls), ks in CLASS_PARAMS.items():
         if (eng, cls) in pairs:
-            names += [f"cls:{eng}:{cls}:{k}" for k in ks if k != "kv_dequant_rate_fp8" or (eng, cls) in narrow]
+            names += [f"cls:{eng}:{cls}:{k}" for k in ks if not k.startswith("kv_dequant") or (eng, cls) in narrow]
     return names
 
 
@@ -330,9 +336,15 @@ def fallback(v: Mapping[str, float], held_hw: str | None, names_all: Sequence[st
 
 
 def leave_out(groups: Sequence[Group], key: Callable[[Group], str] | None, by_source: bool,
-              chips: dict[str, dict[str, float]], v_all: Mapping[str, float]) -> list[dict]:
-    """Leave-one-hardware-out (key = chip) or leave-one-source-out (by_source)."""
-    names_all = param_names(groups)
+              chips: dict[str, dict[str, float]], v_all: Mapping[str, float],
+              free: Sequence[str] | None = None) -> list[dict]:
+    """Leave-one-hardware-out (key = chip) or leave-one-source-out (by_source); `free`: only
+    these parameters are refitted, the others stay at `v_all`."""
+    def names_of(gs: Sequence[Group]) -> list[str]:
+        return [n for n in param_names(gs) if free is None or n in free]
+
+    fixed = {k: x for k, x in v_all.items() if free is not None and k not in free}
+    names_all = names_of(groups)
     out: list[dict] = []
     if by_source:
         sources = sorted({s for g in groups for s in g.fs.sources})
@@ -341,8 +353,8 @@ def leave_out(groups: Sequence[Group], key: Callable[[Group], str] | None, by_so
             held_pts = []
             tr_groups = [_subset(g, g.sources != src) for g in train]
             tr_groups = [g for g in tr_groups if g.fs.rows]
-            names = param_names(tr_groups)
-            v = Fit(tr_groups, names, chips).run(v_all)
+            names = names_of(tr_groups)
+            v = Fit(tr_groups, names, chips, fixed).run(v_all)
             v, ch = fallback(v, None, names_all, chips)
             for g in groups:
                 mask = g.sources == src
@@ -354,8 +366,8 @@ def leave_out(groups: Sequence[Group], key: Callable[[Group], str] | None, by_so
     assert key is not None
     for hw in sorted({key(g) for g in groups}):
         train = [g for g in groups if key(g) != hw]
-        names = param_names(train)
-        v = Fit(train, names, chips).run(v_all)
+        names = names_of(train)
+        v = Fit(train, names, chips, fixed).run(v_all)
         v, ch = fallback(v, hw, names_all, chips)
         held = errors([g for g in groups if key(g) == hw], v, ch)
         out.append({"held_out": hw, "rows": len(held),
@@ -473,25 +485,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write the result (values, tables, leave-one-out) here")
     ap.add_argument("--hardware", help="comma-separated hardware ids to fit on (default: all)")
     ap.add_argument("--from-json", type=Path, help="take the values of an earlier --json instead of fitting")
+    ap.add_argument("--free", help="comma-separated parameter names (as printed) to fit, every other one "
+                                   "fixed at --from-json's values (a new parameter, fitted alone)")
     args = ap.parse_args(argv)
     groups, _ = load_groups(args.data / STATIC_FILE, args.hardware.split(",") if args.hardware else None)
     chips = chip_values()
     names = param_names(groups)
+    free = args.free.split(",") if args.free else None
+    if free is not None:
+        unknown = [n for n in free if n not in names]
+        if not args.from_json or unknown:
+            ap.error(f"--free needs --from-json and parameters of this data; unknown: {', '.join(unknown) or '-'}")
     if args.from_json:
         v = {k: float(x) for k, x in json.loads(args.from_json.read_text(encoding="utf-8"))["values"].items()}
+        if free is not None:
+            fixed = {k: x for k, x in v.items() if k not in free}
+            v = Fit(groups, free, chips, fixed).run({**{n: START[n.rsplit(':', 1)[-1]] for n in free}, **v})
     else:
         v = Fit(groups, names, chips).run()
     pts = errors(groups, v, chips)
     print("fitted:")
     for n in names:
-        print(f"  {n:50s} {v[n]:.4g}")
+        if n in v:
+            print(f"  {n:50s} {v[n]:.4g}" + ("  (fitted here)" if free and n in free else ""))
     ape = np.median(np.abs([p["error_pct"] for p in pts]))
     print(f"\nall static rows: {len(pts)}, median APE {ape:.1f} %")
     for t in (table(pts, ["hardware"]), table(pts, ["hardware", "engine"]), table(pts, ["hardware", "engine", "batch"])):
         for r in t:
             print("  " + "  ".join(f"{r[k]:.1f}" if isinstance(r[k], float) else str(r[k]) for k in r))
         print()
-    result: dict[str, Any] = {"values": {n: v[n] for n in names}, "by_hardware": table(pts, ["hardware"]),
+    result: dict[str, Any] = {"values": {n: v[n] for n in names if n in v}, "free": free, "by_hardware": table(pts, ["hardware"]),
                               "by_hardware_engine": table(pts, ["hardware", "engine"]),
                               "by_hardware_engine_batch": table(pts, ["hardware", "engine", "batch"]),
                               "rows": len(pts), "median_ape": float(ape)}
@@ -505,8 +528,8 @@ def main(argv: list[str] | None = None) -> int:
         for hw in sorted({n.split(':')[1] for n in names if n.startswith('chip:')}):
             write_chip(hw, v, note)
     if args.loo:
-        loho = leave_out(groups, lambda g: g.hw, False, chips, v)
-        loso = leave_out(groups, None, True, chips, v)
+        loho = leave_out(groups, lambda g: g.hw, False, chips, v, free)
+        loso = leave_out(groups, None, True, chips, v, free)
         result["leave_one_hardware_out"] = loho
         result["leave_one_source_out"] = loso
         for r in loho + loso:

@@ -80,6 +80,35 @@ def test_kv_conversion_without_native_path() -> None:
     assert op(fp16, b, "attention")["time_ms"] == pytest.approx(nbytes(2) / 3.35e12 * 1e3, rel=1e-9)
 
 
+@pytest.mark.parametrize(("seqs", "cached", "rb"), [
+    (1, 300, 300.5),     # v1: one block per (sequence, query head) walks the whole context
+    (1, 2000, 512.0),    # 4 partitions and 1 x 32 blocks <= 512: v2, the longest block is 512 tokens
+    (32, 2000, 2000.5),  # 32 x 32 = 1024 blocks > 512: v1 again, the whole context
+    (1, 9000, 512.0),    # beyond 8192 tokens always v2
+])
+def test_kv_conversion_block_floor(seqs: int, cached: int, rb: float) -> None:
+    """A thread block converts its KV head's K and V (2 x 128 elements a token) at r_b: a decode
+    step waits for its longest block, Rb tokens (vLLM V0's paged-attention v1/v2 rule), per
+    layer. Llama-3-8B (32 layers, 32 query heads), r_b = 1e8/s: the attention op gains
+    32 x Rb x 256 / 1e8 s (24.6 ms at Rb = 300.5), on top of the per-element rate's term,
+    at every batch; the scalar and vectorised paths agree; a prefill (no decode) pays none."""
+    m = load_model(L3)
+    fp8 = DTypes("fp16", "fp16", "fp8")
+    rate = ideal_hw(kv_dequant_rate_by_kv_dtype={"fp8": 1e10})
+    both = ideal_hw(kv_dequant_rate_by_kv_dtype={"fp8": 1e10}, kv_dequant_block_rate_by_kv_dtype={"fp8": 1e8})
+    c0, c1 = CostModel(m, rate, dtypes=fp8), CostModel(m, both, dtypes=fp8)
+    b = decode_step(m, seqs, cached)
+    extra_ms = op(c1, b, "attention")["time_ms"] - op(c0, b, "attention")["time_ms"]
+    assert extra_ms == pytest.approx(32 * rb * 256 / 1e8 * 1e3, rel=1e-9)
+    assert c1.time(b) - c0.time(b) == pytest.approx(extra_ms / 1e3, rel=1e-9)
+    vec = c1.step_times(b.T, b.S, b.Ad, b.Ap, b.R)
+    assert float(vec) == pytest.approx(c1.time(b), rel=1e-12)
+    pre = prefill_step(m, 1, 1000)
+    assert c1.time(pre) == pytest.approx(c0.time(pre), rel=1e-12)
+    fp16 = DTypes("fp16", "fp16", "fp16")
+    assert CostModel(m, both, dtypes=fp16).time(b) == pytest.approx(CostModel(m, rate, dtypes=fp16).time(b), rel=1e-12)
+
+
 def test_weight_only_gemm_rate_and_ramp() -> None:
     """W4A16 (int4 weights, bf16 activations) on an ideal H100 with dequant efficiency 0.5, ramp
     factor 0.25 and T0 = 64: the GEMM runs at 989e12 x 0.5 FLOP/s and its ramp T0 is 64 x 0.25 x
@@ -337,9 +366,11 @@ def test_gpt_oss_experts_on_b200_read_their_four_bit_weights_at_decode() -> None
 
 def test_static_fit_set_matches_predict_static() -> None:
     """The calibration decomposition re-prices rows exactly as predict_static does, with the
-    new terms (sequence overhead, GQA re-reads, fp8 conversion) and a chunked prefill."""
+    new terms (sequence overhead, GQA re-reads, fp8 conversion and its block floor) and a
+    chunked prefill."""
     hw = load_hardware(H100)
-    eff = dict(sequence_overhead_s=5e-5, gqa_kv_sharing=0.3, kv_dequant_rate_by_kv_dtype={"fp8": 3e11})
+    eff = dict(sequence_overhead_s=5e-5, gqa_kv_sharing=0.3, kv_dequant_rate_by_kv_dtype={"fp8": 3e11},
+               kv_dequant_block_rate_by_kv_dtype={"fp8": 2e9})
     hw2 = dataclasses.replace(hw, efficiency=dataclasses.replace(hw.efficiency, **eff))
     rows = []
     for i, (kv, chunk) in enumerate([("fp16", None), ("fp8", None), ("fp16", 64)]):
@@ -354,7 +385,8 @@ def test_static_fit_set_matches_predict_static() -> None:
          "attention_efficiency": e.attention_efficiency, "gemm_ramp_tokens": e.gemm_ramp_tokens,
          "kernel_overhead_s": e.kernel_overhead_s, "link_efficiency": e.link_efficiency,
          "link_latency_s": hw2.link_latency_s, "step_overhead_s": e.step_overhead_s,
-         "sequence_overhead_s": 5e-5, "gqa_kv_sharing": 0.3, "kv_dequant_rate": 3e11}
+         "sequence_overhead_s": 5e-5, "gqa_kv_sharing": 0.3, "kv_dequant_rate": 3e11,
+         "kv_dequant_block_rate": 2e9}
     got = fs.predict(p)
     want = np.array([v.predict_row(r) for r in rows])
     assert np.allclose(got, want, rtol=1e-9)

@@ -92,12 +92,13 @@ def apply_params(hw: HardwareSpec, params: Mapping[str, float]) -> HardwareSpec:
 class StaticFitSet:
     """Static-batch rows (of any hardware and engine), decomposed for fast re-pricing.
 
-    step time = sum_ops max((C + T0 R) / eta_c + A / eta_att + f D / r,  (M + (f - 1) K) / eta_m)
+    step time = sum_ops max((C + T0 R) / eta_c + A / eta_att + f D / r + Db / r_b,  (M + (f - 1) K) / eta_m)
                 + k_launch L + ring / eta_link + latency N_ar + step_overhead + seq_overhead S
     with f = 1 + (g - 1)(1 - s) the KV re-read factor of a kernel that shares a GQA group's
     KV to the fraction s (`Efficiency.gqa_kv_sharing`) and r the KV conversion rate of a kernel
-    without a native path for a KV cache narrower than the activations (no r: D unused). C, R,
-    A, M, K, D, L, ring, N_ar are the op terms at unit efficiencies, read from
+    without a native path for a KV cache narrower than the activations (no r: D unused), r_b one
+    thread block's rate of it (Db: the elements along the longest block; no r_b: unused). C, R,
+    A, M, K, D, Db, L, ring, N_ar are the op terms at unit efficiencies, read from
     `CostModel.linear_terms()` (exact: every term of `CostModel` is linear in one of these
     parameters or in its inverse). A row's `max_num_tokens` (when stated) splits its prefill
     (`stepbatch.prefill_steps`), as `predict_static` does.
@@ -146,7 +147,7 @@ class StaticFitSet:
         if not self.rows:
             return
         nops = max(c["C"].shape[0] for c in cols)
-        for name in ("C", "R", "A", "M", "K", "D"):
+        for name in ("C", "R", "A", "M", "K", "D", "Db"):
             self.arrays[name] = np.concatenate([_pad(c[name], nops) for c in cols], axis=1)
         for name in ("L", "ring", "lat", "one", "S", "w", "seg", "pre"):
             self.arrays[name] = np.concatenate([c[name] for c in cols])
@@ -178,6 +179,10 @@ class StaticFitSet:
         if np.any(rate):
             inv = np.where(self.narrow_kv[seg] & (rate > 0), 1.0 / np.where(rate > 0, rate, 1.0), 0.0)
             comp = comp + a["D"] * f * inv
+        block = col("kv_dequant_block_rate", 0.0)
+        if np.any(block):  # one thread block's conversion along the longest block (Rb)
+            inv = np.where(self.narrow_kv[seg] & (block > 0), 1.0 / np.where(block > 0, block, 1.0), 0.0)
+            comp = comp + a["Db"] * inv
         mem = (a["M"] + (f - 1.0) * a["K"]) / em
         t = np.maximum(comp, mem).sum(axis=0)
         t += (col("kernel_overhead_s", 0.0) * a["L"] + a["ring"] / col("link_efficiency", 1.0)
@@ -187,7 +192,8 @@ class StaticFitSet:
 
     def predict(self, p: Mapping[str, Any]) -> np.ndarray:
         """Predicted metric value of every row at parameters `p` (ALL_PARAMS; optional
-        gqa_kv_sharing, kv_dequant_rate, sequence_overhead_s), numbers or arrays over settings."""
+        gqa_kv_sharing, kv_dequant_rate, kv_dequant_block_rate, sequence_overhead_s), numbers or
+        arrays over settings."""
         a = self.arrays
         tw = self.step_times(p) * a["w"]
         pre = a["pre"]
@@ -225,7 +231,7 @@ def _decompose(cost: CostModel) -> dict[str, Any]:
     """Per-op linear forms at unit efficiencies, split by the parameter that scales them."""
     t = cost.linear_terms()
     return {"C": t.compute_s, "R": t.ramp_s_per_token, "A": t.attention_s, "M": t.memory_s,
-            "K": t.kv_read_s, "D": t.kv_elements, "group": t.gqa_group,
+            "K": t.kv_read_s, "D": t.kv_elements, "Db": t.kv_block_elements, "group": t.gqa_group,
             "L": t.launches, "ring": t.link_s, "lat": t.latencies, "cost": cost}
 
 
@@ -268,7 +274,7 @@ def _static_columns(cost: CostModel, d: dict, B: int, I: int, O: int, seg: int, 
     preflag = np.zeros(n, dtype=bool)
     preflag[:n_pre] = True
     return {"C": d["C"] @ X, "R": d["R"] @ X, "A": d["A"] @ X, "M": d["M"] @ X, "K": d["K"] @ X,
-            "D": d["D"] @ X, "L": d["L"] @ X, "ring": d["ring"] @ X, "lat": d["lat"] @ X,
+            "D": d["D"] @ X, "Db": d["Db"] @ X, "L": d["L"] @ X, "ring": d["ring"] @ X, "lat": d["lat"] @ X,
             "one": X[0].copy(), "S": X[2].copy(),
             "w": wv, "seg": np.full(n, seg, dtype=int), "pre": preflag}
 

@@ -197,8 +197,9 @@ def analytic_bound(cost: CostModel, cfg: EngineConfig, workload: Workload) -> fl
     """An upper bound of the request rate one replica sustains (module docstring, step 1), from
     the cost model alone: 1 / (the step-time formula at the mean request's summed batch
     statistics, with its share of the fewest steps the batch limits allow). Prefix-cache
-    hits are counted at their most (every earlier block hit), MLA's cached-token term and the
-    sliding window's prefill sums at zero: each makes the bound higher, never lower."""
+    hits are counted at their most (every earlier block hit), MLA's cached-token term, the
+    sliding window's prefill sums and a paged kernel's longest-block floor (Rb) at zero: each
+    makes the bound higher, never lower."""
     inp = workload.input_len.astype(float)
     out = workload.output_len.astype(float)
     cached = np.minimum(_cacheable_tokens(workload, cfg), inp - 1) if cfg.enable_prefix_caching else 0.0
@@ -226,6 +227,7 @@ def analytic_bound(cost: CostModel, cfg: EngineConfig, workload: Workload) -> fl
     x[0] = x[3] = steps  # per-step costs: at least this many steps per request
     x[9] = T * at_budget[9] / budget  # experts touched: concave in a step's tokens, at most this per token
     x[11] = T  # padded expert rows: Tx >= T at every step size, and its ratio is not monotone
+    x[12] = 0.0  # a paged kernel's longest block (a floor per step, not a per-request sum): dropped
     per_request = cost.time_of(x)
     return 1.0 / per_request if per_request > 0 else math.inf
 

@@ -11,8 +11,9 @@ exactly what they mean in `llmsim predict`, `simulate` and `sweep`:
   batch the larger capacity admits and the step time at the same batch. Under load the gain
   is capacity (more sequences decode together), not fewer bytes per step: an engine without a
   native fp8-attention kernel on the chip converts every KV element it reads
-  (`Efficiency.kv_dequant_rate_by_kv_dtype`, fitted per engine and chip family), so the same
-  batch steps slower, as measured (fp8/fp16 latency 1.0-1.3 on H100 and 1.2-4.9 on A100 under
+  (`Efficiency.kv_dequant_rate_by_kv_dtype`, fitted per engine and chip family; on Ampere
+  also one thread block's rate, `kv_dequant_block_rate_by_kv_dtype`, the floor of a small
+  batch), so the same batch steps slower, as measured (fp8/fp16 latency 1.0-1.3 on H100 and 1.2-4.9 on A100 under
   vLLM V0).
 * `speculative_whatif(base, speculative_config)`: speculative decoding simulated in the engine
   (`serving/speculative.py`: drafts priced per step, gamma+1 tokens verified per sequence,
@@ -153,8 +154,12 @@ def _attention_path(cost: Any, kv_dtype: str) -> str:
     if rate is None:
         return (f"read as {DTYPE_BYTES[kv_dtype]:g}-byte elements with no conversion priced (a native "
                 f"{kv_dtype} attention path: the engine profile gives no kv_dequant_rate for this chip family)")
+    block = eff.dequant_block_rate_for(kv_dtype)
+    floor = "" if block is None else (
+        f", one thread block at {block:.3g} elements/s along a decode's context or 512-token "
+        f"partition (kv_dequant_block_rate: the floor of a batch too small to fill the chip)")
     return (f"no native {kv_dtype} attention: every KV element read is converted to "
-            f"{attn} at {rate:.3g} elements/s (kv_dequant_rate)")
+            f"{attn} at {rate:.3g} elements/s (kv_dequant_rate){floor}")
 
 
 def _gain_split(q: dict[str, float | None]) -> dict[str, float | None]:

@@ -56,7 +56,7 @@ from simulator.specs.hardware import SCALAR_EFFICIENCY_FIELDS, Efficiency, Hardw
 from simulator.specs.model import ModelSpec
 from simulator.specs.parallelism import Parallelism
 
-FEATURES = ("one", "T", "S", "emit", "Ad", "Ap", "R", "Aw", "Rw", "U", "Pc", "Tx")
+FEATURES = ("one", "T", "S", "emit", "Ad", "Ap", "R", "Aw", "Rw", "U", "Pc", "Tx", "Rb")
 _NF = len(FEATURES)
 _I = {name: i for i, name in enumerate(FEATURES)}
 #: the row tiles vLLM's Marlin MoE kernel chooses from, and the fill below which it takes a tile:
@@ -65,6 +65,14 @@ _I = {name: i for i, name in enumerate(FEATURES)}
 #: to a multiple of the tile (moe_align_block_size) and the padding is computed
 MARLIN_MOE_TILES = (8, 16, 32, 48, 64)
 MARLIN_MOE_FILL = 0.9
+#: vLLM V0's paged-attention decode kernel (the path of a KV cache the engine has no native
+#: kernel for): one thread block per (sequence, query head) walks the whole context (v1), or, when
+#: `max_seq_len <= 8192 and (max_num_partitions == 1 or num_seqs * num_heads > 512)` is false,
+#: one per 512-token partition plus a reduction (v2) (vllm/attention/ops/paged_attn.py
+#: `_PARTITION_SIZE`, `forward_decode`); the longest block sets the kernel's floor (`block_tokens`)
+PAGED_PARTITION_TOKENS = 512
+PAGED_V1_MAX_BLOCKS = 512
+PAGED_V1_MAX_CONTEXT = 8192
 
 
 #: efficiency fields of weight-only (dequantising) GEMMs, whose provenance CostModel.notes reports
@@ -112,6 +120,7 @@ class Rates:
     sequence_overhead_s: float = 0.0  # per sequence per step
     gqa_kv_sharing: float = 1.0  # 1: each KV head read once; 0: once per query head
     kv_dequant_elements_per_s: float = 0.0  # 0: a native path for the KV format (no conversion)
+    kv_dequant_block_elements_per_s: float = 0.0  # one thread block's conversion rate (0: not priced)
     expert_width_ramp: float = 0.0  # W0: the experts' per-row compute x (1 + W0 / W), W = I_e ep / tp
 
     @classmethod
@@ -126,7 +135,8 @@ class Rates:
         `expert_gemm_dtype` / `expert_weight_only`: the same for the routed experts' GEMMs when
         they differ; `vector_dtype`: the element-wise ops' format (the activations'; default the
         attention format); `dequant_kv`: the KV cache is narrower than the activations, so a kernel
-        without a native path for it converts it at eff's rate for `kv_dtype`."""
+        without a native path for it converts it at eff's rate for `kv_dtype` (and, where `eff`
+        gives one, at most at one thread block's rate along the longest block: `block_tokens`)."""
         def gemm_rate(dtype: str, dequant: float) -> float:
             return hw.flops(dtype) * eff.compute_for(dtype) * (eff.dequant_gemm_efficiency if dequant < 1 else 1.0)
 
@@ -141,6 +151,7 @@ class Rates:
 
         edt = gemm_dtype if expert_gemm_dtype is None else expert_gemm_dtype
         rate = eff.dequant_rate_for(kv_dtype) if dequant_kv else None
+        block_rate = eff.dequant_block_rate_for(kv_dtype) if dequant_kv else None
         # native-format experts: a grouped GEMM reaches r of the dense rate; T0 x r keeps the
         # small-batch floor f T0 / P (a weight read) where the dense GEMM's is
         r_moe = eff.moe_gemm_relative if expert_weight_only >= 1 else 1.0
@@ -158,6 +169,7 @@ class Rates:
             sequence_overhead_s=eff.sequence_overhead_s,
             gqa_kv_sharing=eff.gqa_kv_sharing,
             kv_dequant_elements_per_s=rate or 0.0,
+            kv_dequant_block_elements_per_s=block_rate or 0.0,
             expert_width_ramp=eff.expert_width_ramp,
         )
 
@@ -189,6 +201,9 @@ class LinearTerms:
     kv_elements: np.ndarray | None = None  # D: KV elements those ops read, s = 1
     gqa_group: float = 1.0  # g: query heads per KV head (1 for MLA)
     sequences: np.ndarray | None = None  # the per-sequence overhead's feature (S)
+    # compute_op += Db / r_block: the elements one thread block converts along the longest
+    # block (feature Rb) when the KV format has no native path and a block rate r_block is given
+    kv_block_elements: np.ndarray | None = None
 
 
 class StepCost(Protocol):
@@ -572,7 +587,9 @@ class CostModel:
         n_slide = m.num_sliding_layers
         ops: list[Op] = []
         # attention-side forms see one group's share of every per-token statistic
-        per_group = _vec(one=1.0) + (1.0 / d) * (np.ones(_NF) - _vec(one=1.0) - _vec(emit=1.0)) + _vec(emit=1.0)
+        # (Rb, one thread block's context, is a length, not a count: a group's is the same)
+        per_group = (_vec(one=1.0) + (1.0 / d) * (np.ones(_NF) - _vec(one=1.0) - _vec(emit=1.0) - _vec(Rb=1.0))
+                     + _vec(emit=1.0) + _vec(Rb=1.0))
 
         def add(name: str, kind: str, count: float, flops: np.ndarray, *, w: np.ndarray | None = None,
                 a: np.ndarray | None = None, kr: np.ndarray | None = None, kw: np.ndarray | None = None,
@@ -625,6 +642,7 @@ class CostModel:
         # a kernel that reads the KV once per query head reads 1 + (g - 1)(1 - s) times the cache
         reread = 1.0 + (group - 1.0) * (1.0 - rates.gqa_kv_sharing)
         dq = rates.kv_dequant_elements_per_s
+        dq_block = rates.kv_dequant_block_elements_per_s
 
         # --- attention (flash: scores stay on chip; bytes are the KV cache)
         def attention(name: str, count: int, A_d: str, A_p: str, Rk: str) -> None:
@@ -643,6 +661,10 @@ class CostModel:
             comp = flops / P_attn
             if dq > 0:  # no native path: every KV element read is converted to 16 bits first
                 comp = comp + _vec(**{Rk: kv_elem / t_kv * reread / dq})
+            if dq_block > 0 and m.mla is None:
+                # ... and one thread block converts its KV head's elements serially: a batch too
+                # small to fill the chip waits for its longest block (Rb tokens, `block_tokens`)
+                comp = comp + _vec(Rb=kv_elem / nkv / dq_block)
             add(name, "attention", count, flops, kr=_vec(**{Rk: kv_tok * reread}), kw=_vec(T=kv_tok),
                 a=_vec(T=2 * nh * dh / ta * ba), comp=comp, scale=side)
 
@@ -699,7 +721,22 @@ class CostModel:
             X[11] = self.expert_tokens(float(T))
         else:
             X[11] = np.array([self.expert_tokens(t) for t in T.ravel().tolist()]).reshape(T.shape)
+        X[12] = self.block_tokens(S, Ad)
         return X
+
+    def block_tokens(self, S: Any, Ad: Any) -> Any:
+        """Rb: the KV tokens the longest thread block of a paged-attention decode kernel walks
+        (the `PAGED_*` rule): a decoding sequence's context, taken as Ad / S (decode pairs per
+        emitting sequence: p + 1/2 in a decode-only step, less in a mixed one, 0 in a prefill),
+        or one 512-token partition where vLLM splits the context (v2). Only a KV format without
+        a native kernel prices it (`Efficiency.kv_dequant_block_rate_by_kv_dtype`)."""
+        S = np.asarray(S, dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ctx = np.where(S > 0, np.asarray(Ad, dtype=float) / np.where(S > 0, S, 1.0), 0.0)
+        blocks = S * (self.model.num_heads / self.par.attention_tp)
+        v1 = (ctx <= PAGED_V1_MAX_CONTEXT) & ((ctx <= PAGED_PARTITION_TOKENS) | (blocks > PAGED_V1_MAX_BLOCKS))
+        out = np.where(v1, ctx, np.minimum(ctx, PAGED_PARTITION_TOKENS))
+        return float(out) if out.ndim == 0 else out
 
     def expert_tokens(self, T: float) -> float:
         """Tx: the tokens the routed experts' GEMMs compute in a step of T tokens, padding
@@ -769,13 +806,17 @@ class CostModel:
         link latency 1 s, and their parts read off. Calibration re-prices with these."""
         # the experts' width ramp and grouped-GEMM factor are shape factors of this model on this
         # chip (like gqa_group), not parameters calibration scales: the terms keep them, exact
+        # a thread block's KV conversion at 1e6 elements/s (its range's floor), scaled back: the
+        # Rb column is that term's alone (Db)
+        unit_block = 1e6
         unit = Efficiency(gemm_ramp_tokens=1.0, kernel_overhead_s=1.0,
                           expert_width_ramp=self.hardware.efficiency.expert_width_ramp,
                           moe_gemm_relative=self.hardware.efficiency.moe_gemm_relative,
-                          expert_tile_rows=self.hardware.efficiency.expert_tile_rows)
+                          expert_tile_rows=self.hardware.efficiency.expert_tile_rows,
+                          kv_dequant_block_rate_by_kv_dtype={self.dtypes.kv: unit_block})
         ops = self._build_ops(self._rates(unit, 1.0))
         n = len(ops)
-        C, R, A, M, K, D = (np.zeros((n, _NF)) for _ in range(6))
+        C, R, A, M, K, D, Db = (np.zeros((n, _NF)) for _ in range(7))
         launches, link, lat = np.zeros(_NF), np.zeros(_NF), np.zeros(_NF)
         m = self.model
         kv_elem = m.kv_elements_per_token_per_layer / m.kv_shards(self.par.attention_tp)
@@ -784,6 +825,8 @@ class CostModel:
             M[j] = op.memory_s
             if op.kind == "attention":
                 A[j] = op.compute_s
+                Db[j, _I["Rb"]] = A[j, _I["Rb"]] * unit_block
+                A[j, _I["Rb"]] = 0.0
                 K[j] = op.kv_read_bytes / self.hardware.hbm_bandwidth_bytes_per_s  # at eta_m = 1
                 D[j] = op.kv_read_bytes / bkv if kv_elem else 0.0
             else:
@@ -793,7 +836,7 @@ class CostModel:
             link += op.link_s
             lat += op.latency_s
         group = 1.0 if m.mla is not None else m.num_heads / m.num_kv_heads
-        return LinearTerms(C, R, A, M, launches, link, lat, K, D, group, _vec(S=1.0))
+        return LinearTerms(C, R, A, M, launches, link, lat, K, D, group, _vec(S=1.0), Db)
 
     def _compile_scalar(self) -> Any:
         """Generate an unrolled pure-Python step_time: constants inlined, one max per op.
@@ -814,7 +857,7 @@ class CostModel:
         exceeds the 2 x 12 x n_ops multiply-adds; for many steps at once use `step_times`.
         The three paths agree (the benchmark checks it; tests compare scalar and vectorised).
         """
-        names = ["1.0", "T", "S", "h", "Ad", "Ap", "R", "Aw", "Rw", "U", "Pc", "Tx"]
+        names = ["1.0", "T", "S", "h", "Ad", "Ap", "R", "Aw", "Rw", "U", "Pc", "Tx", "Rb"]
 
         def form(vec: np.ndarray) -> str:
             terms = []
@@ -838,6 +881,14 @@ class CostModel:
         else:  # one dict lookup a step: the padded expert rows of each batch size, computed once
             lines.append("    Tx = _tiled_get(float(T))")
             lines.append("    if Tx is None: Tx = _expert_tokens(T)")
+        if np.any(self._C[:, _I["Rb"]]):  # the paged kernel's longest block (`block_tokens`)
+            nq = self.model.num_heads / self.par.attention_tp
+            lines.append("    Rb = Ad / S if S > 0 else 0.0")
+            lines.append(f"    if not (Rb <= {float(PAGED_V1_MAX_CONTEXT)!r} and (Rb <= {float(PAGED_PARTITION_TOKENS)!r} "
+                         f"or S * {float(nq)!r} > {float(PAGED_V1_MAX_BLOCKS)!r})):")
+            lines.append(f"        Rb = min(Rb, {float(PAGED_PARTITION_TOKENS)!r})")
+        else:
+            lines.append("    Rb = 0.0")
         lines.append(f"    t = {form(self._P)}")
         for c, mvec in zip(self._C, self._M, strict=True):
             lines.append(f"    a = {form(c)}")

@@ -195,6 +195,7 @@ CLASS_FACTORS = {
     "attention_relative": "x the chip's attention efficiency (every KV format)",
     "gqa_kv_sharing": "replaces the chip's gqa_kv_sharing (decode attention's KV re-reads)",
     "kv_dequant_rate_fp8": "an fp8 KV cache has no native attention path: KV elements/s converted",
+    "kv_dequant_block_rate_fp8": "that path's KV elements/s one thread block converts (the floor of a batch too small to fill the chip)",
     "dequant_gemm_efficiency": "replaces the chip's weight-only (dequantising) GEMM efficiency",
     "dequant_ramp_relative": "replaces the ramp factor of weight-only GEMMs (their small-M floor)",
     "step_overhead_s": "replaces the step overhead on this family",
@@ -211,6 +212,7 @@ CLASS_FACTORS = {
 #: own range (Efficiency, _EFF_RANGE), refused here where the profile file and family can be
 #: named, not at the run
 _FACTOR_RANGES = {"kv_dequant_rate_fp8": (1e6, 1e16, "elements/s"),
+                  "kv_dequant_block_rate_fp8": (1e6, 1e16, "elements/s"),
                   "expert_width_ramp": (0.0, 1e5, "elements (the experts' width ramp W0)"),
                   "gqa_kv_sharing": (0.0, 1.0, "(the share of a GQA group's KV read once)"),
                   "dequant_gemm_efficiency": (1e-3, 1.0, "of the chip's GEMM rate"),
@@ -809,6 +811,9 @@ def _class_changes(eff: Any, f: dict[str, float]) -> dict[str, Any]:
             out[name] = f[name]
     if "kv_dequant_rate_fp8" in f:
         out["kv_dequant_rate_by_kv_dtype"] = {**eff.kv_dequant_rate_by_kv_dtype, "fp8": f["kv_dequant_rate_fp8"]}
+    if "kv_dequant_block_rate_fp8" in f:
+        out["kv_dequant_block_rate_by_kv_dtype"] = {**eff.kv_dequant_block_rate_by_kv_dtype,
+                                                    "fp8": f["kv_dequant_block_rate_fp8"]}
     return out
 
 

@@ -91,6 +91,10 @@ class Efficiency:
     the rate (KV elements per second) at which it converts that cache to 16 bits: the conversion
     is compute the kernel overlaps with its loads (inside the roofline max), paid per element it
     reads. Absent: a native path (the smaller read, no conversion cost).
+    `kv_dequant_block_rate_by_kv_dtype`: the rate (elements per second) at which ONE thread block
+    of that kernel converts its KV head's elements; a batch with too few blocks to fill the chip
+    (vLLM V0's paged attention: one block per sequence and query head, or per 512-token
+    partition) waits for its longest block (`CostModel.block_tokens`). Absent: not priced.
     """
 
     compute_efficiency: float = _pos(1.0, **_EFF_RANGE)
@@ -114,6 +118,7 @@ class Efficiency:
     gemm_ramp_tokens_by_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     attention_efficiency_by_kv_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     kv_dequant_rate_by_kv_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
+    kv_dequant_block_rate_by_kv_dtype: dict = field(default_factory=dict, metadata={"omit_when_empty": True})
     sources: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -124,7 +129,8 @@ class Efficiency:
                             "(weight-only GEMMs in the activation format) or 1 (at the int8 rate)")
         for name, rng in (("compute_efficiency_by_dtype", _EFF_RANGE), ("gemm_ramp_tokens_by_dtype", _RAMP_RANGE),
                           ("attention_efficiency_by_kv_dtype", _EFF_RANGE),
-                          ("kv_dequant_rate_by_kv_dtype", _DEQUANT_RANGE)):
+                          ("kv_dequant_rate_by_kv_dtype", _DEQUANT_RANGE),
+                          ("kv_dequant_block_rate_by_kv_dtype", _DEQUANT_RANGE)):
             for k, v in getattr(self, name).items():
                 where = f"efficiency.{name}.{k}"
                 if k not in DTYPE_BYTES:
@@ -155,6 +161,11 @@ class Efficiency:
         """KV elements per second the attention kernel dequantises when it has no native path
         for a `kv_dtype` cache (None: a native path, no dequantisation cost)."""
         v = self.kv_dequant_rate_by_kv_dtype.get(kv_dtype)
+        return None if v is None else float(v)
+
+    def dequant_block_rate_for(self, kv_dtype: str) -> float | None:
+        """KV elements per second one thread block of that kernel converts (None: not priced)."""
+        v = self.kv_dequant_block_rate_by_kv_dtype.get(kv_dtype)
         return None if v is None else float(v)
 
     @classmethod
