@@ -175,14 +175,17 @@ class StaticFitSet:
         ec, em, ea = col("compute_efficiency", 1.0), col("memory_efficiency", 1.0), col("attention_efficiency", 1.0)
         comp = (a["C"] + col("gemm_ramp_tokens", 0.0) * a["R"]) / ec + a["A"] / ea
         f = 1.0 + (self.group[seg] - 1.0) * (1.0 - col("gqa_kv_sharing", 1.0))
-        rate = col("kv_dequant_rate", 0.0)
+        def per_narrow(r: Any) -> Any:
+            """1 / r on a narrow KV format's columns, 0 elsewhere and where r = 0 (not priced)."""
+            return np.where(self.narrow_kv[seg] & (r > 0), 1.0 / np.where(r > 0, r, 1.0), 0.0)
+
+        # KV conversion without a native path: every element read at r, and one thread block's
+        # elements along the longest block (Rb) at r_b
+        rate, block = col("kv_dequant_rate", 0.0), col("kv_dequant_block_rate", 0.0)
         if np.any(rate):
-            inv = np.where(self.narrow_kv[seg] & (rate > 0), 1.0 / np.where(rate > 0, rate, 1.0), 0.0)
-            comp = comp + a["D"] * f * inv
-        block = col("kv_dequant_block_rate", 0.0)
-        if np.any(block):  # one thread block's conversion along the longest block (Rb)
-            inv = np.where(self.narrow_kv[seg] & (block > 0), 1.0 / np.where(block > 0, block, 1.0), 0.0)
-            comp = comp + a["Db"] * inv
+            comp = comp + a["D"] * f * per_narrow(rate)
+        if np.any(block):
+            comp = comp + a["Db"] * per_narrow(block)
         mem = (a["M"] + (f - 1.0) * a["K"]) / em
         t = np.maximum(comp, mem).sum(axis=0)
         t += (col("kernel_overhead_s", 0.0) * a["L"] + a["ring"] / col("link_efficiency", 1.0)

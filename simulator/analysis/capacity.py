@@ -221,13 +221,13 @@ def analytic_bound(cost: CostModel, cfg: EngineConfig, workload: Workload) -> fl
         Rw = float(np.mean(np.minimum(inp, w) + np.where(live, np.minimum(p + 1.0, w), 0.0).sum(axis=1))) \
             if p.size else float(np.mean(np.minimum(inp, w)))
     steps = max(S / cfg.max_num_seqs, T / cfg.max_num_batched_tokens)
-    x = cost.features(T, S, Ad, Ap, R, Aw, Rw, 0.0)
+    # a paged kernel's longest block (a floor per step, not a per-request sum): dropped (Rb = 0)
+    x = cost.features(T, S, Ad, Ap, R, Aw, Rw, 0.0, blocks=False)
     budget = float(cfg.max_num_batched_tokens)
     at_budget = cost.features(budget, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, padded=False)
     x[0] = x[3] = steps  # per-step costs: at least this many steps per request
     x[9] = T * at_budget[9] / budget  # experts touched: concave in a step's tokens, at most this per token
     x[11] = T  # padded expert rows: Tx >= T at every step size, and its ratio is not monotone
-    x[12] = 0.0  # a paged kernel's longest block (a floor per step, not a per-request sum): dropped
     per_request = cost.time_of(x)
     return 1.0 / per_request if per_request > 0 else math.inf
 

@@ -75,6 +75,18 @@ PAGED_V1_MAX_BLOCKS = 512
 PAGED_V1_MAX_CONTEXT = 8192
 
 
+def paged_block_tokens(S: float, Ad: float, query_heads: float) -> float:
+    """Rb: the KV tokens the longest thread block of the paged-attention decode kernel walks
+    (the `PAGED_*` rule): a decoding sequence's context, taken as Ad / S (decode pairs per
+    emitting sequence: p + 1/2 in a decode-only step, less in a mixed one, 0 in a prefill), or
+    one 512-token partition where vLLM splits the context (v2). `query_heads`: per GPU."""
+    if S <= 0:
+        return 0.0
+    ctx = Ad / S
+    v1 = ctx <= PAGED_V1_MAX_CONTEXT and (ctx <= PAGED_PARTITION_TOKENS or S * query_heads > PAGED_V1_MAX_BLOCKS)
+    return ctx if v1 else min(ctx, PAGED_PARTITION_TOKENS)
+
+
 #: efficiency fields of weight-only (dequantising) GEMMs, whose provenance CostModel.notes reports
 _DEQUANT_FIELDS = ("dequant_gemm_efficiency", "dequant_ramp_relative", "moe_layer_overhead_s")
 
@@ -477,6 +489,7 @@ class CostModel:
         self._tiled: dict[float, float] = {}
         self.ops = self._build_ops(self._rates(hw.efficiency, hw.link_latency_s))
         self._C = np.array([op.compute_s for op in self.ops])
+        self._prices_blocks = bool(np.any(self._C[:, _I["Rb"]]))  # the paged kernel's floor (Rb)
         self._M = np.array([op.memory_s for op in self.ops])
         self._P = np.sum([op.extra_s for op in self.ops], axis=0)
         self._P[_I["one"]] += hw.efficiency.step_overhead_s + self._dp_step_overhead_s()
@@ -697,9 +710,10 @@ class CostModel:
 
     # ------------------------------------------------------------------ evaluation
     def features(self, T: Any, S: Any, Ad: Any, Ap: Any, R: Any, Aw: Any, Rw: Any, Pc: Any = 0.0,
-                 padded: bool = True) -> np.ndarray:
+                 padded: bool = True, blocks: bool = True) -> np.ndarray:
         """The feature matrix x (len(FEATURES) x broadcast shape) of batch statistics;
-        `padded` False: Tx = T (the FLOP and byte forms never read Tx)."""
+        `padded` False: Tx = T (the FLOP and byte forms never read Tx); `blocks` False: Rb = 0
+        (for forms that never read it: `step_times` of a model that does not price it)."""
         T = np.asarray(T, dtype=float)
         S = np.asarray(S, dtype=float)
         shape = np.broadcast(T, S, Ad, Ap, R, Aw, Rw, Pc).shape
@@ -721,22 +735,19 @@ class CostModel:
             X[11] = self.expert_tokens(float(T))
         else:
             X[11] = np.array([self.expert_tokens(t) for t in T.ravel().tolist()]).reshape(T.shape)
-        X[12] = self.block_tokens(S, Ad)
+        X[12] = self.block_tokens(S, Ad) if blocks else 0.0
         return X
 
     def block_tokens(self, S: Any, Ad: Any) -> Any:
-        """Rb: the KV tokens the longest thread block of a paged-attention decode kernel walks
-        (the `PAGED_*` rule): a decoding sequence's context, taken as Ad / S (decode pairs per
-        emitting sequence: p + 1/2 in a decode-only step, less in a mixed one, 0 in a prefill),
-        or one 512-token partition where vLLM splits the context (v2). Only a KV format without
-        a native kernel prices it (`Efficiency.kv_dequant_block_rate_by_kv_dtype`)."""
-        S = np.asarray(S, dtype=float)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ctx = np.where(S > 0, np.asarray(Ad, dtype=float) / np.where(S > 0, S, 1.0), 0.0)
-        blocks = S * (self.model.num_heads / self.par.attention_tp)
-        v1 = (ctx <= PAGED_V1_MAX_CONTEXT) & ((ctx <= PAGED_PARTITION_TOKENS) | (blocks > PAGED_V1_MAX_BLOCKS))
-        out = np.where(v1, ctx, np.minimum(ctx, PAGED_PARTITION_TOKENS))
-        return float(out) if out.ndim == 0 else out
+        """Rb of `paged_block_tokens` at this model's query heads per GPU, over arrays too. Only
+        a KV format without a native kernel prices it (`Efficiency.kv_dequant_block_rate_by_kv_dtype`)."""
+        nq = self.model.num_heads / self.par.attention_tp
+        S, Ad = np.broadcast_arrays(np.asarray(S, dtype=float), np.asarray(Ad, dtype=float))
+        if S.ndim == 0:
+            return paged_block_tokens(float(S), float(Ad), nq)
+        # calibration's decode nodes (tens a setting): the scalar rule per element
+        return np.array([paged_block_tokens(s, a, nq) for s, a in zip(S.ravel().tolist(), Ad.ravel().tolist(),
+                                                                        strict=True)]).reshape(S.shape)
 
     def expert_tokens(self, T: float) -> float:
         """Tx: the tokens the routed experts' GEMMs compute in a step of T tokens, padding
@@ -778,7 +789,8 @@ class CostModel:
             Aw = np.asarray(Ad) + np.asarray(Ap)
         if Rw is None:
             Rw = R
-        X = self.features(T, S, Ad, Ap, R, Aw, Rw, Pc)
+        # a decode segment's steps at once: Rb only where a term reads it (the engine's hot path)
+        X = self.features(T, S, Ad, Ap, R, Aw, Rw, Pc, blocks=self._prices_blocks)
         flat = X.reshape(_NF, -1)
         t = np.maximum(self._C @ flat, self._M @ flat).sum(axis=0) + self._P @ flat
         return t.reshape(X.shape[1:])
@@ -881,21 +893,16 @@ class CostModel:
         else:  # one dict lookup a step: the padded expert rows of each batch size, computed once
             lines.append("    Tx = _tiled_get(float(T))")
             lines.append("    if Tx is None: Tx = _expert_tokens(T)")
-        if np.any(self._C[:, _I["Rb"]]):  # the paged kernel's longest block (`block_tokens`)
-            nq = self.model.num_heads / self.par.attention_tp
-            lines.append("    Rb = Ad / S if S > 0 else 0.0")
-            lines.append(f"    if not (Rb <= {float(PAGED_V1_MAX_CONTEXT)!r} and (Rb <= {float(PAGED_PARTITION_TOKENS)!r} "
-                         f"or S * {float(nq)!r} > {float(PAGED_V1_MAX_BLOCKS)!r})):")
-            lines.append(f"        Rb = min(Rb, {float(PAGED_PARTITION_TOKENS)!r})")
-        else:
-            lines.append("    Rb = 0.0")
+        if self._prices_blocks:  # the paged kernel's longest block
+            lines.append(f"    Rb = _block_tokens(S, Ad, {self.model.num_heads / self.par.attention_tp!r})")
         lines.append(f"    t = {form(self._P)}")
         for c, mvec in zip(self._C, self._M, strict=True):
             lines.append(f"    a = {form(c)}")
             lines.append(f"    b = {form(mvec)}")
             lines.append("    t += a if a > b else b")
         lines.append("    return t")
-        ns: dict[str, Any] = {"_tiled_get": self._tiled.get, "_expert_tokens": self.expert_tokens}
+        ns: dict[str, Any] = {"_tiled_get": self._tiled.get, "_expert_tokens": self.expert_tokens,
+                              "_block_tokens": paged_block_tokens}
         exec(compile("\n".join(lines), f"<step_time {self.model.id}>", "exec"), ns)  # noqa: S102
         fn = ns["step_time"]
         fn.__doc__ = "Step time in seconds for batch statistics (T, S, Ad, Ap, R, Aw, Rw, Pc)."
@@ -962,4 +969,5 @@ __all__ = [
     "StepCost",
     "allreduce_time_s",
     "gemm_time_s",
+    "paged_block_tokens",
 ]

@@ -43,7 +43,7 @@ def row_work(cost: Any, timeline: Mapping[str, Any]) -> tuple[np.ndarray, np.nda
     is a DataFrame or a dict of column arrays (`StepLog.timeline_columns`)."""
     n = np.asarray(timeline["steps"], dtype=float)
     T, S, Ad, Ap, R, Aw, Rw, Pc = (np.asarray(timeline[c], dtype=float) for c in STAT_COLUMNS)
-    X = cost.features(T, S, Ad, Ap, R, Aw, Rw, Pc, padded=False)  # work forms never read Tx
+    X = cost.features(T, S, Ad, Ap, R, Aw, Rw, Pc, padded=False, blocks=False)  # work forms never read Tx, Rb
     X[0] = n
     X[3] = n * (S > 0)
     with np.errstate(invalid="ignore", divide="ignore"):
