@@ -214,13 +214,17 @@ def main() -> None:
                     help="write docs/dev_serving_validation.csv and validation.md's dev_serving tables")
     ap.add_argument("--tables-only", action="store_true",
                     help="rewrite validation.md's dev_serving tables from the CSV, no simulation")
+    ap.add_argument("--pair", default=None, metavar="STEP_S,ALLREDUCE_S",
+                    help="simulate one (step_overhead_s, allreduce_latency_s) pair, not the grid (per_request_s "
+                         "is still fitted: a quick re-fit of it after another overhead changed)")
     args = ap.parse_args()
     if args.tables_only:
         write_docs(None)
         return
     groups = runs(DATA)
-    table = {(s, a): simulate_all(groups, s, a, 1500 if args.quick else None)
-             for s in STEP_GRID_S for a in ALLREDUCE_GRID_S}
+    grid = ([tuple(float(x) for x in args.pair.split(","))] if args.pair
+            else [(s, a) for s in STEP_GRID_S for a in ALLREDUCE_GRID_S])
+    table = {(s, a): simulate_all(groups, s, a, 1500 if args.quick else None) for s, a in grid}
     # every pair at its own front-end latency (how flat the grid is), then the best of them
     scored = [best(groups, {params_i: sims}, set(groups)) for params_i, sims in table.items()]
     for m_i, params_i, d_i in scored:

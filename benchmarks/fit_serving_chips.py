@@ -44,13 +44,15 @@ DATA = Path("/work/shared/reference/measurements")
 START = {"memory_relative": 1.0, "compute_relative": 1.0, "attention_relative": 1.0,
          "dequant_gemm_efficiency": 0.7, "dequant_ramp_relative": 0.25, "allreduce_latency_s": 1e-5, "kernel_overhead_s": 5e-6,
          "step_overhead_s": 5e-4, "moe_layer_overhead_s": 2e-5, "expert_width_ramp": 500.0,
-         "overheads.per_prompt_token_s": 3.5e-6, "overheads.per_request_s": 0.006}
+         "overheads.per_prompt_token_s": 3.5e-6, "overheads.per_request_s": 0.006,
+         "overheads.per_stream_output_s": 9e-5}
 BOUNDS = {"memory_relative": (0.2, 2.0), "compute_relative": (0.1, 2.0), "attention_relative": (0.1, 2.0),
           "dequant_gemm_efficiency": (0.05, 1.0), "dequant_ramp_relative": (0.05, 1.0),
           "allreduce_latency_s": (0.0, 2e-4),
           "kernel_overhead_s": (0.0, 1e-4), "step_overhead_s": (0.0, 0.02), "moe_layer_overhead_s": (0.0, 5e-4),
           "expert_width_ramp": (0.0, 1e4),
-          "overheads.per_prompt_token_s": (0.0, 5e-5), "overheads.per_request_s": (0.0, 0.05)}
+          "overheads.per_prompt_token_s": (0.0, 5e-5), "overheads.per_request_s": (0.0, 0.05),
+          "overheads.per_stream_output_s": (0.0, 1e-3)}
 
 
 def profile_with(engine: str, family: str, values: Mapping[str, float]) -> Any:

@@ -16,10 +16,6 @@ side by side with what the real runs measured (issue 23).
   measured median TTFT against concurrency of that curve (all of them when it has none).
 
 Every number printed is simulated or read from the measurement files; nothing is fitted here.
-
-`--streaming-token-us 50,100,...` (gpt-oss only, an offline what-if, not the model): the below-knee
-median-TTFT counts with c_tok x concurrency added to each simulated median, the size of an API
-server that streams every output token on its one event loop (docs/limits.md, the gpt-oss entry).
 """
 
 from __future__ import annotations
@@ -188,39 +184,17 @@ def gptoss(max_requests: int | None) -> dict[str, Any]:
             "below_knee": sorted(" ".join(map(str, k)) for k in below)}
 
 
-def streaming_whatif(res: dict[str, Any], token_us: list[float]) -> None:
-    """The below-knee median TTFTs with c_tok x concurrency added to each simulated median
-    (module docstring): points within 15 % and the median signed error by concurrency."""
-    below = set(res["below_knee"])
-    print("\nwhat-if (not the model): simulated median TTFT + c_tok x concurrency, below the knee")
-    for us in token_us:
-        errs: dict[int, list[float]] = defaultdict(list)
-        for key, x in res["points"].items():
-            if key in below:
-                conc = int(key.split()[-1])
-                sim = x["simulated"]["p50_ttft_ms"] + us * 1e-3 * conc
-                errs[conc].append(_ape(sim, x["measured"]["median_ttft_ms"]))
-        flat = [e for v in errs.values() for e in v]
-        by_c = ", ".join(f"c{c} {statistics.median(v):+.1f}" for c, v in sorted(errs.items()))
-        print(f"  c_tok {us:6.1f} us: {sum(abs(e) <= 15 for e in flat)}/{len(flat)} within 15 %, "
-              f"median signed by concurrency: {by_c}")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", choices=("serving", "gptoss"))
     ap.add_argument("--max-requests", type=int, default=None, help="cap each run (quick look)")
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--streaming-token-us", default=None,
-                    help="comma-separated c_tok values (us): the gpt-oss streaming what-if (docstring)")
     args = ap.parse_args()
     out: dict[str, Any] = {}
     if args.only in (None, "serving"):
         out["dev_serving"] = serving(args.max_requests)
     if args.only in (None, "gptoss"):
         out["dev_inferencemax_gptoss"] = gptoss(args.max_requests)
-        if args.streaming_token_us:
-            streaming_whatif(out["dev_inferencemax_gptoss"], [float(x) for x in args.streaming_token_us.split(",")])
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=float))
 

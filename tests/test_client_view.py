@@ -385,3 +385,84 @@ def test_profile_tokenizer_time_is_checked_at_load():
     with pytest.raises(SpecError, match=r"^x\.yaml: overheads\.per_prompt_token_s\.value: 0\.002 must be a number of "
                                         r"seconds per prompt token in \[0, 0\.001\]$"):
         engine_from_dict(data, "x.yaml")
+
+
+# --------------------------------------------------------------------------- the API server streams
+
+
+def test_streaming_places_each_output_in_its_steps_burst():
+    """c = 0.1 s per streamed output, A (10 prompt, 3 out) and B (10, 2) sent at 0. Step 1
+    prefills both and ends at d(20) = 1.02; its burst streams A's first token at 1.12, B's at
+    1.22. Step 2 (both decode) ends at 1.02 + d(2) = 2.022: A's token at 2.122, B's (its last)
+    at 2.222. Step 3 (A alone) ends at 2.022 + d(1) = 3.023, A's last token at 3.123. The
+    engine's steps are the run without streaming; TTFT and E2E move, not the gaps."""
+    res = simulate(COST, wl([0, 0], [10, 10], [3, 2]), cfg(), client=ClientView(stream_output_s=0.1))
+    np.testing.assert_allclose(res.first_token_s, [1.12, 1.22], rtol=1e-12)
+    np.testing.assert_allclose(res.finish_s, [3.123, 2.222], rtol=1e-12)
+    plain = simulate(COST, wl([0, 0], [10, 10], [3, 2]), cfg())
+    np.testing.assert_allclose(plain.finish_s, [3.023, 2.022], rtol=1e-12)
+    np.testing.assert_allclose(sorted(res.itl_values_s), sorted(plain.itl_values_s), rtol=1e-12)
+    # 0 is the run without streaming, bit for bit
+    zero = simulate(COST, wl([0, 0], [10, 10], [3, 2]), cfg(), client=ClientView(stream_output_s=0.0))
+    assert np.array_equal(zero.first_token_s, plain.first_token_s) and np.array_equal(zero.finish_s, plain.finish_s)
+
+
+def test_streaming_slower_than_the_engine_backs_up():
+    """c = 0.6 s, A and B (10 prompt, 4 out) at 0: a burst of two (1.2 s) outlasts a decode
+    step (1.002 s), so each burst waits for the one before. Step ends 1.02, 2.022, 3.024,
+    4.026; bursts start at 1.02, 2.22, 3.42, 4.62; the last tokens leave at 5.22 (A) and 5.82
+    (B); B's TPOT is the loop's 1.2 s a token, not the engine's 1.002. The decode segment's
+    closed form gives the step-by-step answer (max_segment_steps 1)."""
+    w = wl([0, 0], [10, 10], [4, 4])
+    view = ClientView(stream_output_s=0.6)
+    for steps in (4096, 1):
+        res = simulate(COST, w, cfg(max_segment_steps=steps), client=view)
+        np.testing.assert_allclose(res.first_token_s, [1.62, 2.22], rtol=1e-12)
+        np.testing.assert_allclose(res.finish_s, [5.22, 5.82], rtol=1e-12)
+
+
+def test_closed_loop_request_waits_for_the_burst_in_flight():
+    """c = 0.1 s, two clients: A and B (10 prompt, 2 out) sent at 0 end in step 2 (at 2.022);
+    the loop streams A's last token at 2.122 and B's at 2.222. A's client sends C (10, 1) at
+    2.122; the loop takes it up after B's token, at 2.222, and the idle engine prefills it
+    until 2.222 + d(10) = 3.232: C's token leaves at 3.332 (TTFT 1.21 s, 1.01 s without)."""
+    w = wl([0, 0, 0], [10, 10, 10], [2, 2, 1], concurrency=2)
+    res = simulate(COST, w, cfg(), client=ClientView(stream_output_s=0.1))
+    np.testing.assert_allclose(res.arrival_s, [0.0, 0.0, 2.122], rtol=1e-12)
+    np.testing.assert_allclose(res.first_token_s, [1.12, 1.22, 3.332], rtol=1e-12)
+    np.testing.assert_allclose(res.finish_s, [2.122, 2.222, 3.332], rtol=1e-12)
+    # under a cap the same request takes the same path
+    capped = simulate(COST, wl([0, 0, 0], [10, 10, 10], [2, 2, 1], max_concurrency=2), cfg(),
+                      client=ClientView(stream_output_s=0.1))
+    np.testing.assert_allclose(capped.first_token_s, res.first_token_s, rtol=1e-12)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 25), rate=st.one_of(st.just(math.inf), st.floats(1.0, 400.0)), seed=st.integers(0, 50),
+       c_us=st.sampled_from([50.0, 400.0, 3000.0]), closed=st.booleans(),
+       ins=st.lists(st.integers(1, 1500), min_size=25, max_size=25),
+       outs=st.lists(st.integers(1, 60), min_size=25, max_size=25))
+def test_streaming_segments_match_the_step_by_step_loop(n, rate, seed, c_us, closed, ins, outs):
+    """The decode segments' closed-form bursts (`_segment_outputs`) against one step at a
+    time, on a real model whose decode steps lengthen with the context; and every output
+    leaves after the step that made it."""
+    import dataclasses
+
+    cost, config, view = engine_parts("vllm")
+    view = dataclasses.replace(view, stream_output_s=c_us * 1e-6)
+    sched = arrivals(n, rate, rng=vllm_rng(seed))
+    w = wl(sched, ins[:n], outs[:n], concurrency=4) if closed else wl(sched, ins[:n], outs[:n])
+    fast = simulate(cost, w, config, client=view)
+    slow = simulate(cost, w, dataclasses.replace(config, max_segment_steps=1), client=view)
+    np.testing.assert_allclose(fast.first_token_s, slow.first_token_s, rtol=1e-9)
+    np.testing.assert_allclose(fast.finish_s, slow.finish_s, rtol=1e-9)
+    engine = simulate(cost, w, config, client=dataclasses.replace(view, stream_output_s=0.0))
+    if not closed:  # an open loop's engine is the same: every output leaves at or after its step
+        assert (fast.first_token_s >= engine.first_token_s + c_us * 1e-6 - 1e-12).all()
+        assert (fast.finish_s >= engine.finish_s + c_us * 1e-6 - 1e-12).all()
+
+
+@pytest.mark.parametrize("bad", [-1e-6, math.inf, 2.0, True])
+def test_streaming_time_is_checked(bad):
+    with pytest.raises(SpecError, match="stream_output_s"):
+        ClientView(stream_output_s=bad)

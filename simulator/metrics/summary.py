@@ -169,6 +169,7 @@ def summarize(res: SimResult, goodput: dict[str, float] | None = None,
     api = meta.get("api_server")  # client_view: what the API server adds to TTFT and E2E
     s["api_server_latency_ms"] = None if api is None else api["latency_s"] * 1e3
     s["tokenizer_mean_ms"] = None if api is None else api["tokenizer_mean_s"] * 1e3
+    s["stream_output_us"] = None if api is None else api.get("stream_output_s", 0.0) * 1e6
     s["peak_kv_utilization"] = meta.get("peak_kv_utilization")
     s["preemptions"] = int(res.preemptions.sum())
     s["preempted_requests"] = int((res.preemptions > 0).sum())

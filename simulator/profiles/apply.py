@@ -359,10 +359,12 @@ __all__ = ["BENCH_WAVES", "LAYOUT_WEIGHT_SHARE", "MLPERF_ATTENTION_DP", "MLPERF_
 
 def client_view_for(profile: Any) -> ClientView:
     """What the profile's client sees beyond the engine core (`serving.client_view`): its
-    API-server latency, its tokenizer's time per prompt token and, under async scheduling, one
-    step of admission lag."""
+    API-server latency, its tokenizer's time per prompt token, its event loop's time per
+    streamed output and, under async scheduling, one step of admission lag."""
+    ov = profile.overheads
     return ClientView(frontend_s_for(profile), lag_steps_for(profile),
-                      prompt_token_s=float(profile.overheads.per_prompt_token_s.value or 0.0))
+                      prompt_token_s=float(ov.per_prompt_token_s.value or 0.0),
+                      stream_output_s=float(ov.per_stream_output_s.value or 0.0))
 
 
 def lag_steps_for(profile: Any) -> int:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulator.serving.client_view import check_prompt_token_s
+from simulator.serving.client_view import check_prompt_token_s, check_stream_output_s
 from simulator.serving.sched.registry import SCHEDULERS
 from simulator.specs.catalog import _catalog_dir, read_catalog_yaml, read_yaml
 from simulator.specs.checks import SpecError, is_number
@@ -352,6 +352,8 @@ class OverheadsSection:
     per_request_s: Tunable = field(default_factory=Tunable)
     # the API server's tokenizer, seconds per prompt token (serving/client_view.py)
     per_prompt_token_s: Tunable = field(default_factory=Tunable)
+    # the API server's event loop streaming each output token to its client (client_view.py)
+    per_stream_output_s: Tunable = field(default_factory=Tunable)
     runtime_reserve_bytes: Tunable = field(default_factory=Tunable)
     cpu_overlap_fraction: Tunable = field(default_factory=Tunable)
 
@@ -359,6 +361,8 @@ class OverheadsSection:
         _check_fields(self, "")
         if self.per_prompt_token_s.value is not None:  # the client view's own check, where the file is named
             check_prompt_token_s("per_prompt_token_s.value", self.per_prompt_token_s.value)
+        if self.per_stream_output_s.value is not None:
+            check_stream_output_s("per_stream_output_s.value", self.per_stream_output_s.value)
 
 
 def _class_factor(where: str, name: str, v: Any) -> Tunable:

@@ -88,9 +88,8 @@ def run_capped(pool: Pool, events: EventQueue, scheduled_s: np.ndarray, slots: i
             send = max(t - front, sched)  # (a + F) - F may round below a
             send_s[sent] = send
             client_queue_s[sent] = send - sched
-            e = t
-            if tok is not None:
-                e = tok.admit(sent, t)  # it reaches the engine after tokenisation
+            e = pool.through_api_server(sent, t, tok)  # after the API server's loop and tokenizer
+            if e != t:
                 pool.advance_until(e)
             pool.route(sent, e)
             if out.status[sent] == REJECTED:

@@ -27,6 +27,15 @@ slot, a closed-loop client, the next turn of a session) sees the times the clien
   not, and it does not hold up the engine's steps (what a 7,372-token prompt's TTFT shows at
   every TP while the step that prefills it, read off the p99 ITL of the same runs, does not:
   docs/serving_model.md). Requests reach the engine in the order they were sent, as before.
+* `stream_output_s` (c): the API server's event-loop time per streamed output (the engine
+  profile's `overheads.per_stream_output_s`). vLLM's API server hands every step's outputs to
+  their clients one at a time on one event loop (detokenise, SSE chunk, write), so a step's
+  outputs leave as a burst: running sequences first, in batch order, then the requests that
+  joined the step; the one at place j leaves at max(step end, the previous burst's end) + j c
+  (`Replica._stream_step`). A request that reaches the API server during a burst is taken up
+  after it (`Pool.through_api_server`, before the tokenizer). TTFT and E2E move by a new
+  request's place in its burst; TPOT and ITL keep the engine's gaps unless the loop falls
+  behind (c x batch above the step), when the client sees the loop's rate.
 * `timeout_s`: the client gives up on a request that has not finished `timeout_s` after it was
   sent; the server aborts it (vLLM frees its KV when the client disconnects) and it counts as
   failed, with the time it failed (`Records.failed_s`), out of every latency statistic, as the
@@ -46,13 +55,25 @@ from simulator.specs.checks import SpecError
 
 #: the largest tokenizer time per prompt token a view accepts (1 ms: a thousand times vLLM's)
 MAX_PROMPT_TOKEN_S = 1e-3
+#: the largest API-server time per streamed output a view accepts (1 s: no server is that slow;
+#: the hand-worked schedules of the tests use tenths of a second against 1 s steps)
+MAX_STREAM_OUTPUT_S = 1.0
 
 
 def check_prompt_token_s(where: str, b: object) -> None:
     """The tokenizer's seconds per prompt token: a finite number in [0, MAX_PROMPT_TOKEN_S]
     (the view's own check, and the engine profile's at load time, where its file is named)."""
-    if isinstance(b, bool) or not isinstance(b, (int, float)) or not (math.isfinite(b) and 0 <= b <= MAX_PROMPT_TOKEN_S):
-        raise SpecError(f"{where}: {b!r} must be a number of seconds per prompt token in [0, {MAX_PROMPT_TOKEN_S}]")
+    _check_seconds(where, b, "prompt token", MAX_PROMPT_TOKEN_S)
+
+
+def check_stream_output_s(where: str, c: object) -> None:
+    """The API server's seconds per streamed output: a finite number in [0, MAX_STREAM_OUTPUT_S]."""
+    _check_seconds(where, c, "streamed output", MAX_STREAM_OUTPUT_S)
+
+
+def _check_seconds(where: str, x: object, per: str, most: float) -> None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not (math.isfinite(x) and 0 <= x <= most):
+        raise SpecError(f"{where}: {x!r} must be a number of seconds per {per} in [0, {most}]")
 
 
 @dataclass(frozen=True)
@@ -64,6 +85,7 @@ class ClientView:
     lag_steps: int = 0
     timeout_s: float | None = None
     prompt_token_s: float = 0.0
+    stream_output_s: float = 0.0
 
     def __post_init__(self) -> None:
         f = self.frontend_s
@@ -72,6 +94,7 @@ class ClientView:
         if self.lag_steps not in (0, 1):
             raise SpecError(f"lag_steps: {self.lag_steps!r} must be 0 or 1 (steps of async-scheduling lag)")
         check_prompt_token_s("prompt_token_s", self.prompt_token_s)
+        check_stream_output_s("stream_output_s", self.stream_output_s)
         t = self.timeout_s
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
                               or not (math.isfinite(t) and t > f)):
@@ -97,13 +120,14 @@ class TokenizerQueue:
         self.reached_s = np.zeros(len(self.service))
         self.wait_s = np.full(len(self.service), np.nan)  # NaN: never admitted
 
-    def admit(self, r: int, t: float) -> float:
+    def admit(self, r: int, t: float, reached: float | None = None) -> float:
         free = self.free
         done = max(t, free[0]) + self.service[r]
         heapq.heapreplace(free, done)
         e = self.last = max(done, self.last)
-        self.reached_s[r] = t
-        self.wait_s[r] = e - t
+        at = t if reached is None else reached
+        self.reached_s[r] = at
+        self.wait_s[r] = e - at
         return e
 
     def stream(self, times: np.ndarray) -> np.ndarray:

@@ -82,8 +82,9 @@ def run_dependent(pool: Pool, events: EventQueue, roots: np.ndarray, deps: Deps,
             else:  # a scheduled first turn: cut off, as in the open loop
                 out.reject(r, cut_reason(cap))
         else:
-            if tok is not None:
-                t = tok.admit(r, t)  # it reaches the engine after tokenisation
+            e = pool.through_api_server(r, t, tok)  # after the API server's loop and tokenizer
+            if e != t:
+                t = e
                 pool.advance_until(t)
             pool.route(r, t)
         if out.status[r] == REJECTED:

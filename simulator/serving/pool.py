@@ -7,6 +7,7 @@ import math
 from typing import ClassVar
 
 from simulator.cost.roofline import CostModel
+from simulator.serving.client_view import TokenizerQueue
 from simulator.serving.records import cut_reason
 from simulator.serving.replica import Replica
 from simulator.serving.sched.registry import EngineConfig
@@ -102,6 +103,18 @@ class Pool:
     def route(self, r: int, t: float) -> None:
         """Request r arrives at t (the pool has been advanced to t)."""
         self.router.choose(self.replicas).enqueue(r, t)
+
+    def through_api_server(self, r: int, t: float, tok: TokenizerQueue | None) -> float:
+        """When request r, reaching the API server at t, reaches the engine: its event loop
+        takes r up once the step's output it is streaming then has gone out
+        (`Replica.api_ready`, after the steps that start before t ran; one replica: with
+        several, r's server is known only after routing, and it is taken up at t), then the
+        tokenizer `tok` (None: none)."""
+        ready = t
+        if len(self.replicas) == 1 and self.replicas[0].stream_s:
+            self.advance_until(t)
+            ready = self.replicas[0].api_ready(t)
+        return ready if tok is None else tok.admit(r, ready, t)
 
     def busy(self) -> list[Replica]:
         return [p for p in self.replicas if p.has_work()]

@@ -68,7 +68,8 @@ class Replica(DecodeSegments):
                  "log", "max_model_len", "max_segment_steps", "max_tokens", "n_prefilling", "on_finish", "records", "outlen",
                  "outstanding", "policy", "prefix", "prompt", "rid", "scheduled_s", "segment_steps",
                  "step_time", "waiting", "window", "wl_in", "wl_out", "in_len", "out_len",
-                 "rec_first_token_s", "rec_finish_s", "rec_status", "rec_replica")
+                 "rec_first_token_s", "rec_finish_s", "rec_status", "rec_replica",
+                 "stream_s", "api_free", "api_start", "api_prev")
 
     def __init__(self, index: int, cost: CostModel, cfg: EngineConfig, total_blocks: int,
                  max_model_len: int, wl: Workload, records: Records, log: StepLog,
@@ -141,9 +142,15 @@ class Replica(DecodeSegments):
         self.deadline: Any = None  # per request, its deadline (s; an item view) with timeouts on
         self.tokenizer_at: Any = None  # per request, when it reached the API server's tokenizer (s)
         self.deadlines: deque[tuple[float, int]] = deque()  # (deadline, request) in enqueue order
+        # the API server's event loop streaming each step's tokens (`set_client`): c_tok per
+        # token, free at api_free; the last burst started at api_start, the loop was free at
+        # api_prev before it (0: off, every time is the engine's)
+        self.stream_s = 0.0
+        self.api_free = self.api_start = self.api_prev = -INF
 
     def set_client(self, async_lag: bool, timeout_s: float | None = None, frontend_s: float = 0.0,
-                   deadline: np.ndarray | None = None, tokenizer_reached_s: np.ndarray | None = None) -> None:
+                   deadline: np.ndarray | None = None, tokenizer_reached_s: np.ndarray | None = None,
+                   stream_token_s: float = 0.0) -> None:
         """The client view inside the engine (module docstring): `async_lag` holds a request that
         arrives during a step out of the next decision; `timeout_s` (with the API-server
         latency `frontend_s` between the send and the API server's tokenizer, which request r
@@ -151,6 +158,7 @@ class Replica(DecodeSegments):
         `deadline`: an array with a slot per request to keep them in."""
         self.async_lag = async_lag
         self.client_on = async_lag or timeout_s is not None
+        self.stream_s = float(stream_token_s)
         if timeout_s is not None:
             if deadline is None:
                 raise ValueError("set_client: a timeout needs the per-request deadline array")
@@ -507,8 +515,60 @@ class Replica(DecodeSegments):
                   dt, 1, n_dec, stats)
         if self.debug:
             self.check()
+        if self.stream_s:
+            self._step_outputs(t_end, sched, dec, done)
+        else:
+            for s in done:
+                self._finish(s)
+
+    def _step_outputs(self, t_end: float, sched: list[tuple[int, int]], dec: list[int] | None,
+                      done: list[int]) -> None:
+        """The step's outputs leave, streamed by the API server (`_stream_step`), and the `done`
+        slots finish where their clients see their last token."""
+        at = self._stream_step(t_end, sched, dec, done)
         for s in done:
-            self._finish(s)
+            self._finish(s, at[s])
+
+    def _stream_step(self, t_end: float, sched: list[tuple[int, int]], dec: list[int] | None,
+                     done: list[int]) -> dict[int, float]:
+        """The API server streams this step's tokens (`set_client`): decodes first, in batch
+        order, then the scheduled sequences that emitted, in schedule order (new requests
+        last, as vLLM V1's scheduler output lists them); the token at place j (1-based) reaches
+        the client at start + j c_tok, start = max(t_end, when the loop is free). Moves each
+        first token emitted here to its client time; returns each finishing slot's."""
+        c = self.stream_s
+        start = self._burst_start(t_end)
+        nd = len(dec) if dec else 0
+        at: dict[int, float] = {}
+        if done and dec:
+            where = {s: j for j, s in enumerate(dec, 1)}
+            for s in done:
+                j = where.get(s)
+                if j is not None:
+                    at[s] = start + j * c
+        pos = nd
+        comp, prompt, gen, rid, first = self.computed, self.prompt, self.generated, self.rid, self.rec_first_token_s
+        for s, _q in sched:
+            if comp[s] < prompt[s]:
+                continue  # a prompt chunk that emitted nothing
+            pos += 1
+            t = start + pos * c
+            if gen[s] == 1:
+                first[rid[s]] = t
+            at[s] = t
+        self.api_free = start + pos * c
+        return at
+
+    def _burst_start(self, t_end: float) -> float:
+        start = t_end if t_end >= self.api_free else self.api_free
+        self.api_prev, self.api_start = self.api_free, start
+        return start
+
+    def api_ready(self, t: float) -> float:
+        """When the API server's event loop takes up a request that reaches it at t: after the
+        burst it is streaming then (a burst booked for a step still running at t comes after)."""
+        free = self.api_free if self.api_start <= t else self.api_prev
+        return t if t >= free else free
 
     def _emit_decodes(self, dec: list[int], prev: float, t_end: float, done: list[int]) -> int:
         """Each slot of `dec` decodes one token at t_end (appended to `done` when finished);
@@ -575,7 +635,9 @@ class Replica(DecodeSegments):
             Aw, Rw = Ad + Ap, R
         return T, S, Ad, Ap, R, Aw, Rw, Pc
 
-    def _finish(self, s: int) -> None:
+    def _finish(self, s: int, t_client: float | None = None) -> None:
+        """Slot s emitted its last token at the clock; its client sees it at `t_client` (None:
+        then too)."""
         r = self.rid[s]
         if self.prefix is not None:
             self.prefix.register(s, self.computed[s])  # blocks of generated tokens a later turn re-sends
@@ -589,12 +651,13 @@ class Replica(DecodeSegments):
             if self.on_finish is not None:
                 self.on_finish(r, t)
             return
-        self.rec_finish_s[r] = self.clock
+        t = self.clock if t_client is None else t_client
+        self.rec_finish_s[r] = t
         self.rec_status[r] = COMPLETED
         self._release(s)
         self.outstanding -= 1
         if self.on_finish is not None:
-            self.on_finish(r, self.clock)
+            self.on_finish(r, t)
 
     def _record(self, batch: int, busy_s: float = 0.0, steps: int = 0, decode_tokens: float = 0,
                 stats: tuple = StepLog._NO_STATS) -> None:
@@ -672,11 +735,12 @@ class Replica(DecodeSegments):
         lg.steps += n_steps
         lg.batch_token_sum += batch * n_steps
         lg.busy_s += t_end - self.clock
+        clock = self.clock
         self.clock = t_end
         self.in_step = True
         self._record(batch)
-        for s in done:
-            self._finish(s)
+        # one burst at the round's end: each slot's k tokens are one output
+        self._segment_outputs(clock, t_end - clock, None, t_end, 1, batch, done)
 
     # ---------------------------------------------------------------- static batching
     def _static_batch(self, batch: list[int]) -> None:

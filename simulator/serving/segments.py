@@ -58,6 +58,8 @@ class DecodeSegments:
     step_time: Any
     index: int
     waiting: Any
+    stream_s: float
+    api_free: float
 
     if not TYPE_CHECKING:
         # no __dict__: the replica keeps its state in its own __slots__ (hidden from mypy,
@@ -67,7 +69,8 @@ class DecodeSegments:
     if TYPE_CHECKING:  # defined by the replica
         def run_plan(self, plan: Any) -> None: ...
         def check(self) -> None: ...
-        def _finish(self, s: int) -> None: ...
+        def _finish(self, s: int, t_client: float | None = None) -> None: ...
+        def _burst_start(self, t_end: float) -> float: ...
 
     def _decode_segment(self, t_limit: float) -> None:
         """Run n identical decode steps at once (n up to the next completion, KV shortage,
@@ -133,10 +136,9 @@ class DecodeSegments:
         else:
             stats = self._segment_stats(batch, context_sum, n_steps)  # before the steps apply
         self.context_sum = context_sum + n_steps * batch
-        if type(kv) is CeilKVCache:
-            self._apply_decode_steps_derived(n_steps, t_end)
-        else:
-            self._apply_decode_steps(n_steps, t_end)
+        # the cache's own way to grow every slot by n_steps (a derived count, or per-slot blocks)
+        apply = self._apply_decode_steps_derived if type(kv) is CeilKVCache else self._apply_decode_steps
+        apply(n_steps, t_end)
         done = finished_slots(active, left, n_steps) if n_steps == steps_to_first_finish else []
         lg = self.log
         lg.steps += n_steps
@@ -149,8 +151,37 @@ class DecodeSegments:
                   busy, n_steps, batch * n_steps, stats)
         if self.debug:
             self.check()
-        for s in done:
-            self._finish(s)
+        if self.stream_s:
+            self._segment_outputs(clock, d0, line, t_end, n_steps, batch, done)
+        else:
+            for s in done:
+                self._finish(s)
+
+    def _segment_outputs(self, clock: float, d0: float, line: tuple[float, float] | None, t_end: float, n: int,
+                         batch: int, done: list[int]) -> None:
+        """The `done` slots finish; without the API server's streaming, at t_end. With it,
+        the API server streams the segment's n bursts of `batch` outputs (`Replica._stream_step`):
+        steps end at T_1 = clock + d0 .. T_n = t_end, each burst starting when both its step has
+        ended and the loop is free, so the loop is free after step n-1 at max(T_(n-1) + B c,
+        T_1 + (n-1) B c, free_0 + (n-1) B c) (steps only lengthen: the largest of T_j +
+        (n-j) B c lies at an end), T_(n-1) = t_end - (the last step: d0 + slope (n-1) on the
+        segment's `line`; d0 on a sliding window's priced steps, which have no line). A slot
+        finishing at place i of the batch is seen at start_n + i c."""
+        c = self.stream_s
+        if not c:
+            for s in done:
+                self._finish(s)
+            return
+        bc = batch * c
+        if n >= 2:
+            d_last = d0 + line[1] * (n - 1) if line is not None else d0
+            self.api_free = max(t_end - d_last + bc, clock + d0 + (n - 1) * bc, self.api_free + (n - 1) * bc)
+        start = self._burst_start(t_end)
+        self.api_free = start + bc
+        if done:
+            where = {s: j for j, s in enumerate(self.active, 1)}
+            for s in done:
+                self._finish(s, start + where[s] * c)
 
     def _priced_segment(self, batch: int, context_sum: int, max_steps: int, t_limit: float) -> tuple[int, float]:
         """A segment whose steps are not on a line (a sliding window): each step priced (one

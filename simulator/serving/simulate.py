@@ -33,9 +33,11 @@ their steps by time, and keeps the timeline's row order stable.
 The client view (`client_view.py`) is applied where it happens: the API-server latency F
 separates a client's send from the request's arrival at the engine (events carry engine times:
 a send at s is an engine arrival at s + F, and a client that sees a request end at t sends its
-next one, or the next turn, at t, reaching the engine at t + F); async scheduling's one-step lag
-and the client's timeout act inside the replicas (`Replica.set_client`). The result's times are
-the client's: `arrival_s` = send time, first token and finish as the engine emits them.
+next one, or the next turn, at t, reaching the engine at t + F); async scheduling's one-step lag,
+the client's timeout and the API server's streaming of each step's outputs act inside the
+replicas (`Replica.set_client`). The result's times are the client's: `arrival_s` = send time,
+first token and finish as the engine emits them, or, with streaming, as the API server's burst
+delivers them.
 
 Replicas form a `Pool` (replicas + router); `simulate` builds one pool. A disaggregated
 deployment (a prefill pool handing requests to a decode pool) is a second pool whose arrivals
@@ -160,7 +162,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         roots = np.flatnonzero(deps[0] < 0)
         events = EventQueue(arrivals[roots] + front)
     else:
-        stream = _stream(arrivals, front, tok, closed, capped)
+        stream = _stream(arrivals, front, tok, closed, capped, view.stream_output_s > 0)
         events = EventQueue(stream)
 
     def on_finish(r: int, t: float) -> None:
@@ -227,7 +229,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         "prefix_caching": cfg.enable_prefix_caching,
         "prefix_cache_hit_rate": _hit_rate(out, workload, done),
         **({"stopped_early": stopped} if stopped is not None else {}),
-        **_api_server_meta(front, tok, done),
+        **_api_server_meta(front, tok, done, view.stream_output_s),
     }
     if util["busy_utilization"] is not None:
         meta["busy_utilization"] = util["busy_utilization"]  # energy.run_energy's u_busy
@@ -293,15 +295,16 @@ def _end(pool: Pool, cfg: EngineConfig, stopped: dict | None) -> None:
         p.cut_off(f"not simulated: stopped early: {stopped['reason']}")
 
 
-def _api_server_meta(front: float, tok: TokenizerQueue | None, done: np.ndarray) -> dict[str, Any]:
+def _api_server_meta(front: float, tok: TokenizerQueue | None, done: np.ndarray, stream_s: float = 0.0) -> dict[str, Any]:
     """What the API server added to every completed request's TTFT and E2E (the report's
-    breakdown): its latency F and the mean wait for, and time in, the tokenizer; {} when it
-    adds nothing."""
-    if not front and tok is None:
+    breakdown): its latency F, the mean wait for, and time in, the tokenizer, and its time
+    per streamed output; {} when it adds nothing."""
+    if not front and tok is None and not stream_s:
         return {}
     waits = tok.wait_s[done] if tok is not None else np.zeros(0)
     waits = waits[np.isfinite(waits)]
-    return {"api_server": {"latency_s": front, "tokenizer_mean_s": float(waits.mean()) if waits.size else 0.0}}
+    return {"api_server": {"latency_s": front, "tokenizer_mean_s": float(waits.mean()) if waits.size else 0.0,
+                           "stream_output_s": stream_s}}
 
 
 def _attach_client(reps: list[Replica], view: ClientView, n: int, tok: TokenizerQueue | None = None) -> None:
@@ -310,7 +313,7 @@ def _attach_client(reps: list[Replica], view: ClientView, n: int, tok: Tokenizer
     deadline = np.full(n, np.inf) if view.timeout_s is not None else None
     for p in reps:
         p.set_client(view.lag_steps > 0, view.timeout_s, float(view.frontend_s), deadline,
-                     None if tok is None else tok.reached_s)
+                     None if tok is None else tok.reached_s, view.stream_output_s)
 
 
 def _attach_prefix_caches(reps: list[Replica], workload: Workload, cfg: EngineConfig) -> None:
@@ -349,14 +352,15 @@ def _check_run(reps: list[Replica], out: Records, log: StepLog, arrivals: np.nda
 
 
 def _stream(arrivals: np.ndarray, front: float, tok: TokenizerQueue | None, closed: int | None,
-            capped: int | None) -> np.ndarray | None:
+            capped: int | None, streams: bool = False) -> np.ndarray | None:
     """The stream of arrival events in engine times: an open loop's (send + F, then the
     tokenizer: all known up front), a capped client's scheduled times + F (the tokenizer acts
     when a slot sends the request), none for a closed loop."""
     if closed is not None:
         return None
     s = arrivals + front if front else arrivals
-    return tok.stream(s) if tok is not None and capped is None else s
+    # streaming (the loop's bursts depend on the run) or a cap: the tokenizer acts per arrival
+    return tok.stream(s) if tok is not None and capped is None and not streams else s
 
 
 def _run_stream(pool: Pool, events: EventQueue, workload: Workload, arrivals: np.ndarray, cfg: EngineConfig,
@@ -396,7 +400,10 @@ def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: in
     # read them as Python floats in order; one replica: every router picks it
     times = stream.tolist() if stream is not None else None
     only = pool.replicas[0] if len(pool.replicas) == 1 else None
-    if times is not None and only is not None and cap is None and progress is None and watch is None:
+    # an open loop whose API server streams: each arrival meets the loop as it is then
+    # (`_stream` left these times before the loop and the tokenizer)
+    per_arrival = times is not None and pool.replicas[0].stream_s > 0
+    if times is not None and only is not None and cap is None and progress is None and watch is None and not per_arrival:
         # the plainest run (open loop, one replica, no cap, no progress): nothing else to check
         advance_until, enqueue = only.advance_until, only.enqueue
         for r, t in enumerate(times):
@@ -426,8 +433,8 @@ def _run_events(pool: Pool, events: EventQueue, arrivals: np.ndarray, closed: in
             if closed is not None:
                 arrivals[r:] = np.nan
             break
-        if tok is not None and closed is not None:
-            t = tok.admit(r, t)  # sent before the cap; it may reach the engine after it
+        if closed is not None or per_arrival:
+            t = pool.through_api_server(r, t, tok)  # sent before the cap; it may reach the engine after it
         if only is not None:
             only.advance_until(t if cap is None else min(t, cap))  # no step starts past the cap (Pool's rule)
             only.enqueue(r, t)

@@ -98,11 +98,11 @@ class SpecReplica(Replica):
             self.draw_pos[r] = 0
         return d
 
-    def _finish(self, s: int) -> None:
+    def _finish(self, s: int, t_client: float | None = None) -> None:
         r = self.rid[s]
         self.draws.pop(r, None)
         self.draw_pos.pop(r, None)
-        super()._finish(s)
+        super()._finish(s, t_client)
 
     # ------------------------------------------------------------------ planning
     def _decode_segment(self, t_limit: float) -> None:
@@ -229,8 +229,13 @@ class SpecReplica(Replica):
                   dt, 1, n_verify_tokens, stats)
         if self.debug:
             self.check()
-        for s in done:
-            self._finish(s)
+        if self.stream_s:  # one streamed output per emitting sequence (its accepted tokens)
+            at = self._stream_step(t_end, sched, None, done)
+            for s in done:
+                self._finish(s, at[s])
+        else:
+            for s in done:
+                self._finish(s)
 
     def _emit(self, sched: list[tuple[int, int]], covers: list[int], outcomes: list[int], prev: float,
               t_end: float) -> list[int]:
