@@ -445,7 +445,8 @@ def test_closed_loop_request_waits_for_the_burst_in_flight():
 def test_streaming_segments_match_the_step_by_step_loop(n, rate, seed, c_us, closed, ins, outs):
     """The decode segments' closed-form bursts (`_segment_outputs`) against one step at a
     time, on a real model whose decode steps lengthen with the context; and every output
-    leaves after the step that made it."""
+    leaves after the step that made it. (Not against the run without streaming: an arrival
+    that meets a burst reaches the engine later, so the engine's schedule differs.)"""
     import dataclasses
 
     cost, config, view = engine_parts("vllm")
@@ -456,10 +457,11 @@ def test_streaming_segments_match_the_step_by_step_loop(n, rate, seed, c_us, clo
     slow = simulate(cost, w, dataclasses.replace(config, max_segment_steps=1), client=view)
     np.testing.assert_allclose(fast.first_token_s, slow.first_token_s, rtol=1e-9)
     np.testing.assert_allclose(fast.finish_s, slow.finish_s, rtol=1e-9)
-    engine = simulate(cost, w, config, client=dataclasses.replace(view, stream_output_s=0.0))
-    if not closed:  # an open loop's engine is the same: every output leaves at or after its step
-        assert (fast.first_token_s >= engine.first_token_s + c_us * 1e-6 - 1e-12).all()
-        assert (fast.finish_s >= engine.finish_s + c_us * 1e-6 - 1e-12).all()
+    # every output leaves at least one c after its step, which ends after the request reached
+    # the engine (F after its send); the last no earlier than the first
+    ok = fast.status == COMPLETED
+    assert (fast.first_token_s[ok] - fast.arrival_s[ok] >= view.frontend_s + c_us * 1e-6 - 1e-12).all()
+    assert (fast.finish_s[ok] >= fast.first_token_s[ok]).all()
 
 
 @pytest.mark.parametrize("bad", [-1e-6, math.inf, 2.0, True])
