@@ -271,10 +271,10 @@ def print_serving_summary(s: dict[str, Any]) -> None:
         line(f"P99 {name} (ms):", s[f"p99_{key}_ms"])
     click.echo("{s:{c}^{n}}".format(s="Engine", n=50, c="-"))
     if s.get("api_server_latency_ms") is not None:  # in every TTFT and E2E above (client_view.py)
-        line("API server + tokenizer (ms, mean):", f"{s['api_server_latency_ms']:.2f} + {s['tokenizer_mean_ms']:.2f}",
-             "{:<40} {:<10}")
-        # its event loop's time per streamed output, in every output's delivery (client_view.py)
-        line("API server streaming (us/output):", s.get("stream_output_us") or 0.0)
+        # with the event loop's time per streamed output, in every output's delivery, where it has one
+        stream = f", streaming {s['stream_output_us']:g} us/output" if s["stream_output_us"] else ""
+        line("API server + tokenizer (ms, mean):",
+             f"{s['api_server_latency_ms']:.2f} + {s['tokenizer_mean_ms']:.2f}{stream}", "{:<40} {:<10}")
     line("Mean batch size (seqs/step):", s["mean_batch_size"])
     line("Peak KV-cache utilisation:", s["peak_kv_utilization"])
     line("Preemptions:", s["preemptions"])

@@ -352,7 +352,7 @@ class OverheadsSection:
     per_request_s: Tunable = field(default_factory=Tunable)
     # the API server's tokenizer, seconds per prompt token (serving/client_view.py)
     per_prompt_token_s: Tunable = field(default_factory=Tunable)
-    # the API server's event loop streaming each output token to its client (client_view.py)
+    # the API server's event loop, seconds per streamed output (client_view.py)
     per_stream_output_s: Tunable = field(default_factory=Tunable)
     runtime_reserve_bytes: Tunable = field(default_factory=Tunable)
     cpu_overlap_fraction: Tunable = field(default_factory=Tunable)

@@ -142,23 +142,24 @@ class Replica(DecodeSegments):
         self.deadline: Any = None  # per request, its deadline (s; an item view) with timeouts on
         self.tokenizer_at: Any = None  # per request, when it reached the API server's tokenizer (s)
         self.deadlines: deque[tuple[float, int]] = deque()  # (deadline, request) in enqueue order
-        # the API server's event loop streaming each step's tokens (`set_client`): c_tok per
-        # token, free at api_free; the last burst started at api_start, the loop was free at
-        # api_prev before it (0: off, every time is the engine's)
+        # the API server's event loop streaming each step's outputs (`set_client`): stream_s
+        # per output, free at api_free; the last burst started at api_start, the loop was free
+        # at api_prev before it (stream_s 0: off, every time is the engine's)
         self.stream_s = 0.0
         self.api_free = self.api_start = self.api_prev = -INF
 
     def set_client(self, async_lag: bool, timeout_s: float | None = None, frontend_s: float = 0.0,
                    deadline: np.ndarray | None = None, tokenizer_reached_s: np.ndarray | None = None,
-                   stream_token_s: float = 0.0) -> None:
+                   stream_output_s: float = 0.0) -> None:
         """The client view inside the engine (module docstring): `async_lag` holds a request that
         arrives during a step out of the next decision; `timeout_s` (with the API-server
         latency `frontend_s` between the send and the API server's tokenizer, which request r
         reached at `tokenizer_reached_s[r]`) gives each request the deadline send + timeout;
-        `deadline`: an array with a slot per request to keep them in."""
+        `deadline`: an array with a slot per request to keep them in; `stream_output_s`: the API
+        server's event-loop time per streamed output (`_stream_step`)."""
         self.async_lag = async_lag
         self.client_on = async_lag or timeout_s is not None
-        self.stream_s = float(stream_token_s)
+        self.stream_s = float(stream_output_s)
         if timeout_s is not None:
             if deadline is None:
                 raise ValueError("set_client: a timeout needs the per-request deadline array")
@@ -516,29 +517,21 @@ class Replica(DecodeSegments):
         if self.debug:
             self.check()
         if self.stream_s:
-            self._step_outputs(t_end, sched, dec, done)
+            self._stream_step(t_end, sched, dec, done)
         else:
             for s in done:
                 self._finish(s)
 
-    def _step_outputs(self, t_end: float, sched: list[tuple[int, int]], dec: list[int] | None,
-                      done: list[int]) -> None:
-        """The step's outputs leave, streamed by the API server (`_stream_step`), and the `done`
-        slots finish where their clients see their last token."""
-        at = self._stream_step(t_end, sched, dec, done)
-        for s in done:
-            self._finish(s, at[s])
-
     def _stream_step(self, t_end: float, sched: list[tuple[int, int]], dec: list[int] | None,
-                     done: list[int]) -> dict[int, float]:
-        """The API server streams this step's tokens (`set_client`): decodes first, in batch
+                     done: list[int]) -> None:
+        """The API server streams this step's outputs (`set_client`): decodes first, in batch
         order, then the scheduled sequences that emitted, in schedule order (new requests
-        last, as vLLM V1's scheduler output lists them); the token at place j (1-based) reaches
-        the client at start + j c_tok, start = max(t_end, when the loop is free). Moves each
-        first token emitted here to its client time; returns each finishing slot's."""
+        last, as vLLM V1's scheduler output lists them); the output at place j (1-based)
+        reaches its client at start + j c, start = max(t_end, when the loop is free). Each
+        first token emitted here moves to its client time, and the `done` slots finish at
+        theirs."""
         c = self.stream_s
         start = self._burst_start(t_end)
-        nd = len(dec) if dec else 0
         at: dict[int, float] = {}
         if done and dec:
             where = {s: j for j, s in enumerate(dec, 1)}
@@ -546,7 +539,7 @@ class Replica(DecodeSegments):
                 j = where.get(s)
                 if j is not None:
                     at[s] = start + j * c
-        pos = nd
+        pos = len(dec) if dec else 0
         comp, prompt, gen, rid, first = self.computed, self.prompt, self.generated, self.rid, self.rec_first_token_s
         for s, _q in sched:
             if comp[s] < prompt[s]:
@@ -557,7 +550,8 @@ class Replica(DecodeSegments):
                 first[rid[s]] = t
             at[s] = t
         self.api_free = start + pos * c
-        return at
+        for s in done:
+            self._finish(s, at[s])
 
     def _burst_start(self, t_end: float) -> float:
         start = t_end if t_end >= self.api_free else self.api_free

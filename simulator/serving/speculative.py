@@ -230,9 +230,7 @@ class SpecReplica(Replica):
         if self.debug:
             self.check()
         if self.stream_s:  # one streamed output per emitting sequence (its accepted tokens)
-            at = self._stream_step(t_end, sched, None, done)
-            for s in done:
-                self._finish(s, at[s])
+            self._stream_step(t_end, sched, None, done)
         else:
             for s in done:
                 self._finish(s)
