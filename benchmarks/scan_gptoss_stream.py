@@ -6,9 +6,9 @@ on dev_inferencemax_gptoss.csv (run by hand; ~2 min on 2 cores).
 Every value prices all rows of the file as `llmsim validate` does (`fit_serving_chips.errors`:
 the event simulation of every closed-loop run) and prints the median absolute log error (the
 fit's objective) overall and on each chip's rows, with the median APE. A scan, not a search: the
-objective falls towards the value at which the simulated loop can no longer keep up with the
-fastest point's engine (H200 TP8, 64 clients), which the data bound as well (its measured
-median ITL / 64); engine_specs/vllm.yaml's sources give the choice. Writes
+objective falls to 90 us and is flat from there to 160 us, and the data bound the value (at the
+fastest point, H200 TP8 with 64 clients, one token a chunk: the loop kept up, so at most its
+measured median ITL / 64); engine_specs/vllm.yaml's sources give the choice. Writes
 benchmarks/results/chips/scan_gptoss_stream.json.
 """
 
@@ -30,7 +30,7 @@ from simulator.analysis.measurements import read_measurements  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--us", default="0,45,75,90,100", help="comma-separated values, microseconds per output")
+    ap.add_argument("--us", default="0,45,75,90,100,112,125,140,160", help="comma-separated values, microseconds per output")
     args = ap.parse_args()
     rows, _ = read_measurements(DATA / "dev_inferencemax_gptoss.csv", skip_bad_rows=True)
     chips = sorted({r["hardware"] for r in rows})

@@ -421,6 +421,35 @@ def test_streaming_slower_than_the_engine_backs_up():
         np.testing.assert_allclose(res.finish_s, [5.22, 5.82], rtol=1e-12)
 
 
+def test_a_step_that_ends_before_its_burst_begins_merges_into_it():
+    """c = 0.6 s, A and B (10 prompt, 8 out) at 0: steps end at 1.02 + 1.002 k (k = 0..7), each
+    burst of two lasts 1.2 s, so the loop falls behind by 0.198 s a step. Bursts start at 1.02,
+    2.22, 3.42, 4.62, 5.82, 7.02 and 8.22 (opened by steps 1-7); step 8 ends at 8.034, before
+    the burst at 8.22 has begun, so its tokens merge into the outputs already waiting there (vLLM
+    keeps one pending output per request): A's last token leaves at 8.82 and B's at 9.42, not
+    at 10.02 and 10.62 as an eighth burst would give. Segments and single steps agree."""
+    w = wl([0, 0], [10, 10], [8, 8])
+    view = ClientView(stream_output_s=0.6)
+    for steps in (4096, 1):
+        res = simulate(COST, w, cfg(max_segment_steps=steps), client=view)
+        np.testing.assert_allclose(res.first_token_s, [1.62, 2.22], rtol=1e-12)
+        np.testing.assert_allclose(res.finish_s, [8.82, 9.42], rtol=1e-12)
+
+
+def test_a_loop_far_behind_the_engine_stays_one_burst_behind():
+    """c = 0.6 s and A, B (10 prompt, 200 out): the engine's last step ends at 1.02 + 199 x
+    1.002 = 200.418 s. Without merging every step would add a burst of 1.2 s and the last
+    token would leave after 1.02 + 200 x 1.2 = 241 s; with it the loop runs back to back and
+    the last tokens leave within two bursts of the engine's last step."""
+    w = wl([0, 0], [10, 10], [200, 200])
+    view = ClientView(stream_output_s=0.6)
+    for steps in (4096, 1):
+        res = simulate(COST, w, cfg(max_segment_steps=steps), client=view)
+        assert 200.418 < res.finish_s.max() <= 200.418 + 2 * 1.2
+        # the bursts chain from 1.02 in steps of 1.2: the one after 200.418 starts at 201.42
+        np.testing.assert_allclose(res.finish_s, [202.02, 202.62], rtol=1e-12)
+
+
 def test_closed_loop_request_waits_for_the_burst_in_flight():
     """c = 0.1 s, two clients: A and B (10 prompt, 2 out) sent at 0 end in step 2 (at 2.022);
     the loop streams A's last token at 2.122 and B's at 2.222. A's client sends C (10, 1) at

@@ -34,8 +34,11 @@ slot, a closed-loop client, the next turn of a session) sees the times the clien
   joined the step; the one at place j leaves at max(step end, the previous burst's end) + j c
   (`Replica._stream_step`). A request that reaches the API server during a burst is taken up
   after it (`Pool.through_api_server`, before the tokenizer). TTFT and E2E move by a new
-  request's place in its burst; TPOT and ITL keep the engine's gaps unless the loop falls
-  behind (c x batch above the step), when the client sees the loop's rate.
+  request's place in its burst; TPOT and ITL keep the engine's gaps. When the loop falls
+  behind (c x batch above the step), a step that ends before the loop has begun its burst
+  merges into the burst waiting (vLLM's `RequestOutputCollector` keeps one pending output per
+  request): the bursts run back to back, each carrying the tokens made since the last, the
+  engine's rate holds and the client lags by up to a burst.
 * `timeout_s`: the client gives up on a request that has not finished `timeout_s` after it was
   sent; the server aborts it (vLLM frees its KV when the client disconnects) and it counts as
   failed, with the time it failed (`Records.failed_s`), out of every latency statistic, as the

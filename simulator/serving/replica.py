@@ -69,7 +69,7 @@ class Replica(DecodeSegments):
                  "outstanding", "policy", "prefix", "prompt", "rid", "scheduled_s", "segment_steps",
                  "step_time", "waiting", "window", "wl_in", "wl_out", "in_len", "out_len",
                  "rec_first_token_s", "rec_finish_s", "rec_status", "rec_replica",
-                 "stream_s", "api_free", "api_start", "api_prev")
+                 "stream_s", "api_free", "api_start", "api_prev", "api_members")
 
     def __init__(self, index: int, cost: CostModel, cfg: EngineConfig, total_blocks: int,
                  max_model_len: int, wl: Workload, records: Records, log: StepLog,
@@ -144,9 +144,12 @@ class Replica(DecodeSegments):
         self.deadlines: deque[tuple[float, int]] = deque()  # (deadline, request) in enqueue order
         # the API server's event loop streaming each step's outputs (`set_client`): stream_s
         # per output, free at api_free; the last burst started at api_start, the loop was free
-        # at api_prev before it (stream_s 0: off, every time is the engine's)
+        # at api_prev before it (stream_s 0: off, every time is the engine's); api_members: while
+        # that burst has not begun (api_start after the step that opened it), request -> when
+        # its output in it leaves, so later outputs merge into it (else None)
         self.stream_s = 0.0
         self.api_free = self.api_start = self.api_prev = -INF
+        self.api_members: dict[int, float] | None = None
 
     def set_client(self, async_lag: bool, timeout_s: float | None = None, frontend_s: float = 0.0,
                    deadline: np.ndarray | None = None, tokenizer_reached_s: np.ndarray | None = None,
@@ -527,31 +530,83 @@ class Replica(DecodeSegments):
         """The API server streams this step's outputs (`set_client`): decodes first, in batch
         order, then the scheduled sequences that emitted, in schedule order (new requests
         last, as vLLM V1's scheduler output lists them); the output at place j (1-based)
-        reaches its client at start + j c, start = max(t_end, when the loop is free). Each
-        first token emitted here moves to its client time, and the `done` slots finish at
-        theirs."""
-        c = self.stream_s
-        start = self._burst_start(t_end)
-        at: dict[int, float] = {}
-        if done and dec:
-            where = {s: j for j, s in enumerate(dec, 1)}
-            for s in done:
-                j = where.get(s)
-                if j is not None:
-                    at[s] = start + j * c
-        pos = len(dec) if dec else 0
-        comp, prompt, gen, rid, first = self.computed, self.prompt, self.generated, self.rid, self.rec_first_token_s
-        for s, _q in sched:
-            if comp[s] < prompt[s]:
-                continue  # a prompt chunk that emitted nothing
-            pos += 1
-            t = start + pos * c
-            if gen[s] == 1:
-                first[rid[s]] = t
-            at[s] = t
-        self.api_free = start + pos * c
+        reaches its client at start + j c, start = max(t_end, when the loop is free). If the
+        loop has not yet begun the latest burst (it ends after t_end, `api_members`), the
+        outputs join that burst instead: vLLM keeps one pending output per request and merges
+        a newer one into it (`RequestOutputCollector`), so a request already in the burst gets
+        this token with its earlier one, at no cost, and a new one is appended. Each first
+        token emitted here moves to its client time, and the `done` slots finish at theirs."""
+        members = self.api_members
+        if t_end < self.api_start and members is not None:  # the loop is behind: merge
+            comp, prompt = self.computed, self.prompt
+            at = self._join_burst(members, (dec or []) + [s for s, _q in sched if comp[s] >= prompt[s]])
+        elif t_end < self.api_free:  # the loop begins this burst after the step: keep its members
+            at = self._open_burst(t_end, sched, dec)
+        else:  # the common case, inline: the loop is free, the burst starts at t_end
+            self.api_prev, self.api_start, self.api_members = self.api_free, t_end, None
+            c = self.stream_s
+            at = {}
+            if done and dec:
+                where = {s: j for j, s in enumerate(dec, 1)}
+                for s in done:
+                    j = where.get(s)
+                    if j is not None:
+                        at[s] = t_end + j * c
+            pos = len(dec) if dec else 0
+            comp, prompt, gen, rid, first = self.computed, self.prompt, self.generated, self.rid, self.rec_first_token_s
+            for s, _q in sched:
+                if comp[s] < prompt[s]:
+                    continue  # a prompt chunk that emitted nothing
+                pos += 1
+                t = t_end + pos * c
+                if gen[s] == 1:
+                    first[rid[s]] = t
+                at[s] = t
+            self.api_free = t_end + pos * c
         for s in done:
             self._finish(s, at[s])
+
+    def _join_burst(self, members: dict[int, float], slots: list[int]) -> dict[int, float]:
+        """`_stream_step` while the latest burst has not begun: each of `slots` (in order)
+        gets its request's time in it, or is appended; returns slot -> client time."""
+        c, rid, gen, first = self.stream_s, self.rid, self.generated, self.rec_first_token_s
+        free = self.api_free
+        at: dict[int, float] = {}
+        for s in slots:
+            r = rid[s]
+            t = members.get(r)
+            if t is None:
+                free += c
+                t = members[r] = free
+                if gen[s] == 1:
+                    first[r] = t
+            at[s] = t
+        self.api_free = free
+        return at
+
+    def _open_burst(self, t_end: float, sched: list[tuple[int, int]], dec: list[int] | None) -> dict[int, float]:
+        """`_stream_step`'s burst when the loop is still busy at t_end: it starts when the loop
+        is free, and its members are kept (`api_members`) for the steps that end before then.
+        Returns slot -> client time."""
+        c = self.stream_s
+        comp, prompt, gen, rid, first = self.computed, self.prompt, self.generated, self.rid, self.rec_first_token_s
+        start = self._burst_start(t_end)
+        members: dict[int, float] = {}
+        at: dict[int, float] = {}
+        pos = 0
+        for s in dec or ():
+            pos += 1
+            at[s] = members[rid[s]] = start + pos * c
+        for s, _q in sched:
+            if comp[s] < prompt[s]:
+                continue
+            pos += 1
+            t = at[s] = members[rid[s]] = start + pos * c
+            if gen[s] == 1:
+                first[rid[s]] = t
+        self.api_free = start + pos * c
+        self.api_members = members
+        return at
 
     def _burst_start(self, t_end: float) -> float:
         start = t_end if t_end >= self.api_free else self.api_free

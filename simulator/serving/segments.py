@@ -60,6 +60,10 @@ class DecodeSegments:
     waiting: Any
     stream_s: float
     api_free: float
+    api_start: float
+    api_prev: float
+    api_members: dict[int, float] | None
+    rid: Any
 
     if not TYPE_CHECKING:
         # no __dict__: the replica keeps its state in its own __slots__ (hidden from mypy,
@@ -107,6 +111,7 @@ class DecodeSegments:
         # `_decode_line`, inline (a segment per arrival at low load: the call and its argument
         # checks measured 2 % of the 10k-request benchmark); keep the two in step
         line: tuple[float, float] | None
+        seg_ends: np.ndarray | None = None  # a priced segment's step ends
         if self.window is not None:
             line = None
         elif max_steps == 1:
@@ -126,7 +131,8 @@ class DecodeSegments:
             else:
                 self._log_lagging_segment(d0, n_steps, line, None)
         else:
-            n_steps, t_end = self._priced_segment(batch, context_sum, max_steps, t_limit)
+            n_steps, seg_ends = self._priced_segment(batch, context_sum, max_steps, t_limit)
+            t_end = float(seg_ends[-1])
         if self.window is None:  # inline (the common case): _segment_stats without a call
             bn = float(batch * n_steps)
             grow = bn * (n_steps - 1) / 2.0
@@ -152,41 +158,120 @@ class DecodeSegments:
         if self.debug:
             self.check()
         if self.stream_s:
-            self._segment_outputs(clock, d0, line, t_end, n_steps, batch, done)
+            self._segment_outputs(clock, d0, line, t_end, n_steps, batch, done, seg_ends)
         else:
             for s in done:
                 self._finish(s)
 
     def _segment_outputs(self, clock: float, d0: float, line: tuple[float, float] | None, t_end: float, n: int,
-                         batch: int, done: list[int]) -> None:
-        """The `done` slots finish; without the API server's streaming, at t_end. With it,
-        the API server streams the segment's n bursts of `batch` outputs (`Replica._stream_step`):
-        steps end at T_1 = clock + d0 .. T_n = t_end, each burst starting when both its step has
-        ended and the loop is free, so the loop is free after step n-1 at max(T_(n-1) + B c,
-        T_1 + (n-1) B c, free_0 + (n-1) B c) (steps only lengthen: the largest of T_j +
-        (n-j) B c lies at an end), T_(n-1) = t_end - (the last step: d0 + slope (n-1) on the
-        segment's `line`; d0 on a sliding window's priced steps, which have no line). A slot
-        finishing at place i of the batch is seen at start_n + i c."""
+                         batch: int, done: list[int], ends: np.ndarray | None = None) -> None:
+        """The `done` slots finish; without the API server's streaming, at t_end. With it, the
+        API server streams the segment's n steps of `batch` outputs by `Replica._stream_step`'s
+        rule, in closed form. Step i ends at T_i (T_0 = clock; on the segment's `line`,
+        T_i = clock + i d0 + slope i (i - 1) / 2, else the priced `ends`); a step that ends
+        before the latest burst has begun merges into it (no cost), any other opens a burst of
+        B c at max(T_i, the loop's free time). Steps only lengthen, so the steps split in two:
+        the first p last less than B c, and once one of them has opened a burst the bursts
+        run back to back through step p (every window of B c holds a step's end), the last
+        one at the first point of that chain after T_p; the later steps last at least B c,
+        and once one of them opens a burst that the next does not merge into, each opens its
+        own: free after step n = max(T_n + B c, free after step j + (n - j) B c). A slot
+        finishing at place i of the batch is seen at its burst's start + i c (or when its
+        output in the burst that all n steps merged into leaves)."""
         c = self.stream_s
         if not c:
             for s in done:
                 self._finish(s)
             return
         bc = batch * c
-        if n >= 2:
-            d_last = d0 + line[1] * (n - 1) if line is not None else d0
-            self.api_free = max(t_end - d_last + bc, clock + d0 + (n - 1) * bc, self.api_free + (n - 1) * bc)
-        start = self._burst_start(t_end)
-        self.api_free = start + bc
-        if done:
-            where = {s: j for j, s in enumerate(self.active, 1)}
+        S, E, Ep = self.api_start, self.api_free, self.api_prev
+        if S <= clock and (n == 1 or (d0 >= bc and E <= clock + 2 * d0)):
+            # the common case (the loop keeps up): step 1 opens a burst that ends before step 2
+            # does (T_2 >= clock + 2 d0), and every later step lasts at least B c, so no step
+            # merges and each opens its own burst
+            if n >= 2:
+                T1 = clock + d0 if ends is None else float(ends[0])
+                E = (T1 if T1 >= E else E) + bc  # free after step 1
+                if n >= 3:
+                    d_last = t_end - float(ends[n - 2]) if ends is not None else d0 + line[1] * (n - 1) if line else d0
+                    E = max(t_end - d_last + bc, E + (n - 2) * bc)  # free after step n - 1
+            Ep = E
+            S = t_end if t_end >= E else E
+            E = S + bc
+            created = True
+        else:
+            S, E, Ep, created = self._segment_bursts(S, E, Ep, clock, d0, line, t_end, n, bc, ends)
+        members = self.api_members
+        if created:
+            active = self.active
+            if S > t_end:  # the loop begins the last burst after step n: keep its members
+                rid = self.rid
+                members = {rid[s]: S + j * c for j, s in enumerate(active, 1)}
+            else:
+                members = None
+            # a few slots: the list's own search beats a dict of the batch (places first: a
+            # finish takes its slot out of the batch)
+            for s, t in [(s, S + (active.index(s) + 1) * c) for s in done]:
+                self._finish(s, t)
+        else:  # every step merged into the burst that was waiting before the segment
+            assert members is not None
+            rid = self.rid
             for s in done:
-                self._finish(s, start + where[s] * c)
+                self._finish(s, members[rid[s]])
+        self.api_prev, self.api_start, self.api_free, self.api_members = Ep, S, E, members
 
-    def _priced_segment(self, batch: int, context_sum: int, max_steps: int, t_limit: float) -> tuple[int, float]:
+    @staticmethod
+    def _segment_bursts(S: float, E: float, Ep: float, clock: float, d0: float, line: tuple[float, float] | None,
+                        t_end: float, n: int, bc: float, ends: np.ndarray | None) -> tuple[float, float, float, bool]:
+        """`_segment_outputs`'s bursts where a step may merge: (start, end, the end of the burst
+        before, whether a step of the segment opened the last one) after step n, from the
+        latest burst's (S, E, Ep) before it."""
+        slope = line[1] if line is not None else 0.0
+
+        def T(i: int) -> float:  # step i's end
+            if i >= n:
+                return t_end
+            if ends is not None:
+                return float(ends[i - 1])
+            return clock + i * d0 + slope * i * (i - 1) / 2
+
+        p = _short_steps(d0, slope, n, bc, ends, clock)
+
+        created = False
+        i = 1
+        while True:
+            j = _first_end_at(T, S, i, n)  # steps i..j-1 merge into the latest burst
+            if j > n:
+                break
+            Tj = T(j)
+            start = Tj if Tj >= E else E
+            Ep, S, E = E, start, start + bc
+            created = True
+            if j == n:
+                break
+            if j < p:  # steps j+1..p end less than B c apart: bursts back to back through step p
+                Tp = T(p)
+                if Tp >= S:
+                    S += (math.floor((Tp - S) / bc) + 1) * bc
+                    Ep, E = S, S + bc
+                i = p + 1
+                if i > n:
+                    break
+                continue
+            if T(j + 1) >= S:  # no later step merges: each opens its own burst
+                m = n - j
+                Ep = max(T(n - 1) + bc, E + (m - 1) * bc) if m >= 2 else E
+                E = max(T(n) + bc, E + m * bc)
+                S = E - bc
+                break
+            i = j + 1
+        return S, E, Ep, created
+
+    def _priced_segment(self, batch: int, context_sum: int, max_steps: int,
+                        t_limit: float) -> tuple[int, np.ndarray]:
         """A segment whose steps are not on a line (a sliding window): each step priced (one
         vectorised call), the steps that start before t_limit kept and logged; returns
-        (steps, end time)."""
+        (steps, their end times)."""
         step_s = self._decode_step_times(batch, context_sum, max_steps)
         ends = self.clock + np.cumsum(step_s)
         n_steps = int(np.searchsorted(ends[:-1], t_limit, side="left")) + 1 if max_steps > 1 else 1
@@ -195,7 +280,7 @@ class DecodeSegments:
             self.log.segment(step_s[:n_steps], batch)
         else:
             self._log_lagging_segment(float(step_s[0]), n_steps, None, step_s[:n_steps])
-        return n_steps, float(ends[n_steps - 1])
+        return n_steps, ends[:n_steps]
 
     def _segment_stats(self, batch: int, context_sum: int, n: int) -> tuple:
         """Sums over n decode steps of (T, S, Ad, Ap, R, Aw, Rw, Pc): step j adds B tokens of
@@ -407,3 +492,32 @@ def finished_slots(active: list[int], left: list[int], n_steps: int) -> list[int
         i = left.index(n_steps, i + 1)
         done.append(active[i])
     return done
+
+
+def _short_steps(d0: float, slope: float, n: int, bc: float, ends: np.ndarray | None, clock: float) -> int:
+    """How many of a segment's n steps (which only lengthen) last less than `bc`: the first
+    d0 + slope (i - 1) < bc on a line, else read off the priced step `ends`."""
+    if ends is not None:
+        short = np.diff(ends[:n], prepend=clock) < bc
+        return n if short.all() else int(np.argmin(short))
+    if d0 >= bc:
+        return 0
+    if slope <= 0.0:
+        return n
+    return min(n, math.ceil((bc - d0) / slope))
+
+
+def _first_end_at(T: Any, x: float, i: int, n: int) -> int:
+    """The first step j in i..n whose end T(j) (increasing) is at or after x; n + 1: none."""
+    if T(n) < x:
+        return n + 1
+    if T(i) >= x:
+        return i
+    lo, hi = i, n  # T(lo) < x <= T(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if T(mid) >= x:
+            hi = mid
+        else:
+            lo = mid
+    return hi
