@@ -427,13 +427,17 @@ def test_a_step_that_ends_before_its_burst_begins_merges_into_it():
     2.22, 3.42, 4.62, 5.82, 7.02 and 8.22 (opened by steps 1-7); step 8 ends at 8.034, before
     the burst at 8.22 has begun, so its tokens merge into the outputs already waiting there (vLLM
     keeps one pending output per request): A's last token leaves at 8.82 and B's at 9.42, not
-    at 10.02 and 10.62 as an eighth burst would give. Segments and single steps agree."""
+    at 10.02 and 10.62 as an eighth burst would give. The client sees 7 chunks a request, the
+    last with two tokens: 6 inter-token gaps each, all 1.2 s (burst start to burst start), and
+    the two merged tokens have none. Segments and single steps agree."""
     w = wl([0, 0], [10, 10], [8, 8])
     view = ClientView(stream_output_s=0.6)
     for steps in (4096, 1):
-        res = simulate(COST, w, cfg(max_segment_steps=steps), client=view)
+        res = simulate(COST, w, cfg(max_segment_steps=steps, debug=True), client=view)
         np.testing.assert_allclose(res.first_token_s, [1.62, 2.22], rtol=1e-12)
         np.testing.assert_allclose(res.finish_s, [8.82, 9.42], rtol=1e-12)
+        assert res.itl_counts.sum() == 12
+        np.testing.assert_allclose(np.repeat(res.itl_values_s, res.itl_counts), 1.2, rtol=1e-12)
 
 
 def test_a_loop_far_behind_the_engine_stays_one_burst_behind():
@@ -444,10 +448,14 @@ def test_a_loop_far_behind_the_engine_stays_one_burst_behind():
     w = wl([0, 0], [10, 10], [200, 200])
     view = ClientView(stream_output_s=0.6)
     for steps in (4096, 1):
-        res = simulate(COST, w, cfg(max_segment_steps=steps), client=view)
+        res = simulate(COST, w, cfg(max_segment_steps=steps, debug=True), client=view)
         assert 200.418 < res.finish_s.max() <= 200.418 + 2 * 1.2
         # the bursts chain from 1.02 in steps of 1.2: the one after 200.418 starts at 201.42
         np.testing.assert_allclose(res.finish_s, [202.02, 202.62], rtol=1e-12)
+        # one chunk a request a burst: 1 + 167 chunks, 167 gaps of 1.2 s each; the other 32
+        # tokens of each request merged (the engine's step is 1.002 s)
+        assert res.itl_counts.sum() == 2 * 167
+        np.testing.assert_allclose(np.repeat(res.itl_values_s, res.itl_counts), 1.2, rtol=1e-10)
 
 
 def test_closed_loop_request_waits_for_the_burst_in_flight():
@@ -482,10 +490,14 @@ def test_streaming_segments_match_the_step_by_step_loop(n, rate, seed, c_us, clo
     view = dataclasses.replace(view, stream_output_s=c_us * 1e-6)
     sched = arrivals(n, rate, rng=vllm_rng(seed))
     w = wl(sched, ins[:n], outs[:n], concurrency=4) if closed else wl(sched, ins[:n], outs[:n])
+    config = dataclasses.replace(config, debug=True)  # with the ledger: every token a gap or merged
     fast = simulate(cost, w, config, client=view)
     slow = simulate(cost, w, dataclasses.replace(config, max_segment_steps=1), client=view)
     np.testing.assert_allclose(fast.first_token_s, slow.first_token_s, rtol=1e-9)
     np.testing.assert_allclose(fast.finish_s, slow.finish_s, rtol=1e-9)
+    # the same chunks: inter-token gaps between burst starts, merged tokens without one
+    np.testing.assert_allclose(np.repeat(fast.itl_values_s, fast.itl_counts),
+                               np.repeat(slow.itl_values_s, slow.itl_counts), rtol=1e-9, atol=1e-12)
     # every output leaves at least one c after its step, which ends after the request reached
     # the engine (F after its send); the last no earlier than the first
     ok = fast.status == COMPLETED

@@ -38,7 +38,8 @@ slot, a closed-loop client, the next turn of a session) sees the times the clien
   behind (c x batch above the step), a step that ends before the loop has begun its burst
   merges into the burst waiting (vLLM's `RequestOutputCollector` keeps one pending output per
   request): the bursts run back to back, each carrying the tokens made since the last, the
-  engine's rate holds and the client lags by up to a burst.
+  engine's rate holds, the client lags by up to a burst, and an inter-token gap is the time
+  between the bursts that carry a request's chunks (one a chunk, as `vllm bench serve` counts).
 * `timeout_s`: the client gives up on a request that has not finished `timeout_s` after it was
   sent; the server aborts it (vLLM frees its KV when the client disconnects) and it counts as
   failed, with the time it failed (`Records.failed_s`), out of every latency statistic, as the

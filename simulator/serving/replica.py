@@ -481,6 +481,12 @@ class Replica(DecodeSegments):
         regular = 0  # tokens whose gap is exactly this step (they emitted in the previous step)
         done = []
         added = n_dec = len(dec) if dec else 0
+        # with the API server's stream, an inter-token gap runs between the starts of the bursts
+        # that carry a request's chunks (`_stream_step`): t_chunk, this step's end unless the
+        # loop is busy then. If the loop has not begun its latest burst, a request already in
+        # it gets this token in the same chunk, with no gap of its own (last_tok kept)
+        t_chunk, merge = self._chunk_start(t_end) if self.stream_s else (t_end, None)
+        rid = self.rid
         register = self.prefix.register if self.prefix is not None else None
         for s, q in sched:
             before = comp[s]
@@ -497,28 +503,48 @@ class Replica(DecodeSegments):
                 n_dec += 1
             g = gen[s]
             if g == 0:
-                first_token_s[self.rid[s]] = t_end
+                first_token_s[rid[s]] = t_end
+            elif merge is not None and rid[s] in merge:
+                lg.merged_tokens += 1
+                gen[s] = g + 1
+                if g + 1 >= outl[s]:
+                    done.append(s)
+                continue
             elif last[s] == prev:
                 regular += 1
             else:
-                lg.gap(t_end - last[s], 1)
+                lg.gap(t_chunk - last[s], 1)
             gen[s] = g + 1
-            last[s] = t_end
+            last[s] = t_chunk
             if g + 1 >= outl[s]:
                 done.append(s)
         if dec:
-            regular += self._emit_decodes(dec, prev, t_end, done)
+            regular += self._emit_decodes(dec, prev, t_chunk, done, merge)
         self.context_sum += added
         # every running slot was in this step (a slot in mid-prompt did not emit, but then no
-        # decode segment follows until its prompt is done)
-        self.in_step = batch == len(self.active)
+        # decode segment follows until its prompt is done), and none kept an earlier last token
+        self.in_step = batch == len(self.active) and t_chunk == t_end and merge is None
         self.clock = t_end
-        lg.gap(t_end - prev, regular)
+        lg.gap(t_chunk - prev, regular)
         kv = self.kv  # _record inline: once per step
         lg.record(t_end, self.index, batch, 1.0 - kv.free_blocks / kv.total_blocks, len(self.waiting),
                   dt, 1, n_dec, stats)
         if self.debug:
             self.check()
+        self._step_outputs(t_end, sched, dec, done)
+
+    def _chunk_start(self, t_end: float) -> tuple[float, dict[int, float] | None]:
+        """Where the chunks of a step ending at t_end start (`_stream_step`): with the loop
+        free, at t_end; busy with a burst it has begun, when it is free; not yet at its latest
+        burst, that burst's start, which the requests already in it (returned) merge into."""
+        if t_end < self.api_start and self.api_members is not None:
+            return self.api_start, self.api_members
+        return (t_end if t_end >= self.api_free else self.api_free), None
+
+    def _step_outputs(self, t_end: float, sched: list[tuple[int, int]], dec: list[int] | None,
+                      done: list[int]) -> None:
+        """The step's outputs reach their clients: through the API server's stream when it
+        has one (`_stream_step`), else at t_end; the `done` slots finish then."""
         if self.stream_s:
             self._stream_step(t_end, sched, dec, done)
         else:
@@ -619,9 +645,14 @@ class Replica(DecodeSegments):
         free = self.api_free if self.api_start <= t else self.api_prev
         return t if t >= free else free
 
-    def _emit_decodes(self, dec: list[int], prev: float, t_end: float, done: list[int]) -> int:
-        """Each slot of `dec` decodes one token at t_end (appended to `done` when finished);
-        returns how many of them emitted their previous token at `prev` (gap = this step)."""
+    def _emit_decodes(self, dec: list[int], prev: float, t_end: float, done: list[int],
+                      merge: dict[int, float] | None = None) -> int:
+        """Each slot of `dec` decodes one token, its chunk starting at t_end (the step's end, or
+        where the API server's loop takes it up: `_chunk_start`; appended to `done` when
+        finished); returns how many of them emitted their previous token at `prev` (gap =
+        t_end - prev). `merge`: the requests in the loop's waiting burst (`_emit_decodes_merging`)."""
+        if merge is not None:
+            return self._emit_decodes_merging(dec, prev, t_end, done, merge)
         comp, gen, last, outl, lg = self.computed, self.generated, self.last_tok, self.outlen, self.log
         regular = 0
         if self.in_step:
@@ -645,6 +676,28 @@ class Replica(DecodeSegments):
                 last[s] = t_end
                 if g >= outl[s]:
                     done.append(s)
+        return regular
+
+    def _emit_decodes_merging(self, dec: list[int], prev: float, t_end: float, done: list[int],
+                              merge: dict[int, float]) -> int:
+        """`_emit_decodes` while the API server's loop has not begun its latest burst: a slot
+        whose request is in that burst (`merge`) gets its token in the same chunk, with no gap
+        and its last chunk's token time kept; the others as `_emit_decodes`."""
+        comp, gen, last, outl, lg, rid = self.computed, self.generated, self.last_tok, self.outlen, self.log, self.rid
+        regular = 0
+        for s in dec:
+            comp[s] += 1
+            g = gen[s] = gen[s] + 1
+            if rid[s] in merge:
+                lg.merged_tokens += 1
+            else:
+                if last[s] == prev:
+                    regular += 1
+                else:
+                    lg.gap(t_end - last[s], 1)
+                last[s] = t_end
+            if g >= outl[s]:
+                done.append(s)
         return regular
 
     def _step_stats(self, sched: list[tuple[int, int]], dec: list[int] | None) -> tuple[
@@ -769,6 +822,9 @@ class Replica(DecodeSegments):
         else:
             t_end = self.clock + float(np.sum(self._decode_step_times(batch, context_sum, n_steps)))  # checked there
         computed, generated, outlen, last, kv, lg = self.computed, self.generated, self.outlen, self.last_tok, self.kv, self.log
+        # the gaps run from where the round's chunks start (`_chunk_start`); a request in the
+        # API server's waiting burst merges the round's tokens into its chunk there
+        t_chunk, merge = self._chunk_start(t_end) if self.stream_s else (t_end, None)
         done = []
         for s in self.active:
             k = min(n_steps, outlen[s] - generated[s])
@@ -776,9 +832,12 @@ class Replica(DecodeSegments):
             computed[s] += k
             self.context_sum += k
             generated[s] += k
-            lg.gap(t_end - last[s], 1)
-            lg.gap(0.0, k - 1)
-            last[s] = t_end
+            if merge is not None and self.rid[s] in merge:
+                lg.merged_tokens += k
+            else:
+                lg.gap(t_chunk - last[s], 1)
+                lg.gap(0.0, k - 1)
+                last[s] = t_chunk
             if generated[s] >= outlen[s]:
                 done.append(s)
         lg.steps += n_steps
@@ -786,7 +845,7 @@ class Replica(DecodeSegments):
         lg.busy_s += t_end - self.clock
         clock = self.clock
         self.clock = t_end
-        self.in_step = True
+        self.in_step = t_chunk == t_end and merge is None
         self._record(batch)
         # one burst at the round's end: each slot's k tokens are one output
         self._segment_outputs(clock, t_end - clock, None, t_end, 1, batch, done)

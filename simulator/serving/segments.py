@@ -122,17 +122,25 @@ class DecodeSegments:
             d_last = d1 if max_steps == 2 else checked(step_time(batch, batch, Ad0 + batch * last_j, 0.0,
                                                                  R0 + batch * last_j), batch, batch, R0 + batch * last_j)
             line = (d0, d1 - d0) if abs(d0 + (d1 - d0) * last_j - d_last) <= 1e-12 * d_last else None
+        step_s: np.ndarray | None = None  # a priced segment's step times
         if line is not None:
             slope = line[1]
             n_steps = max_steps if t_limit == math.inf or max_steps <= 1 else self._line_steps_before(line, max_steps, t_limit)
             t_end = clock + n_steps * d0 + slope * n_steps * (n_steps - 1) / 2
-            if self.in_step:
-                self.log.segment_line(d0, slope, n_steps, batch)
-            else:
-                self._log_lagging_segment(d0, n_steps, line, None)
         else:
-            n_steps, seg_ends = self._priced_segment(batch, context_sum, max_steps, t_limit)
+            n_steps, seg_ends, step_s = self._priced_segment(batch, context_sum, max_steps, t_limit)
             t_end = float(seg_ends[-1])
+        # the API server's stream first: the tokens of a step that merges into a chunk the loop
+        # has not begun have no gap of their own (`_log_chunk_gaps`)
+        stream = self._segment_stream(clock, d0, line, t_end, n_steps, batch, seg_ends) if self.stream_s else None
+        opened_at = stream[4] if stream is not None else None
+        restore = None
+        if opened_at is None and line is not None and self.in_step:  # the common case, inline
+            self.log.segment_line(d0, line[1], n_steps, batch)
+        elif opened_at is None:
+            self._log_segment_gaps(d0, n_steps, line, step_s, batch)
+        else:
+            restore = self._log_chunk_gaps(clock, opened_at, n_steps, batch)
         if self.window is None:  # inline (the common case): _segment_stats without a call
             bn = float(batch * n_steps)
             grow = bn * (n_steps - 1) / 2.0
@@ -145,6 +153,8 @@ class DecodeSegments:
         # the cache's own way to grow every slot by n_steps (a derived count, or per-slot blocks)
         apply = self._apply_decode_steps_derived if type(kv) is CeilKVCache else self._apply_decode_steps
         apply(n_steps, t_end)
+        if opened_at is not None:  # each slot's last token that opened a chunk
+            self._keep_chunk_tokens(opened_at, restore, t_end)
         done = finished_slots(active, left, n_steps) if n_steps == steps_to_first_finish else []
         lg = self.log
         lg.steps += n_steps
@@ -157,54 +167,112 @@ class DecodeSegments:
                   busy, n_steps, batch * n_steps, stats)
         if self.debug:
             self.check()
-        if self.stream_s:
-            self._segment_outputs(clock, d0, line, t_end, n_steps, batch, done, seg_ends)
+        self._segment_finish(stream, done)
+
+    def _log_segment_gaps(self, d0: float, n_steps: int, line: tuple[float, float] | None, step_s: np.ndarray | None,
+                          batch: int) -> None:
+        """A segment's inter-token gaps, each step's duration seen by the batch, the first
+        from each slot's own last token (`_log_lagging_segment`) where it was not at clock."""
+        if line is not None:
+            if self.in_step:
+                self.log.segment_line(d0, line[1], n_steps, batch)
+            else:
+                self._log_lagging_segment(d0, n_steps, line, None)
+            return
+        assert step_s is not None
+        if self.in_step:
+            self.log.segment(step_s, batch)
         else:
-            for s in done:
-                self._finish(s)
+            self._log_lagging_segment(float(step_s[0]), n_steps, None, step_s)
+
+    def _keep_chunk_tokens(self, opened_at: np.ndarray, restore: list[float] | None, t_end: float) -> None:
+        """After a segment logged by `_log_chunk_gaps`: each slot's last chunk started at the
+        last burst the segment opened (its next chunk's gap runs from there)."""
+        last, active = self.last_tok, self.active
+        if restore is not None:  # no step opened one: the slots keep their earlier tokens
+            for s, t in zip(active, restore, strict=True):
+                last[s] = t
+            self.in_step = False
+        elif float(opened_at[-1]) != t_end:
+            t = float(opened_at[-1])
+            for s in active:
+                last[s] = t
+            self.in_step = False
+        else:
+            self.in_step = True
 
     def _segment_outputs(self, clock: float, d0: float, line: tuple[float, float] | None, t_end: float, n: int,
                          batch: int, done: list[int], ends: np.ndarray | None = None) -> None:
-        """The `done` slots finish; without the API server's streaming, at t_end. With it, the
-        API server streams the segment's n steps of `batch` outputs by `Replica._stream_step`'s
-        rule, in closed form. Step i ends at T_i (T_0 = clock; on the segment's `line`,
-        T_i = clock + i d0 + slope i (i - 1) / 2, else the priced `ends`); a step that ends
-        before the latest burst has begun merges into it (no cost), any other opens a burst of
-        B c at max(T_i, the loop's free time). Steps only lengthen, so the steps split in two:
-        the first p last less than B c, and once one of them has opened a burst the bursts
-        run back to back through step p (every window of B c holds a step's end), the last
-        one at the first point of that chain after T_p; the later steps last at least B c,
-        and once one of them opens a burst that the next does not merge into, each opens its
-        own: free after step n = max(T_n + B c, free after step j + (n - j) B c). A slot
-        finishing at place i of the batch is seen at its burst's start + i c (or when its
-        output in the burst that all n steps merged into leaves)."""
-        c = self.stream_s
-        if not c:
+        """The `done` slots finish; without the API server's streaming, at t_end; with it, at
+        their client times (`_segment_stream`, then `_segment_finish`)."""
+        if not self.stream_s:
             for s in done:
                 self._finish(s)
             return
-        bc = batch * c
+        self._segment_finish(self._segment_stream(clock, d0, line, t_end, n, batch, ends), done)
+
+    def _segment_stream(self, clock: float, d0: float, line: tuple[float, float] | None, t_end: float, n: int,
+                        batch: int, ends: np.ndarray | None) -> tuple[float, float, float, bool, np.ndarray | None]:
+        """The API server streams the segment's n steps of `batch` outputs by
+        `Replica._stream_step`'s rule, in closed form: (start, end, end of the burst before,
+        whether a step of the segment opened the last burst, the starts of the bursts the
+        segment opened, or None when each step opened one at its own end). Step i ends at T_i (T_0 = clock; on the
+        segment's `line`, T_i = clock + i d0 + slope i (i - 1) / 2, else the priced `ends`); a
+        step that ends before the latest burst has begun merges into it (no cost), any other
+        opens a burst of B c at max(T_i, the loop's free time). Steps only lengthen, so the
+        steps split in two: the first p last less than B c, and once one of them has opened a
+        burst the bursts run back to back through step p (every window of B c holds a step's
+        end; the first step in each window opens the next), the last one at the first point
+        of that chain after T_p; the later steps last at least B c, and once one of them opens
+        a burst that the next does not merge into, each opens its own: free after step n =
+        max(T_n + B c, free after step j + (n - j) B c)."""
+        bc = batch * self.stream_s
         S, E, Ep = self.api_start, self.api_free, self.api_prev
         if S <= clock and (n == 1 or (d0 >= bc and E <= clock + 2 * d0)):
             # the common case (the loop keeps up): step 1 opens a burst that ends before step 2
             # does (T_2 >= clock + 2 d0), and every later step lasts at least B c, so no step
             # merges and each opens its own burst
-            if n >= 2:
-                T1 = clock + d0 if ends is None else float(ends[0])
-                E = (T1 if T1 >= E else E) + bc  # free after step 1
-                if n >= 3:
-                    d_last = t_end - float(ends[n - 2]) if ends is not None else d0 + line[1] * (n - 1) if line else d0
-                    E = max(t_end - d_last + bc, E + (n - 2) * bc)  # free after step n - 1
-            Ep = E
-            S = t_end if t_end >= E else E
-            E = S + bc
-            created = True
+            T1 = t_end if n == 1 else clock + d0 if ends is None else float(ends[0])
+            if E <= T1:  # and every burst starts at its step's end
+                if n >= 2:
+                    E = T1 + bc  # free after step 1
+                    if n >= 3:
+                        d_last = t_end - float(ends[n - 2]) if ends is not None else d0 + line[1] * (n - 1) if line else d0
+                        E = max(t_end - d_last + bc, E + (n - 2) * bc)  # free after step n - 1
+                return t_end, t_end + bc, E, True, None
+        T = self._step_ends(clock, d0, line, t_end, n, ends)
+        S, E, Ep, starts = _segment_bursts(S, E, Ep, T, _short_steps(d0, line, n, bc, ends, clock), bc)
+        return S, E, Ep, len(starts) > 0, np.asarray(starts, dtype=float)
+
+    @staticmethod
+    def _step_ends(clock: float, d0: float, line: tuple[float, float] | None, t_end: float, n: int,
+                   ends: np.ndarray | None) -> np.ndarray:
+        """A segment's n step end times: the priced `ends`, or on its line clock + i d0 +
+        slope i (i - 1) / 2 (the last exactly t_end)."""
+        if ends is not None:
+            T = ends[:n].astype(float)
         else:
-            S, E, Ep, created = self._segment_bursts(S, E, Ep, clock, d0, line, t_end, n, bc, ends)
+            i = np.arange(1, n + 1, dtype=float)
+            T = clock + i * d0 + (line[1] if line is not None else 0.0) * i * (i - 1) / 2
+        T[-1] = t_end
+        return T
+
+    def _segment_finish(self, stream: tuple[float, float, float, bool, np.ndarray | None] | None,
+                        done: list[int]) -> None:
+        """Take up the segment's stream (`_segment_stream`): the loop's state after it, and the
+        `done` slots finish when their clients see them: a slot at place i of the batch at its
+        burst's start + i c, or when its output in the burst that all n steps merged into
+        leaves."""
+        if stream is None:  # no stream: the client sees each output at the step's end
+            for s in done:
+                self._finish(s)
+            return
+        S, E, Ep, created, _opened_at = stream
+        c = self.stream_s
         members = self.api_members
         if created:
             active = self.active
-            if S > t_end:  # the loop begins the last burst after step n: keep its members
+            if S > self.clock:  # the loop begins the last burst after step n: keep its members
                 rid = self.rid
                 members = {rid[s]: S + j * c for j, s in enumerate(active, 1)}
             else:
@@ -220,67 +288,38 @@ class DecodeSegments:
                 self._finish(s, members[rid[s]])
         self.api_prev, self.api_start, self.api_free, self.api_members = Ep, S, E, members
 
-    @staticmethod
-    def _segment_bursts(S: float, E: float, Ep: float, clock: float, d0: float, line: tuple[float, float] | None,
-                        t_end: float, n: int, bc: float, ends: np.ndarray | None) -> tuple[float, float, float, bool]:
-        """`_segment_outputs`'s bursts where a step may merge: (start, end, the end of the burst
-        before, whether a step of the segment opened the last one) after step n, from the
-        latest burst's (S, E, Ep) before it."""
-        slope = line[1] if line is not None else 0.0
-
-        def T(i: int) -> float:  # step i's end
-            if i >= n:
-                return t_end
-            if ends is not None:
-                return float(ends[i - 1])
-            return clock + i * d0 + slope * i * (i - 1) / 2
-
-        p = _short_steps(d0, slope, n, bc, ends, clock)
-
-        created = False
-        i = 1
-        while True:
-            j = _first_end_at(T, S, i, n)  # steps i..j-1 merge into the latest burst
-            if j > n:
-                break
-            Tj = T(j)
-            start = Tj if Tj >= E else E
-            Ep, S, E = E, start, start + bc
-            created = True
-            if j == n:
-                break
-            if j < p:  # steps j+1..p end less than B c apart: bursts back to back through step p
-                Tp = T(p)
-                if Tp >= S:
-                    S += (math.floor((Tp - S) / bc) + 1) * bc
-                    Ep, E = S, S + bc
-                i = p + 1
-                if i > n:
-                    break
-                continue
-            if T(j + 1) >= S:  # no later step merges: each opens its own burst
-                m = n - j
-                Ep = max(T(n - 1) + bc, E + (m - 1) * bc) if m >= 2 else E
-                E = max(T(n) + bc, E + m * bc)
-                S = E - bc
-                break
-            i = j + 1
-        return S, E, Ep, created
+    def _log_chunk_gaps(self, clock: float, opened_at: np.ndarray, n: int, batch: int) -> list[float] | None:
+        """The inter-token gaps of a segment whose bursts did not all start at their steps'
+        ends (`_segment_stream`): each burst the segment opened (starting at `opened_at`)
+        carries one chunk per slot, its gap running from the start of the slot's last chunk
+        (`last_tok`); the tokens of steps that merged into a waiting burst count as merged.
+        Returns the slots' last-chunk times to restore when no step opened a burst (the
+        segment sets them to its end), else None."""
+        lg = self.log
+        k = len(opened_at)
+        lg.merged_tokens += batch * (n - k)
+        last = self.last_tok
+        if k == 0:
+            return [last[s] for s in self.active]
+        lagging = [s for s in self.active if last[s] != clock]
+        t1 = float(opened_at[0])
+        for s in lagging:
+            lg.gap(t1 - last[s], 1)
+        lg.gap(t1 - clock, batch - len(lagging))
+        if k > 1:
+            lg.segment(np.diff(opened_at), batch)
+        return None
 
     def _priced_segment(self, batch: int, context_sum: int, max_steps: int,
-                        t_limit: float) -> tuple[int, np.ndarray]:
+                        t_limit: float) -> tuple[int, np.ndarray, np.ndarray]:
         """A segment whose steps are not on a line (a sliding window): each step priced (one
-        vectorised call), the steps that start before t_limit kept and logged; returns
-        (steps, their end times)."""
+        vectorised call), the steps that start before t_limit kept; returns (steps, their
+        end times, their durations)."""
         step_s = self._decode_step_times(batch, context_sum, max_steps)
         ends = self.clock + np.cumsum(step_s)
         n_steps = int(np.searchsorted(ends[:-1], t_limit, side="left")) + 1 if max_steps > 1 else 1
         n_steps = min(n_steps, max_steps)
-        if self.in_step:
-            self.log.segment(step_s[:n_steps], batch)
-        else:
-            self._log_lagging_segment(float(step_s[0]), n_steps, None, step_s[:n_steps])
-        return n_steps, ends[:n_steps]
+        return n_steps, ends[:n_steps], step_s[:n_steps]
 
     def _segment_stats(self, batch: int, context_sum: int, n: int) -> tuple:
         """Sums over n decode steps of (T, S, Ad, Ap, R, Aw, Rw, Pc): step j adds B tokens of
@@ -494,12 +533,14 @@ def finished_slots(active: list[int], left: list[int], n_steps: int) -> list[int
     return done
 
 
-def _short_steps(d0: float, slope: float, n: int, bc: float, ends: np.ndarray | None, clock: float) -> int:
+def _short_steps(d0: float, line: tuple[float, float] | None, n: int, bc: float, ends: np.ndarray | None,
+                 clock: float) -> int:
     """How many of a segment's n steps (which only lengthen) last less than `bc`: the first
     d0 + slope (i - 1) < bc on a line, else read off the priced step `ends`."""
     if ends is not None:
         short = np.diff(ends[:n], prepend=clock) < bc
         return n if short.all() else int(np.argmin(short))
+    slope = line[1] if line is not None else 0.0
     if d0 >= bc:
         return 0
     if slope <= 0.0:
@@ -507,17 +548,51 @@ def _short_steps(d0: float, slope: float, n: int, bc: float, ends: np.ndarray | 
     return min(n, math.ceil((bc - d0) / slope))
 
 
-def _first_end_at(T: Any, x: float, i: int, n: int) -> int:
-    """The first step j in i..n whose end T(j) (increasing) is at or after x; n + 1: none."""
-    if T(n) < x:
-        return n + 1
-    if T(i) >= x:
-        return i
-    lo, hi = i, n  # T(lo) < x <= T(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if T(mid) >= x:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+def _segment_bursts(S: float, E: float, Ep: float, T: np.ndarray, p: int, bc: float) -> tuple[float, float, float, list[float]]:
+    """`DecodeSegments._segment_stream` in general: steps 1..n end at T (increasing), the first
+    p last less than `bc`; from the latest burst's (start S, end E, end of the one before Ep),
+    returns them after step n and the starts of the bursts the steps opened, in order."""
+    n = len(T)
+
+    def first(x: float, i: int) -> int:  # the first step j >= i that ends at or after x (n + 1: none)
+        return max(int(np.searchsorted(T, x, side="left")) + 1, i)
+
+    starts: list[float] = []
+    i = 1
+    while True:
+        j = first(S, i)  # steps i..j-1 merge into the latest burst
+        if j > n:
+            break
+        Tj = float(T[j - 1])
+        start = Tj if Tj >= E else E
+        Ep, S, E = E, start, start + bc
+        starts.append(S)
+        if j == n:
+            break
+        if j < p:  # steps j+1..p end less than B c apart: bursts back to back through step p
+            Tp = float(T[p - 1])
+            if Tp >= S:
+                # the first step to end in each window [S + m B c, S + (m + 1) B c) opens the
+                # burst at S + (m + 1) B c
+                k = math.floor((Tp - S) / bc) + 1
+                starts.extend((S + bc * np.arange(1, k + 1)).tolist())
+                S += k * bc
+                Ep, E = S, S + bc
+            i = p + 1
+            if i > n:
+                break
+            continue
+        if float(T[j]) >= S:  # no later step merges: each opens its own burst, at
+            # S_i = max(T_i, S_(i-1) + B c), i.e. S_i - i B c = the running max of T_l - l B c
+            # and S_j - j B c
+            idx = np.arange(j + 1, n + 1, dtype=float)
+            own = T[j:] - idx * bc
+            run = np.maximum.accumulate(np.maximum(own, S - j * bc))
+            opened = np.where(own >= run, T[j:], run + idx * bc)  # T_i itself where it is the max
+            starts.extend(opened.tolist())
+            Ep = (float(opened[-2]) if len(opened) >= 2 else S) + bc
+            S = float(opened[-1])
+            E = S + bc
+            break
+        i = j + 1
+    return S, E, Ep, starts

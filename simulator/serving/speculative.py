@@ -220,8 +220,10 @@ class SpecReplica(Replica):
         lg.steps += 1
         lg.batch_token_sum += len(sched)
         lg.busy_s += dt
-        done = self._emit(sched, covers, outcomes, prev, t_end)
-        self.in_step = len(sched) == len(self.active)
+        # gaps between the starts of the API server's bursts, as `Replica._execute` does
+        t_chunk, merge = self._chunk_start(t_end) if self.stream_s else (t_end, None)
+        done = self._emit(sched, covers, outcomes, prev, t_chunk, merge)
+        self.in_step = len(sched) == len(self.active) and t_chunk == t_end and merge is None
         self.clock = t_end
         kv = self.kv
         n_verify_tokens = sum(q for (s, q), a in zip(sched, outcomes, strict=True) if a >= 0)
@@ -236,15 +238,15 @@ class SpecReplica(Replica):
                 self._finish(s)
 
     def _emit(self, sched: list[tuple[int, int]], covers: list[int], outcomes: list[int], prev: float,
-              t_end: float) -> list[int]:
-        """Apply the step: KV growth, block release, tokens and their gaps; returns the slots
-        that finished."""
+              t_end: float, merge: dict[int, float] | None = None) -> list[int]:
+        """Apply the step: KV growth, block release, tokens and their gaps (each chunk's from
+        t_end, where the step's chunks start; a request in `merge`, the API server's waiting
+        burst, merges all its tokens into its chunk there); returns the slots that finished."""
         comp, prompt, gen, last, outl, rid = (self.computed, self.prompt, self.generated, self.last_tok,
                                               self.outlen, self.rid)
         kv, bs, lg = self.kv, self.bs, self.log
         first_token_s = self.rec_first_token_s
         register = self.prefix.register if self.prefix is not None else None
-        per_pos = self.accepted_per_pos
         regular = 0
         added = 0
         done: list[int] = []
@@ -270,14 +272,7 @@ class SpecReplica(Replica):
                 surplus = -(-cv // bs) - -(-after // bs)
                 if surplus > 0:
                     kv.release(s, surplus)
-                r = rid[s]
-                self.draw_pos[r] += 1
-                if q > 1:
-                    self.n_drafts += 1
-                    self.n_draft_tokens += q - 1
-                    self.n_accepted += a
-                    for i in range(a):
-                        per_pos[i] += 1
+                self._count_verify(rid[s], q, a)
                 n = 1 + a
             g = gen[s]
             left = outl[s] - g
@@ -285,6 +280,12 @@ class SpecReplica(Replica):
                 n = left
             if g == 0:
                 first_token_s[rid[s]] = t_end
+            elif merge is not None and rid[s] in merge:
+                lg.merged_tokens += n  # no chunk of its own: last_tok kept
+                gen[s] = g + n
+                if g + n >= outl[s]:
+                    done.append(s)
+                continue
             elif last[s] == prev:
                 regular += 1
             else:
@@ -298,6 +299,18 @@ class SpecReplica(Replica):
         self.context_sum += added
         lg.gap(t_end - prev, regular)
         return done
+
+    def _count_verify(self, r: int, q: int, a: int) -> None:
+        """Request r's verify of q - 1 drafts accepted a of them: its draw position and the
+        acceptance counters."""
+        self.draw_pos[r] += 1
+        if q > 1:
+            self.n_drafts += 1
+            self.n_draft_tokens += q - 1
+            self.n_accepted += a
+            per_pos = self.accepted_per_pos
+            for i in range(a):
+                per_pos[i] += 1
 
 
 def spec_decode_summary(counters: dict[str, Any]) -> dict[str, Any]:
