@@ -477,6 +477,9 @@ def test_a_loop_behind_keeps_the_engines_rate_under_a_closed_loop():
     assert behind["median_tpot_ms"] == pytest.approx(plain["median_tpot_ms"], rel=0.05)
     assert behind["median_itl_ms"] == pytest.approx(80.0, rel=1e-6)
     assert plain["median_itl_ms"] < 10.0
+    # about 11 steps a burst: ~10 of every 11 tokens join a chunk already waiting (reported)
+    assert 0.8 < behind["stream_merged_fraction"] < 0.95
+    assert plain["stream_merged_fraction"] == 0.0
 
 
 def test_closed_loop_request_waits_for_the_burst_in_flight():

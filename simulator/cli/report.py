@@ -233,6 +233,18 @@ class Progress:
         stream.flush()
 
 
+def _print_api_server(s: dict[str, Any], line: Any) -> None:
+    """The API server's part of the report: its latency and tokenizer (in every TTFT and E2E),
+    with its event loop's time per streamed output where it has one, and how much the loop
+    merged when it could not keep up with the engine."""
+    stream = f", streaming {s['stream_output_us']:g} us/output" if s["stream_output_us"] else ""
+    line("API server + tokenizer (ms, mean):",
+         f"{s['api_server_latency_ms']:.2f} + {s['tokenizer_mean_ms']:.2f}{stream}", "{:<40} {:<10}")
+    if s.get("stream_merged_fraction"):
+        line("API server loop behind the engine:",
+             f"{100 * s['stream_merged_fraction']:.1f} % of tokens merged into waiting chunks", "{:<40} {:<10}")
+
+
 def print_serving_summary(s: dict[str, Any]) -> None:
     """The summary table `vllm bench serve` prints, plus llmsim's extras."""
     def line(label: str, value: Any, fmt: str = "{:<40} {:<10.2f}") -> None:
@@ -271,10 +283,7 @@ def print_serving_summary(s: dict[str, Any]) -> None:
         line(f"P99 {name} (ms):", s[f"p99_{key}_ms"])
     click.echo("{s:{c}^{n}}".format(s="Engine", n=50, c="-"))
     if s.get("api_server_latency_ms") is not None:  # in every TTFT and E2E above (client_view.py)
-        # with the event loop's time per streamed output, in every output's delivery, where it has one
-        stream = f", streaming {s['stream_output_us']:g} us/output" if s["stream_output_us"] else ""
-        line("API server + tokenizer (ms, mean):",
-             f"{s['api_server_latency_ms']:.2f} + {s['tokenizer_mean_ms']:.2f}{stream}", "{:<40} {:<10}")
+        _print_api_server(s, line)
     line("Mean batch size (seqs/step):", s["mean_batch_size"])
     line("Peak KV-cache utilisation:", s["peak_kv_utilization"])
     line("Preemptions:", s["preemptions"])

@@ -170,6 +170,8 @@ def summarize(res: SimResult, goodput: dict[str, float] | None = None,
     s["api_server_latency_ms"] = None if api is None else api["latency_s"] * 1e3
     s["tokenizer_mean_ms"] = None if api is None else api["tokenizer_mean_s"] * 1e3
     s["stream_output_us"] = None if api is None else api["stream_output_s"] * 1e6
+    # tokens the API server's loop, behind the engine, merged into chunks already waiting
+    s["stream_merged_fraction"] = None if api is None else api.get("merged_fraction", 0.0)
     s["peak_kv_utilization"] = meta.get("peak_kv_utilization")
     s["preemptions"] = int(res.preemptions.sum())
     s["preempted_requests"] = int((res.preemptions > 0).sum())

@@ -506,6 +506,7 @@ class Replica(DecodeSegments):
                 first_token_s[rid[s]] = t_end
             elif merge is not None and rid[s] in merge:
                 lg.merged_tokens += 1
+                lg.loop_merged_tokens += 1
                 gen[s] = g + 1
                 if g + 1 >= outl[s]:
                     done.append(s)
@@ -690,6 +691,7 @@ class Replica(DecodeSegments):
             g = gen[s] = gen[s] + 1
             if rid[s] in merge:
                 lg.merged_tokens += 1
+                lg.loop_merged_tokens += 1
             else:
                 if last[s] == prev:
                     regular += 1
@@ -834,6 +836,7 @@ class Replica(DecodeSegments):
             generated[s] += k
             if merge is not None and self.rid[s] in merge:
                 lg.merged_tokens += k
+                lg.loop_merged_tokens += k
             else:
                 lg.gap(t_chunk - last[s], 1)
                 lg.gap(0.0, k - 1)

@@ -298,6 +298,7 @@ class DecodeSegments:
         lg = self.log
         k = len(opened_at)
         lg.merged_tokens += batch * (n - k)
+        lg.loop_merged_tokens += batch * (n - k)
         last = self.last_tok
         if k == 0:
             return [last[s] for s in self.active]

@@ -229,7 +229,8 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         "prefix_caching": cfg.enable_prefix_caching,
         "prefix_cache_hit_rate": _hit_rate(out, workload, done),
         **({"stopped_early": stopped} if stopped is not None else {}),
-        **_api_server_meta(front, tok, done, view.stream_output_s),
+        **_api_server_meta(front, tok, done, view.stream_output_s,
+                           log.loop_merged_tokens / max(int(workload.output_len[done].sum()), 1)),
     }
     if util["busy_utilization"] is not None:
         meta["busy_utilization"] = util["busy_utilization"]  # energy.run_energy's u_busy
@@ -295,16 +296,18 @@ def _end(pool: Pool, cfg: EngineConfig, stopped: dict | None) -> None:
         p.cut_off(f"not simulated: stopped early: {stopped['reason']}")
 
 
-def _api_server_meta(front: float, tok: TokenizerQueue | None, done: np.ndarray, stream_s: float = 0.0) -> dict[str, Any]:
+def _api_server_meta(front: float, tok: TokenizerQueue | None, done: np.ndarray, stream_s: float = 0.0,
+                     merged_fraction: float = 0.0) -> dict[str, Any]:
     """What the API server added to every completed request's TTFT and E2E (the report's
-    breakdown): its latency F, the mean wait for, and time in, the tokenizer, and its time
-    per streamed output; {} when it adds nothing."""
+    breakdown): its latency F, the mean wait for, and time in, the tokenizer, its time per
+    streamed output, and the fraction of the completed requests' tokens its loop, behind the
+    engine, merged into chunks already waiting; {} when it adds nothing."""
     if not front and tok is None and not stream_s:
         return {}
     waits = tok.wait_s[done] if tok is not None else np.zeros(0)
     waits = waits[np.isfinite(waits)]
     return {"api_server": {"latency_s": front, "tokenizer_mean_s": float(waits.mean()) if waits.size else 0.0,
-                           "stream_output_s": stream_s}}
+                           "stream_output_s": stream_s, "merged_fraction": merged_fraction}}
 
 
 def _attach_client(reps: list[Replica], view: ClientView, n: int, tok: TokenizerQueue | None = None) -> None:

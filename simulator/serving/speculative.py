@@ -282,6 +282,7 @@ class SpecReplica(Replica):
                 first_token_s[rid[s]] = t_end
             elif merge is not None and rid[s] in merge:
                 lg.merged_tokens += n  # no chunk of its own: last_tok kept
+                lg.loop_merged_tokens += n
                 gen[s] = g + n
                 if g + n >= outl[s]:
                     done.append(s)

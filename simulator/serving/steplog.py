@@ -70,6 +70,9 @@ class StepLog:
         # tokens that reached the client in one chunk with an earlier token of the same step
         # (speculative decoding): no inter-token gap of their own (debug ledger)
         self.merged_tokens = 0
+        # of those, the tokens merged into a chunk the API server's loop had not begun (its loop
+        # behind the engine: `Replica._stream_step`)
+        self.loop_merged_tokens = 0
         # an instance copy of the class limit: hot methods read it, and CPython 3.11 does not
         # specialise class attributes read through an instance (tests lower it per instance)
         self.ITL_EXACT_LIMIT = type(self).ITL_EXACT_LIMIT
