@@ -216,10 +216,10 @@ class DecodeSegments:
         """The API server streams the segment's n steps of `batch` outputs by
         `Replica._stream_step`'s rule, in closed form: (start, end, end of the burst before,
         whether a step of the segment opened the last burst, the starts of the bursts the
-        segment opened, or None when each step opened one at its own end). Step i ends at T_i (T_0 = clock; on the
-        segment's `line`, T_i = clock + i d0 + slope i (i - 1) / 2, else the priced `ends`); a
-        step that ends before the latest burst has begun merges into it (no cost), any other
-        opens a burst of B c at max(T_i, the loop's free time). Steps only lengthen, so the
+        segment opened, or None when each step opened one at its own end). Step i ends at
+        T_i (T_0 = clock; on the segment's `line`, T_i = clock + i d0 + slope i (i - 1) / 2,
+        else the priced `ends`); a step that ends before the latest burst has begun merges
+        into it (no cost), any other opens a burst of B c at max(T_i, the loop's free time). Steps only lengthen, so the
         steps split in two: the first p last less than B c, and once one of them has opened a
         burst the bursts run back to back through step p (every window of B c holds a step's
         end; the first step in each window opens the next), the last one at the first point
