@@ -52,7 +52,7 @@ from simulator.profiles.apply import (
 )
 from simulator.profiles.profile import load_engine
 from simulator.resolve import make_cost_model, make_speculative
-from simulator.serving.client_view import ClientView
+from simulator.serving.client_view import ClientView, check_api_servers
 from simulator.serving.pool import ROUTERS
 from simulator.serving.records import MAX_CLOCK_S, SimResult
 from simulator.serving.sched.registry import SCHEDULERS, EngineConfig
@@ -158,6 +158,9 @@ class Scenario:
     #: the client's timeout (s) after a send: an unfinished request is aborted then and counts
     #: as failed (serving/client_view.py); None: none (vLLM bench serve's is 6 h)
     request_timeout_s: float | None = None
+    #: vLLM's --api-server-count: API-server processes per replica (serving/client_view.py);
+    #: None: vLLM's default, the data-parallel size (dp_attention) under the vllm profile, else 1
+    api_server_count: int | None = None
     concurrency: int | None = None
     num_requests: int = DEFAULT_NUM_REQUESTS  # not given: a trace file replays whole
     input_len: int = 1024
@@ -210,6 +213,8 @@ class Scenario:
         need(self.num_requests <= MAX_SIM_REQUESTS, "num_requests", f"must be at most {MAX_SIM_REQUESTS:,}")
         check_int("seed", self.seed, 0, maximum=MAX_SEED)
         check_int("concurrency", self.concurrency, optional=True)
+        if self.api_server_count is not None:
+            check_api_servers("api_server_count", self.api_server_count)
         need(self.rate is None or (is_num(self.rate) and self.rate > 0), "rate",
              "must be a number > 0 requests/s, or inf")
         need(is_num(self.expert_imbalance) and 1 <= self.expert_imbalance <= self.ep, "expert_imbalance",
@@ -496,7 +501,15 @@ class Scenario:
     def client_view(self) -> ClientView:
         """Between the client and the engine core (`serving.client_view`): the engine profile's
         API-server latency and async-scheduling lag, and this scenario's client timeout."""
-        view = client_view_for(load_engine(self.engine)) if self.engine is not None else ClientView()
+        profile = load_engine(self.engine) if self.engine is not None else None
+        view = client_view_for(profile) if profile is not None else ClientView()
+        # vLLM starts one API server per data-parallel rank unless told otherwise
+        # (`vllm serve`: api_server_count = data_parallel_size under its internal load balancer)
+        servers = self.api_server_count
+        if servers is None:
+            servers = self.dp_attention if profile is not None and profile.policy == "vllm" else 1
+        if servers != 1:
+            view = dataclasses.replace(view, api_servers=servers)
         if self.request_timeout_s is None:
             return view
         if self.request_timeout_s <= view.frontend_s:

@@ -357,6 +357,41 @@ def test_one_tokenizer_per_replica_in_send_order():
     np.testing.assert_allclose(order.first_token_s, [1.0 + d(1000), 1.0 + d(10)], rtol=1e-12)
 
 
+def test_two_api_servers_tokenize_side_by_side_and_halve_the_stream():
+    """vLLM's --api-server-count 2 on one replica: A and B (100 prompt tokens each, b = 1 ms a
+    token) sent at 0 are tokenised side by side and prefilled in one step from 0.1, first
+    tokens at 0.1 + d(200); with one server B reaches the engine at 0.2, after A's prefill has
+    started at 0.1 (A's first token at 0.1 + d(100)). The stream at c = 0.2 s an output on two
+    loops is priced as one loop at 0.1: the first hand schedule's times, 1.12 and 1.22 from its
+    step at 1.02."""
+    two = simulate(COST, wl([0, 0], [100, 100], [1, 1]), cfg(), client=ClientView(prompt_token_s=1e-3, api_servers=2))
+    np.testing.assert_allclose(two.first_token_s, [0.1 + d(200)] * 2, rtol=1e-12)
+    one = simulate(COST, wl([0, 0], [100, 100], [1, 1]), cfg(), client=ClientView(prompt_token_s=1e-3))
+    np.testing.assert_allclose(one.first_token_s[0], 0.1 + d(100), rtol=1e-12)
+    halved = simulate(COST, wl([0, 0], [10, 10], [3, 2]), cfg(), client=ClientView(stream_output_s=0.2, api_servers=2))
+    np.testing.assert_allclose(halved.first_token_s, [1.12, 1.22], rtol=1e-12)
+    np.testing.assert_allclose(halved.finish_s, [3.123, 2.222], rtol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, 5000])
+def test_api_servers_are_checked(bad):
+    with pytest.raises(SpecError, match=r"^api_servers: .* must be an integer number of API servers in \[1, 1024\]$"):
+        ClientView(api_servers=bad)
+    with pytest.raises(SpecError, match=r"api_server_count: .* must be an integer number of API servers"):
+        Scenario(api_server_count=bad)
+
+
+def test_api_server_count_defaults_to_the_data_parallel_size_under_vllm():
+    """`vllm serve --data-parallel-size D` starts D API servers unless --api-server-count says
+    otherwise; the other engines keep one."""
+    assert Scenario(model="deepseek-r1", hardware="h200-sxm", tp=16, dp_attention=16, ep=16).client_view().api_servers == 16
+    assert Scenario(model="deepseek-r1", hardware="h200-sxm", tp=16, dp_attention=16, ep=16,
+                    api_server_count=4).client_view().api_servers == 4
+    assert Scenario(model="deepseek-r1", hardware="h200-sxm", tp=16, dp_attention=16, ep=16,
+                    engine="sglang").client_view().api_servers == 1
+    assert Scenario().client_view().api_servers == 1
+
+
 def test_tokenizer_past_the_time_cap_starts_no_step():
     """Cap 1.2 s, b = 1 ms per token, closed loop of 2: the 5,000-token request reaches the
     engine at 5.01, after the cap: nothing past the cap runs, with one replica as with two (the

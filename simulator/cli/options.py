@@ -101,6 +101,7 @@ SCENARIO_OPTIONS: list[tuple[tuple, dict]] = [
     (("--ramp-up-strategy",), {"type": click.Choice(["linear", "exponential"]), "help": "vLLM ramp-up: request i is sent at a rate going from --ramp-up-start-rps to --ramp-up-end-rps (linear or exponential in i); replaces --rate."}),
     (("--ramp-up-start-rps",), {"type": int, "help": "Ramp-up: the first request's rate (req/s, an integer as in vLLM)."}),
     (("--ramp-up-end-rps",), {"type": int, "help": "Ramp-up: the last request's rate (req/s, an integer as in vLLM)."}),
+    (("--api-server-count",), {"type": int, "help": "vLLM's API-server processes per replica, each with its own event loop and tokenizer (the stream and tokenizer time divide among them). [default: vLLM's: the data-parallel size, --dp-attention; 1 for other engines]"}),
     (("--request-timeout-s", "--request-timeout"), {"type": float, "help": "The client's timeout (s) per request: unfinished then, it is aborted (its KV freed) and counts as failed (inference-perf with request_timeout null: aiohttp's 300). [default: none]"}),
     (("--concurrency", "--max-concurrency"), {"type": int, "help": "At most N requests in flight (vLLM's --max-concurrency): with a finite --rate, arrivals wait at the client for a free slot (TTFT counts from the send; the wait is client_queue_time); at rate inf, N closed-loop clients."}),
     (("--num-requests", "-n", "--num-prompts"), {"type": int, "help": "Requests to simulate. [default: 1000]"}),

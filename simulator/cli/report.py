@@ -238,6 +238,8 @@ def _print_api_server(s: dict[str, Any], line: Any) -> None:
     with its event loop's time per streamed output where it has one, and how much the loop
     merged when it could not keep up with the engine."""
     stream = f", streaming {s['stream_output_us']:g} us/output" if s["stream_output_us"] else ""
+    if (s.get("api_servers") or 1) > 1:
+        stream += f", {s['api_servers']} API servers"
     line("API server + tokenizer (ms, mean):",
          f"{s['api_server_latency_ms']:.2f} + {s['tokenizer_mean_ms']:.2f}{stream}", "{:<40} {:<10}")
     if s.get("stream_merged_fraction"):

@@ -172,6 +172,7 @@ def summarize(res: SimResult, goodput: dict[str, float] | None = None,
     s["stream_output_us"] = None if api is None else api["stream_output_s"] * 1e6
     # tokens the API server's loop, behind the engine, merged into chunks already waiting
     s["stream_merged_fraction"] = None if api is None else api.get("merged_fraction", 0.0)
+    s["api_servers"] = None if api is None else api.get("servers", 1)
     s["peak_kv_utilization"] = meta.get("peak_kv_utilization")
     s["preemptions"] = int(res.preemptions.sum())
     s["preempted_requests"] = int((res.preemptions > 0).sum())

@@ -40,6 +40,11 @@ slot, a closed-loop client, the next turn of a session) sees the times the clien
   request): the bursts run back to back, each carrying the tokens made since the last, the
   engine's rate holds, the client lags by up to a burst, and an inter-token gap is the time
   between the bursts that carry a request's chunks (one a chunk, as `vllm bench serve` counts).
+* `api_servers` (N): API-server processes in front of one replica (vLLM's `--api-server-count`,
+  whose default is the data-parallel size): each takes its share of the requests on its own
+  event loop and tokenizer. The replica's stream is priced as one loop at c / N (N loops side
+  by side, each with 1/N of a step's outputs, the places interleaved), and its tokenizer
+  queue has N servers.
 * `timeout_s`: the client gives up on a request that has not finished `timeout_s` after it was
   sent; the server aborts it (vLLM frees its KV when the client disconnects) and it counts as
   failed, with the time it failed (`Records.failed_s`), out of every latency statistic, as the
@@ -62,6 +67,8 @@ MAX_PROMPT_TOKEN_S = 1e-3
 #: the largest API-server time per streamed output a view accepts (1 s: no server is that slow;
 #: the hand-worked schedules of the tests use tenths of a second against 1 s steps)
 MAX_STREAM_OUTPUT_S = 1.0
+#: the most API-server processes in front of one replica (vLLM starts one per data-parallel rank)
+MAX_API_SERVERS = 1024
 
 
 def check_prompt_token_s(where: str, b: object) -> None:
@@ -73,6 +80,12 @@ def check_prompt_token_s(where: str, b: object) -> None:
 def check_stream_output_s(where: str, c: object) -> None:
     """The API server's seconds per streamed output: a finite number in [0, MAX_STREAM_OUTPUT_S]."""
     _check_seconds(where, c, "streamed output", MAX_STREAM_OUTPUT_S)
+
+
+def check_api_servers(where: str, n: object) -> None:
+    """API-server processes per replica: an integer in [1, MAX_API_SERVERS]."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_API_SERVERS:
+        raise SpecError(f"{where}: {n!r} must be an integer number of API servers in [1, {MAX_API_SERVERS}]")
 
 
 def _check_seconds(where: str, x: object, per: str, most: float) -> None:
@@ -90,6 +103,12 @@ class ClientView:
     timeout_s: float | None = None
     prompt_token_s: float = 0.0
     stream_output_s: float = 0.0
+    api_servers: int = 1
+
+    @property
+    def loop_output_s(self) -> float:
+        """The replica's stream priced as one event loop: c / N (module docstring)."""
+        return self.stream_output_s / self.api_servers
 
     def __post_init__(self) -> None:
         f = self.frontend_s
@@ -99,6 +118,7 @@ class ClientView:
             raise SpecError(f"lag_steps: {self.lag_steps!r} must be 0 or 1 (steps of async-scheduling lag)")
         check_prompt_token_s("prompt_token_s", self.prompt_token_s)
         check_stream_output_s("stream_output_s", self.stream_output_s)
+        check_api_servers("api_servers", self.api_servers)
         t = self.timeout_s
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
                               or not (math.isfinite(t) and t > f)):

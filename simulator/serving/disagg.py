@@ -210,8 +210,8 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
     plog, dlog = StepLog(), (TimedStepLog() if itl_times else StepLog())
     # engine times: a request reaches the prefill pool F after its send (the records keep sends)
     front = float(view.frontend_s)
-    # the API servers' tokenizers (one per prefill replica), then the prefill pool
-    tok = tokenizer_for(view, workload.input_len, min(prefill_replicas, n))
+    # the API servers' tokenizers (client.api_servers per prefill replica), then the prefill pool
+    tok = tokenizer_for(view, workload.input_len, min(prefill_replicas * view.api_servers, n))
     events = EventQueue(_stream(np.array(workload.arrival_s, dtype=float), front, tok, None, None))
     # the prefill pool emits one token per request: its copy of the workload has outputs of 1
     wl_p = replace(workload, output_len=np.ones(n, dtype=workload.output_len.dtype))

@@ -146,7 +146,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
     check_arrivals_in_clock(workload)
     front = float(view.frontend_s)  # F: send -> engine arrival (module docstring)
     # the API servers' tokenizers after F, one per replica (client_view.TokenizerQueue); None: none
-    tok = tokenizer_for(view, workload.input_len, min(replicas, workload.num_requests))
+    tok = tokenizer_for(view, workload.input_len, min(replicas * view.api_servers, workload.num_requests))
     if speculative is not None:
         cfg = _speculative_config(cfg, speculative, cost)
     n = workload.num_requests
@@ -230,7 +230,7 @@ def simulate(cost: CostModel, workload: Workload, config: EngineConfig | None = 
         "prefix_cache_hit_rate": _hit_rate(out, workload, done),
         **({"stopped_early": stopped} if stopped is not None else {}),
         **_api_server_meta(front, tok, done, view.stream_output_s,
-                           log.loop_merged_tokens / max(int(workload.output_len[done].sum()), 1)),
+                           log.loop_merged_tokens / max(int(workload.output_len[done].sum()), 1), view.api_servers),
     }
     if util["busy_utilization"] is not None:
         meta["busy_utilization"] = util["busy_utilization"]  # energy.run_energy's u_busy
@@ -297,17 +297,18 @@ def _end(pool: Pool, cfg: EngineConfig, stopped: dict | None) -> None:
 
 
 def _api_server_meta(front: float, tok: TokenizerQueue | None, done: np.ndarray, stream_s: float = 0.0,
-                     merged_fraction: float = 0.0) -> dict[str, Any]:
+                     merged_fraction: float = 0.0, servers: int = 1) -> dict[str, Any]:
     """What the API server added to every completed request's TTFT and E2E (the report's
     breakdown): its latency F, the mean wait for, and time in, the tokenizer, its time per
-    streamed output, and the fraction of the completed requests' tokens its loop, behind the
-    engine, merged into chunks already waiting; {} when it adds nothing."""
+    streamed output, the fraction of the completed requests' tokens its loop, behind the
+    engine, merged into chunks already waiting, and its processes per replica; {} when it
+    adds nothing."""
     if not front and tok is None and not stream_s:
         return {}
     waits = tok.wait_s[done] if tok is not None else np.zeros(0)
     waits = waits[np.isfinite(waits)]
     return {"api_server": {"latency_s": front, "tokenizer_mean_s": float(waits.mean()) if waits.size else 0.0,
-                           "stream_output_s": stream_s, "merged_fraction": merged_fraction}}
+                           "stream_output_s": stream_s, "merged_fraction": merged_fraction, "servers": servers}}
 
 
 def _attach_client(reps: list[Replica], view: ClientView, n: int, tok: TokenizerQueue | None = None) -> None:
@@ -316,7 +317,7 @@ def _attach_client(reps: list[Replica], view: ClientView, n: int, tok: Tokenizer
     deadline = np.full(n, np.inf) if view.timeout_s is not None else None
     for p in reps:
         p.set_client(view.lag_steps > 0, view.timeout_s, float(view.frontend_s), deadline,
-                     None if tok is None else tok.reached_s, view.stream_output_s)
+                     None if tok is None else tok.reached_s, view.loop_output_s)
 
 
 def _attach_prefix_caches(reps: list[Replica], workload: Workload, cfg: EngineConfig) -> None:
