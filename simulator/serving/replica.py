@@ -502,25 +502,21 @@ class Replica(DecodeSegments):
             else:
                 n_dec += 1
             g = gen[s]
+            merged = merge is not None and g > 0 and rid[s] in merge
             if g == 0:
                 first_token_s[rid[s]] = t_end
-            elif merge is not None and rid[s] in merge:
+            elif merged:
                 lg.merged_tokens += 1
                 lg.loop_merged_tokens += 1
-                gen[s] = g + 1
-                if g + 1 >= outl[s]:
-                    done.append(s)
-                continue
             elif last[s] == prev:
                 regular += 1
             else:
                 lg.gap(t_chunk - last[s], 1)
             gen[s] = g + 1
-            last[s] = t_chunk
+            last[s] = last[s] if merged else t_chunk
             if g + 1 >= outl[s]:
                 done.append(s)
-        if dec:
-            regular += self._emit_decodes(dec, prev, t_chunk, done, merge)
+        regular += self._emit_decodes(dec, prev, t_chunk, done, merge) if dec else 0
         self.context_sum += added
         # every running slot was in this step (a slot in mid-prompt did not emit, but then no
         # decode segment follows until its prompt is done), and none kept an earlier last token
@@ -532,7 +528,11 @@ class Replica(DecodeSegments):
                   dt, 1, n_dec, stats)
         if self.debug:
             self.check()
-        self._step_outputs(t_end, sched, dec, done)
+        if self.stream_s:
+            self._stream_step(t_end, sched, dec, done)
+        else:
+            for s in done:
+                self._finish(s)
 
     def _chunk_start(self, t_end: float) -> tuple[float, dict[int, float] | None]:
         """Where the chunks of a step ending at t_end start (`_stream_step`): with the loop
@@ -541,16 +541,6 @@ class Replica(DecodeSegments):
         if t_end < self.api_start and self.api_members is not None:
             return self.api_start, self.api_members
         return (t_end if t_end >= self.api_free else self.api_free), None
-
-    def _step_outputs(self, t_end: float, sched: list[tuple[int, int]], dec: list[int] | None,
-                      done: list[int]) -> None:
-        """The step's outputs reach their clients: through the API server's stream when it
-        has one (`_stream_step`), else at t_end; the `done` slots finish then."""
-        if self.stream_s:
-            self._stream_step(t_end, sched, dec, done)
-        else:
-            for s in done:
-                self._finish(s)
 
     def _stream_step(self, t_end: float, sched: list[tuple[int, int]], dec: list[int] | None,
                      done: list[int]) -> None:
@@ -646,12 +636,15 @@ class Replica(DecodeSegments):
         free = self.api_free if self.api_start <= t else self.api_prev
         return t if t >= free else free
 
-    def _emit_decodes(self, dec: list[int], prev: float, t_end: float, done: list[int],
+    def _emit_decodes(self, dec: list[int] | None, prev: float, t_end: float, done: list[int],
                       merge: dict[int, float] | None = None) -> int:
-        """Each slot of `dec` decodes one token, its chunk starting at t_end (the step's end, or
-        where the API server's loop takes it up: `_chunk_start`; appended to `done` when
-        finished); returns how many of them emitted their previous token at `prev` (gap =
-        t_end - prev). `merge`: the requests in the loop's waiting burst (`_emit_decodes_merging`)."""
+        """Each slot of `dec` (None: none) decodes one token, its chunk starting at t_end (the
+        step's end, or where the API server's loop takes it up: `_chunk_start`; appended to
+        `done` when finished); returns how many of them emitted their previous token at `prev`
+        (gap = t_end - prev). `merge`: the requests in the loop's waiting burst
+        (`_emit_decodes_merging`)."""
+        if not dec:
+            return 0
         if merge is not None:
             return self._emit_decodes_merging(dec, prev, t_end, done, merge)
         comp, gen, last, outl, lg = self.computed, self.generated, self.last_tok, self.outlen, self.log

@@ -99,15 +99,13 @@ class DecodeSegments:
         step_time = self.step_time
         Ad0 = context_sum + 0.5 * batch
         R0 = float(context_sum + batch)
-        if self.window is None:  # the common case, inline: one call less per segment
-            d0 = checked(step_time(batch, batch, Ad0, 0.0, R0), batch, batch, R0)  # `steptime.py`
-        else:
-            d0 = self._first_decode_step_s(batch, context_sum)
+        # the common case (no window) inline: one call less per segment (`steptime.py`)
+        d0 = (checked(step_time(batch, batch, Ad0, 0.0, R0), batch, batch, R0) if self.window is None
+              else self._first_decode_step_s(batch, context_sum))
         if t_limit != math.inf:
             # steps only lengthen as context grows: at most (t_limit - clock)/d0 + 1 start in time
-            fit = (t_limit - clock) / d0  # may overflow to inf for far-off limits
-            if fit < max_steps:
-                max_steps = max(1, int(fit) + 1)
+            fit = (t_limit - clock) / d0  # may overflow to inf for far-off limits (int() never sees it)
+            max_steps = max(1, int(fit) + 1) if fit < max_steps else max_steps
         # `_decode_line`, inline (a segment per arrival at low load: the call and its argument
         # checks measured 2 % of the 10k-request benchmark); keep the two in step
         line: tuple[float, float] | None
@@ -130,17 +128,13 @@ class DecodeSegments:
         else:
             n_steps, seg_ends, step_s = self._priced_segment(batch, context_sum, max_steps, t_limit)
             t_end = float(seg_ends[-1])
-        # the API server's stream first: the tokens of a step that merges into a chunk the loop
-        # has not begun have no gap of their own (`_log_chunk_gaps`)
-        stream = self._segment_stream(clock, d0, line, t_end, n_steps, batch, seg_ends) if self.stream_s else None
-        opened_at = stream[4] if stream is not None else None
-        restore = None
-        if opened_at is None and line is not None and self.in_step:  # the common case, inline
+        stream = restore = None
+        if self.stream_s:  # the stream and the gaps its chunks give (`_stream_and_gaps`)
+            stream, restore = self._stream_and_gaps(clock, d0, line, t_end, n_steps, batch, seg_ends, step_s)
+        elif line is not None and self.in_step:  # the common case, inline
             self.log.segment_line(d0, line[1], n_steps, batch)
-        elif opened_at is None:
-            self._log_segment_gaps(d0, n_steps, line, step_s, batch)
         else:
-            restore = self._log_chunk_gaps(clock, opened_at, n_steps, batch)
+            self._log_segment_gaps(d0, n_steps, line, step_s, batch)
         if self.window is None:  # inline (the common case): _segment_stats without a call
             bn = float(batch * n_steps)
             grow = bn * (n_steps - 1) / 2.0
@@ -153,8 +147,6 @@ class DecodeSegments:
         # the cache's own way to grow every slot by n_steps (a derived count, or per-slot blocks)
         apply = self._apply_decode_steps_derived if type(kv) is CeilKVCache else self._apply_decode_steps
         apply(n_steps, t_end)
-        if opened_at is not None:  # each slot's last token that opened a chunk
-            self._keep_chunk_tokens(opened_at, restore, t_end)
         done = finished_slots(active, left, n_steps) if n_steps == steps_to_first_finish else []
         lg = self.log
         lg.steps += n_steps
@@ -167,7 +159,26 @@ class DecodeSegments:
                   busy, n_steps, batch * n_steps, stats)
         if self.debug:
             self.check()
-        self._segment_finish(stream, done)
+        if stream is None:  # no stream: the client sees each output at the step's end
+            for s in done:
+                self._finish(s)
+        else:
+            self._segment_finish(stream, done, restore)
+
+    def _stream_and_gaps(self, clock: float, d0: float, line: tuple[float, float] | None, t_end: float, n: int,
+                         batch: int, ends: np.ndarray | None, step_s: np.ndarray | None) -> tuple:
+        """A streamed segment (`_segment_stream`) and its inter-token gaps: the stream first,
+        since the tokens of a step that merges into a chunk the loop has not begun have no gap
+        of their own (`_log_chunk_gaps`); returns (stream, the last-chunk times to restore)."""
+        stream = self._segment_stream(clock, d0, line, t_end, n, batch, ends)
+        opened_at = stream[4]
+        if opened_at is not None:
+            return stream, self._log_chunk_gaps(clock, opened_at, n, batch)
+        if line is not None and self.in_step:
+            self.log.segment_line(d0, line[1], n, batch)
+        else:
+            self._log_segment_gaps(d0, n, line, step_s, batch)
+        return stream, None
 
     def _log_segment_gaps(self, d0: float, n_steps: int, line: tuple[float, float] | None, step_s: np.ndarray | None,
                           batch: int) -> None:
@@ -204,12 +215,14 @@ class DecodeSegments:
     def _segment_outputs(self, clock: float, d0: float, line: tuple[float, float] | None, t_end: float, n: int,
                          batch: int, done: list[int], ends: np.ndarray | None = None) -> None:
         """The `done` slots finish; without the API server's streaming, at t_end; with it, at
-        their client times (`_segment_stream`, then `_segment_finish`)."""
+        their client times (`_segment_stream`, then `_segment_finish`; a multi-step round,
+        whose gaps its caller logs)."""
         if not self.stream_s:
             for s in done:
                 self._finish(s)
             return
-        self._segment_finish(self._segment_stream(clock, d0, line, t_end, n, batch, ends), done)
+        stream = self._segment_stream(clock, d0, line, t_end, n, batch, ends)
+        self._segment_finish((*stream[:4], None), done)
 
     def _segment_stream(self, clock: float, d0: float, line: tuple[float, float] | None, t_end: float, n: int,
                         batch: int, ends: np.ndarray | None) -> tuple[float, float, float, bool, np.ndarray | None]:
@@ -257,17 +270,16 @@ class DecodeSegments:
         T[-1] = t_end
         return T
 
-    def _segment_finish(self, stream: tuple[float, float, float, bool, np.ndarray | None] | None,
-                        done: list[int]) -> None:
-        """Take up the segment's stream (`_segment_stream`): the loop's state after it, and the
-        `done` slots finish when their clients see them: a slot at place i of the batch at its
-        burst's start + i c, or when its output in the burst that all n steps merged into
-        leaves."""
-        if stream is None:  # no stream: the client sees each output at the step's end
-            for s in done:
-                self._finish(s)
-            return
-        S, E, Ep, created, _opened_at = stream
+    def _segment_finish(self, stream: tuple[float, float, float, bool, np.ndarray | None], done: list[int],
+                        restore: list[float] | None = None) -> None:
+        """Take up the segment's stream (`_segment_stream`): each slot's last chunk where the
+        segment's gaps were logged by `_log_chunk_gaps` (`_keep_chunk_tokens`, with its
+        `restore`), the loop's state after it, and the `done` slots finish when their clients
+        see them: a slot at place i of the batch at its burst's start + i c, or when its output
+        in the burst that all n steps merged into leaves."""
+        S, E, Ep, created, opened_at = stream
+        if opened_at is not None:
+            self._keep_chunk_tokens(opened_at, restore, self.clock)
         c = self.stream_s
         members = self.api_members
         if created:
