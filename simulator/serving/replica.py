@@ -636,15 +636,12 @@ class Replica(DecodeSegments):
         free = self.api_free if self.api_start <= t else self.api_prev
         return t if t >= free else free
 
-    def _emit_decodes(self, dec: list[int] | None, prev: float, t_end: float, done: list[int],
+    def _emit_decodes(self, dec: list[int], prev: float, t_end: float, done: list[int],
                       merge: dict[int, float] | None = None) -> int:
-        """Each slot of `dec` (None: none) decodes one token, its chunk starting at t_end (the
-        step's end, or where the API server's loop takes it up: `_chunk_start`; appended to
-        `done` when finished); returns how many of them emitted their previous token at `prev`
-        (gap = t_end - prev). `merge`: the requests in the loop's waiting burst
-        (`_emit_decodes_merging`)."""
-        if not dec:
-            return 0
+        """Each slot of `dec` decodes one token, its chunk starting at t_end (the step's end, or
+        where the API server's loop takes it up: `_chunk_start`; appended to `done` when
+        finished); returns how many of them emitted their previous token at `prev` (gap =
+        t_end - prev). `merge`: the requests in the loop's waiting burst (`_emit_decodes_merging`)."""
         if merge is not None:
             return self._emit_decodes_merging(dec, prev, t_end, done, merge)
         comp, gen, last, outl, lg = self.computed, self.generated, self.last_tok, self.outlen, self.log
