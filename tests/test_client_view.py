@@ -517,6 +517,24 @@ def test_a_loop_behind_keeps_the_engines_rate_under_a_closed_loop():
     assert plain["stream_merged_fraction"] == 0.0
 
 
+@pytest.mark.parametrize("start,free,prev,t,ready", [
+    (10.0, 11.2, 10.0, 10.5, 11.2),   # the latest burst [10, 11.2) is in flight: after it
+    (10.0, 11.2, 10.0, 11.5, 11.5),   # the loop is free: at once
+    (10.0, 11.2, 10.0, 9.9, 10.0),    # chained bursts of 1.2: the one in flight ends at 10
+    (10.0, 11.2, 10.0, 7.5, 7.6),     # ... two before it: [6.4, 7.6)
+    (10.0, 11.2, 9.0, 9.5, 9.5),      # a gap between the bursts: at once
+    (10.0, 11.2, 9.0, 8.5, 9.0),      # the burst before, [7.8, 9.0)
+])
+def test_a_request_is_taken_up_after_the_burst_in_flight(start, free, prev, t, ready):
+    """`Replica.api_ready`: the latest burst starts at `start` and ends at `free`, the one
+    before ends at `prev`; bursts before run back to back at the latest's length."""
+    from simulator.serving.replica import Replica
+
+    rep = Replica.__new__(Replica)
+    rep.api_start, rep.api_free, rep.api_prev = start, free, prev
+    assert rep.api_ready(t) == pytest.approx(ready, rel=1e-12)
+
+
 def test_closed_loop_request_waits_for_the_burst_in_flight():
     """c = 0.1 s, two clients: A and B (10 prompt, 2 out) sent at 0 end in step 2 (at 2.022);
     the loop streams A's last token at 2.122 and B's at 2.222. A's client sends C (10, 1) at

@@ -28,6 +28,7 @@ as failed at the deadline.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -632,9 +633,21 @@ class Replica(DecodeSegments):
 
     def api_ready(self, t: float) -> float:
         """When the API server's event loop takes up a request that reaches it at t: after the
-        burst it is streaming then (a burst booked for a step still running at t comes after)."""
-        free = self.api_free if self.api_start <= t else self.api_prev
-        return t if t >= free else free
+        burst it is streaming then. A burst that has not begun at t comes after (the loop
+        takes the request up between bursts). If the latest has not, the loop is at the burst
+        before, which ends at api_prev; when the latest follows it back to back (a loop behind
+        the engine), the bursts before run back to back too, each taken as long as the latest
+        (exact in a decode segment's chain, whose bursts are all B c), and the one in flight
+        at t ends at the first of their boundaries after t."""
+        S, E, P = self.api_start, self.api_free, self.api_prev
+        if t >= S:
+            return t if t >= E else E
+        if t >= P:
+            return t
+        L = E - S
+        if P < S or L <= 0:  # not back to back: the burst before ends at P
+            return P
+        return P - math.floor((P - t) / L) * L
 
     def _emit_decodes(self, dec: list[int], prev: float, t_end: float, done: list[int],
                       merge: dict[int, float] | None = None) -> int:
