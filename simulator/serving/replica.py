@@ -58,6 +58,10 @@ def item_view(a: np.ndarray) -> Any:
     return a.data
 
 
+#: the requests merging into the API server's waiting burst when there is none
+_NO_MERGE: dict[int, float] = {}
+
+
 class Replica(DecodeSegments):
     """One model replica: a continuous-batching scheduler over paged KV memory."""
 
@@ -507,8 +511,7 @@ class Replica(DecodeSegments):
             if g == 0:
                 first_token_s[rid[s]] = t_end
             elif merged:
-                lg.merged_tokens += 1
-                lg.loop_merged_tokens += 1
+                lg.loop_merged(1)
             elif last[s] == prev:
                 regular += 1
             else:
@@ -530,7 +533,7 @@ class Replica(DecodeSegments):
         if self.debug:
             self.check()
         if self.stream_s:
-            self._stream_step(t_end, sched, dec, done)
+            self._stream_step(t_end, sched, dec, done, merge)
         else:
             for s in done:
                 self._finish(s)
@@ -544,43 +547,22 @@ class Replica(DecodeSegments):
         return (t_end if t_end >= self.api_free else self.api_free), None
 
     def _stream_step(self, t_end: float, sched: list[tuple[int, int]], dec: list[int] | None,
-                     done: list[int]) -> None:
+                     done: list[int], merge: dict[int, float] | None = None) -> None:
         """The API server streams this step's outputs (`set_client`): decodes first, in batch
         order, then the scheduled sequences that emitted, in schedule order (new requests
         last, as vLLM V1's scheduler output lists them); the output at place j (1-based)
         reaches its client at start + j c, start = max(t_end, when the loop is free). If the
-        loop has not yet begun the latest burst (it ends after t_end, `api_members`), the
-        outputs join that burst instead: vLLM keeps one pending output per request and merges
-        a newer one into it (`RequestOutputCollector`), so a request already in the burst gets
-        this token with its earlier one, at no cost, and a new one is appended. Each first
-        token emitted here moves to its client time, and the `done` slots finish at theirs."""
-        members = self.api_members
-        if t_end < self.api_start and members is not None:  # the loop is behind: merge
+        loop has not yet begun the latest burst (`merge`: its members, from `_chunk_start`),
+        the outputs join that burst instead: vLLM keeps one pending output per request and
+        merges a newer one into it (`RequestOutputCollector`), so a request already in the
+        burst gets this token with its earlier one, at no cost, and a new one is appended.
+        Each first token emitted here moves to its client time, and the `done` slots finish
+        at theirs."""
+        if merge is not None:  # the loop is behind: merge
             comp, prompt = self.computed, self.prompt
-            at = self._join_burst(members, (dec or []) + [s for s, _q in sched if comp[s] >= prompt[s]])
-        elif t_end < self.api_free:  # the loop begins this burst after the step: keep its members
-            at = self._open_burst(t_end, sched, dec)
-        else:  # the common case, inline: the loop is free, the burst starts at t_end
-            self.api_prev, self.api_start, self.api_members = self.api_free, t_end, None
-            c = self.stream_s
-            at = {}
-            if done and dec:
-                where = {s: j for j, s in enumerate(dec, 1)}
-                for s in done:
-                    j = where.get(s)
-                    if j is not None:
-                        at[s] = t_end + j * c
-            pos = len(dec) if dec else 0
-            comp, prompt, gen, rid, first = self.computed, self.prompt, self.generated, self.rid, self.rec_first_token_s
-            for s, _q in sched:
-                if comp[s] < prompt[s]:
-                    continue  # a prompt chunk that emitted nothing
-                pos += 1
-                t = t_end + pos * c
-                if gen[s] == 1:
-                    first[rid[s]] = t
-                at[s] = t
-            self.api_free = t_end + pos * c
+            at = self._join_burst(merge, (dec or []) + [s for s, _q in sched if comp[s] >= prompt[s]])
+        else:
+            at = self._open_burst(t_end, sched, dec, done)
         for s in done:
             self._finish(s, at[s])
 
@@ -602,26 +584,36 @@ class Replica(DecodeSegments):
         self.api_free = free
         return at
 
-    def _open_burst(self, t_end: float, sched: list[tuple[int, int]], dec: list[int] | None) -> dict[int, float]:
-        """`_stream_step`'s burst when the loop is still busy at t_end: it starts when the loop
-        is free, and its members are kept (`api_members`) for the steps that end before then.
-        Returns slot -> client time."""
+    def _open_burst(self, t_end: float, sched: list[tuple[int, int]], dec: list[int] | None,
+                    done: list[int]) -> dict[int, float]:
+        """`_stream_step`'s burst of this step's outputs, from max(t_end, when the loop is
+        free). When the loop begins it after t_end, its members are kept (`api_members`) for
+        the steps that end before then. Returns the client times of the emitting slots (of
+        the decodes only those in `done`, unless the members are kept)."""
         c = self.stream_s
         comp, prompt, gen, rid, first = self.computed, self.prompt, self.generated, self.rid, self.rec_first_token_s
         start = self._burst_start(t_end)
-        members: dict[int, float] = {}
+        members: dict[int, float] | None = {} if start > t_end else None
         at: dict[int, float] = {}
-        pos = 0
-        for s in dec or ():
-            pos += 1
-            at[s] = members[rid[s]] = start + pos * c
+        pos = len(dec) if dec else 0
+        if members is not None:
+            for j, s in enumerate(dec or (), 1):
+                at[s] = members[rid[s]] = start + j * c
+        elif done and dec:  # only the finishing decodes need their place
+            where = {s: j for j, s in enumerate(dec, 1)}
+            for s in done:
+                place = where.get(s)
+                if place is not None:
+                    at[s] = start + place * c
         for s, _q in sched:
             if comp[s] < prompt[s]:
-                continue
+                continue  # a prompt chunk that emitted nothing
             pos += 1
-            t = at[s] = members[rid[s]] = start + pos * c
+            t = at[s] = start + pos * c
             if gen[s] == 1:
                 first[rid[s]] = t
+            if members is not None:
+                members[rid[s]] = t
         self.api_free = start + pos * c
         self.api_members = members
         return at
@@ -654,47 +646,26 @@ class Replica(DecodeSegments):
         """Each slot of `dec` decodes one token, its chunk starting at t_end (the step's end, or
         where the API server's loop takes it up: `_chunk_start`; appended to `done` when
         finished); returns how many of them emitted their previous token at `prev` (gap =
-        t_end - prev). `merge`: the requests in the loop's waiting burst (`_emit_decodes_merging`)."""
-        if merge is not None:
-            return self._emit_decodes_merging(dec, prev, t_end, done, merge)
-        comp, gen, last, outl, lg = self.computed, self.generated, self.last_tok, self.outlen, self.log
-        regular = 0
-        if self.in_step:
+        t_end - prev). `merge`: the requests in the loop's waiting burst, whose tokens join
+        their chunk there with no gap and their last chunk's time kept."""
+        comp, gen, last, outl = self.computed, self.generated, self.last_tok, self.outlen
+        if self.in_step and merge is None:
             # every decoding slot emitted its last token at `prev` (`in_step`, checked in
             # debug mode): each gap is this step, so no per-slot comparison
-            regular += len(dec)
             for s in dec:
                 comp[s] += 1
                 g = gen[s] = gen[s] + 1
                 last[s] = t_end
                 if g >= outl[s]:
                     done.append(s)
-        else:
-            for s in dec:
-                comp[s] += 1
-                g = gen[s] = gen[s] + 1
-                if last[s] == prev:
-                    regular += 1
-                else:
-                    lg.gap(t_end - last[s], 1)
-                last[s] = t_end
-                if g >= outl[s]:
-                    done.append(s)
-        return regular
-
-    def _emit_decodes_merging(self, dec: list[int], prev: float, t_end: float, done: list[int],
-                              merge: dict[int, float]) -> int:
-        """`_emit_decodes` while the API server's loop has not begun its latest burst: a slot
-        whose request is in that burst (`merge`) gets its token in the same chunk, with no gap
-        and its last chunk's token time kept; the others as `_emit_decodes`."""
-        comp, gen, last, outl, lg, rid = self.computed, self.generated, self.last_tok, self.outlen, self.log, self.rid
+            return len(dec)
+        lg, rid, merging = self.log, self.rid, merge or _NO_MERGE
         regular = 0
         for s in dec:
             comp[s] += 1
             g = gen[s] = gen[s] + 1
-            if rid[s] in merge:
-                lg.merged_tokens += 1
-                lg.loop_merged_tokens += 1
+            if rid[s] in merging:
+                lg.loop_merged(1)
             else:
                 if last[s] == prev:
                     regular += 1
@@ -838,8 +809,7 @@ class Replica(DecodeSegments):
             self.context_sum += k
             generated[s] += k
             if merge is not None and self.rid[s] in merge:
-                lg.merged_tokens += k
-                lg.loop_merged_tokens += k
+                lg.loop_merged(k)
             else:
                 lg.gap(t_chunk - last[s], 1)
                 lg.gap(0.0, k - 1)

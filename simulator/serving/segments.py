@@ -174,10 +174,7 @@ class DecodeSegments:
         opened_at = stream[4]
         if opened_at is not None:
             return stream, self._log_chunk_gaps(clock, opened_at, n, batch)
-        if line is not None and self.in_step:
-            self.log.segment_line(d0, line[1], n, batch)
-        else:
-            self._log_segment_gaps(d0, n, line, step_s, batch)
+        self._log_segment_gaps(d0, n, line, step_s, batch)
         return stream, None
 
     def _log_segment_gaps(self, d0: float, n_steps: int, line: tuple[float, float] | None, step_s: np.ndarray | None,
@@ -309,8 +306,7 @@ class DecodeSegments:
         segment sets them to its end), else None."""
         lg = self.log
         k = len(opened_at)
-        lg.merged_tokens += batch * (n - k)
-        lg.loop_merged_tokens += batch * (n - k)
+        lg.loop_merged(batch * (n - k))
         last = self.last_tok
         if k == 0:
             return [last[s] for s in self.active]

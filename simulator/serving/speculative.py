@@ -232,7 +232,7 @@ class SpecReplica(Replica):
         if self.debug:
             self.check()
         if self.stream_s:  # one streamed output per emitting sequence (its accepted tokens)
-            self._stream_step(t_end, sched, None, done)
+            self._stream_step(t_end, sched, None, done, merge)
         else:
             for s in done:
                 self._finish(s)
@@ -281,8 +281,7 @@ class SpecReplica(Replica):
             if g == 0:
                 first_token_s[rid[s]] = t_end
             elif merge is not None and rid[s] in merge:
-                lg.merged_tokens += n  # no chunk of its own: last_tok kept
-                lg.loop_merged_tokens += n
+                lg.loop_merged(n)  # no chunk of its own: last_tok kept
                 gen[s] = g + n
                 if g + n >= outl[s]:
                     done.append(s)

@@ -77,6 +77,11 @@ class StepLog:
         # specialise class attributes read through an instance (tests lower it per instance)
         self.ITL_EXACT_LIMIT = type(self).ITL_EXACT_LIMIT
 
+    def loop_merged(self, n: int) -> None:
+        """n tokens merged into a chunk the API server's loop had not begun: no gap of their own."""
+        self.merged_tokens += n
+        self.loop_merged_tokens += n
+
     def gap(self, value: float, count: int) -> None:
         if count:
             self.gap_v.append(value)
