@@ -522,6 +522,9 @@ def test_a_loop_behind_keeps_the_engines_rate_under_a_closed_loop():
     (10.0, 11.2, 10.0, 11.5, 11.5),   # the loop is free: at once
     (10.0, 11.2, 10.0, 9.9, 10.0),    # chained bursts of 1.2: the one in flight ends at 10
     (10.0, 11.2, 10.0, 7.5, 7.6),     # ... two before it: [6.4, 7.6)
+    (10.0, 11.2, 10.0, 8.8, 10.0),    # on a boundary: the burst that begins there, [8.8, 10)
+    (10.0, 11.2, 10.0, 8.8 - 1e-13, 10.0),  # ... also a rounding error away from it
+    (10.0, 11.2, 10.0, 8.8 + 1e-13, 10.0),
     (10.0, 11.2, 9.0, 9.5, 9.5),      # a gap between the bursts: at once
     (10.0, 11.2, 9.0, 8.5, 9.0),      # the burst before, [7.8, 9.0)
 ])
@@ -551,19 +554,67 @@ def test_closed_loop_request_waits_for_the_burst_in_flight():
     np.testing.assert_allclose(capped.first_token_s, res.first_token_s, rtol=1e-12)
 
 
+def test_a_segment_after_a_prefill_only_burst_appends_the_running_requests():
+    """c = 0.6 s under vLLM V0's prefill-priority scheduler: A and B (10 prompt, 8 out) at 0,
+    C (10, 4) sent at 5.0. A and B's steps end at 1.02 + 1.002 k and their bursts chain from
+    1.02 in steps of 1.2 s. C reaches the engine after the burst in flight (4.62-5.82), at
+    5.82, during step 6 (5.028-6.030); step 7 is C's prefill alone, ending at 7.040, and its
+    burst holds C only: it starts when the loop is free, 8.22 (C's first token at 8.82). The
+    decode step of A, B, C ends at 8.043, before that burst has begun: C's token merges into
+    its output there, while A and B, not in it, are appended (at 9.42 and 10.02), as vLLM's
+    output queue would. Then the step ending 9.046 opens the burst at 10.02 (A's last token
+    at 10.62, B's at 11.22, C's third at 11.82) and C's last leaves at max(10.047, 11.82) +
+    0.6 = 12.42. Gaps run burst start to burst start: A and B 6 x 1.2 and 8.22 -> 10.02 =
+    1.8, C 1.8 and 1.8; C's merged token has none (16 gaps + 1 merged + 3 first = 20 tokens).
+    A closed-form segment whose steps merged into that burst had left A and B out of it
+    (finishing them at 9.646 and 10.246, and a KeyError when one finished there)."""
+    w = wl([0, 0, 5.0], [10, 10, 10], [8, 8, 4])
+    view = ClientView(stream_output_s=0.6)
+    for steps in (4096, 1):
+        res = simulate(COST, w, cfg(scheduler="prefill-priority", max_segment_steps=steps), client=view)
+        np.testing.assert_allclose(res.first_token_s, [1.62, 2.22, 8.82], rtol=1e-12)
+        np.testing.assert_allclose(res.finish_s, [10.62, 11.22, 12.42], rtol=1e-12)
+        np.testing.assert_allclose(np.repeat(res.itl_values_s, res.itl_counts), [1.2] * 12 + [1.8] * 4, rtol=1e-10)
+        assert res.meta["api_server"]["merged_fraction"] == pytest.approx(1 / 20)
+
+
+def test_a_multi_step_round_of_one_step_streams_as_a_v0_step():
+    """vLLM 0.6 multi-step scheduling with one step a round is V0: the round's burst goes
+    through the API server's loop as a step's does, so with the loop behind (c = 0.5 s, three
+    outputs a step) a round that ends before a prefill's burst has begun appends the running
+    requests to it. Same first tokens, finishes and gaps as the V0 scheduler."""
+    w = wl([0, 0, 0, 1.5], [10] * 4, [12, 12, 12, 4])
+    view = ClientView(stream_output_s=0.5)
+    v0 = simulate(COST, w, cfg(scheduler="vllm-v0"), client=view)
+    ms = simulate(COST, w, cfg(scheduler="vllm-multistep", policy_params={"num_scheduler_steps": 1}), client=view)
+    np.testing.assert_allclose(ms.first_token_s, v0.first_token_s, rtol=1e-12)
+    np.testing.assert_allclose(ms.finish_s, v0.finish_s, rtol=1e-12)
+    np.testing.assert_allclose(np.repeat(ms.itl_values_s, ms.itl_counts), np.repeat(v0.itl_values_s, v0.itl_counts),
+                               rtol=1e-12)
+    # by hand: the first prefill (30 tokens) ends at 1.03 and its burst sends A, B, C's first
+    # tokens at 1.53, 2.03, 2.53. D reaches the engine after that burst, at 2.53, in step 3
+    # (2.033-3.036); its prefill alone ends at 4.046 and its burst, D alone, starts when the
+    # loop is free, at 5.53 (first token 6.03). The round ending 5.050 merges D's token there
+    # and appends A, B, C (free at 7.53); the one ending 6.054 opens the burst at 7.53 (D's
+    # third token at 9.53), and D's fourth, from the round ending 7.058, merges into it
+    np.testing.assert_allclose(v0.first_token_s, [1.53, 2.03, 2.53, 6.03], rtol=1e-12)
+    np.testing.assert_allclose(v0.finish_s[3], 9.53, rtol=1e-12)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(n=st.integers(1, 25), rate=st.one_of(st.just(math.inf), st.floats(1.0, 400.0)), seed=st.integers(0, 50),
-       c_us=st.sampled_from([50.0, 400.0, 3000.0]), closed=st.booleans(),
+@given(engine=st.sampled_from(ENGINES), n=st.integers(1, 25), rate=st.one_of(st.just(math.inf), st.floats(1.0, 400.0)),
+       seed=st.integers(0, 50), c_us=st.sampled_from([50.0, 400.0, 3000.0]), closed=st.booleans(),
        ins=st.lists(st.integers(1, 1500), min_size=25, max_size=25),
        outs=st.lists(st.integers(1, 60), min_size=25, max_size=25))
-def test_streaming_segments_match_the_step_by_step_loop(n, rate, seed, c_us, closed, ins, outs):
-    """The decode segments' closed-form bursts (`_segment_outputs`) against one step at a
-    time, on a real model whose decode steps lengthen with the context; and every output
-    leaves after the step that made it. (Not against the run without streaming: an arrival
-    that meets a burst reaches the engine later, so the engine's schedule differs.)"""
+def test_streaming_segments_match_the_step_by_step_loop(engine, n, rate, seed, c_us, closed, ins, outs):
+    """The decode segments' closed-form bursts (`_segment_stream`) against one step at a
+    time, under every engine, on a real model whose decode steps lengthen with the context;
+    and every output leaves after the step that made it. (Not against the run without
+    streaming: an arrival that meets a burst reaches the engine later, so the engine's
+    schedule differs.)"""
     import dataclasses
 
-    cost, config, view = engine_parts("vllm")
+    cost, config, view = engine_parts(engine)
     view = dataclasses.replace(view, stream_output_s=c_us * 1e-6)
     sched = arrivals(n, rate, rng=vllm_rng(seed))
     w = wl(sched, ins[:n], outs[:n], concurrency=4) if closed else wl(sched, ins[:n], outs[:n])

@@ -136,6 +136,7 @@ class DecodeReplica(Replica):
             if not fits(self, r, L):  # the policy's own admission rule (its reservations)
                 return
             self.arrived.popleft()
+            self.sync_last_tok()  # before a slot joins that did not emit at the clock
             s = self.free_slots.pop()
             self.rid[s] = r
             self.computed[s] = L

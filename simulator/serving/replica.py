@@ -58,10 +58,6 @@ def item_view(a: np.ndarray) -> Any:
     return a.data
 
 
-#: the requests merging into the API server's waiting burst when there is none
-_NO_MERGE: dict[int, float] = {}
-
-
 class Replica(DecodeSegments):
     """One model replica: a continuous-batching scheduler over paged KV memory."""
 
@@ -74,7 +70,7 @@ class Replica(DecodeSegments):
                  "outstanding", "policy", "prefix", "prompt", "rid", "scheduled_s", "segment_steps",
                  "step_time", "waiting", "window", "wl_in", "wl_out", "in_len", "out_len",
                  "rec_first_token_s", "rec_finish_s", "rec_status", "rec_replica",
-                 "stream_s", "api_free", "api_start", "api_prev", "api_members")
+                 "stream_s", "api_free", "api_start", "api_prev", "api_members", "last_lazy_s")
 
     def __init__(self, index: int, cost: CostModel, cfg: EngineConfig, total_blocks: int,
                  max_model_len: int, wl: Workload, records: Records, log: StepLog,
@@ -136,6 +132,10 @@ class Replica(DecodeSegments):
         # running decode out, e.g. a prefill-only step): only then is each gap of a decode
         # segment's first step that step's duration
         self.in_step = True
+        # a decode step or segment that emits for every running slot marks their last tokens
+        # at one time, last_lazy_s, without writing `last_tok` slot by slot (`sync_last_tok`
+        # writes them when another step needs them; None: every entry is written)
+        self.last_lazy_s: float | None = None
         self.segment_steps = 0  # decode steps run in closed-form segments (policies that count steps)
         self.prefix: PrefixState | None = None  # prefix caching on (`attach_prefix_cache`)
         # the client view (`set_client`): async-scheduling lag, client timeouts
@@ -361,6 +361,13 @@ class Replica(DecodeSegments):
 
     def run_plan(self, plan: StepPlan) -> None:
         """Apply the policy's plan: preempt, allocate, admit, then price and run the step."""
+        if self.last_lazy_s is not None:
+            if plan.decode_all and not plan.preempt and self.in_step:
+                # every running slot decodes in this step, which marks their last tokens anew
+                # (`_emit_decodes`; with `in_step` each was at the clock, so none is read)
+                self.last_lazy_s = None
+            else:
+                self.sync_last_tok()
         if plan.run_to_completion and plan.admit:
             self._static_batch([r for r, _ in plan.admit])
             return
@@ -374,12 +381,8 @@ class Replica(DecodeSegments):
             return
         kv = self.kv
         if plan.running:
-            if self.debug and plan.running_blocks >= 0 and kv.derived_counts:  # the count CeilKVCache uses
-                bs, computed = self.bs, self.computed
-                want = sum(max(-(-(computed[s] + q) // bs) - kv.blocks_of(s), 0) for s, q in plan.running)
-                if want != plan.running_blocks:
-                    raise AssertionError(f"replica {self.index}: plan counts {plan.running_blocks} new blocks, "
-                                         f"its running sequences need {want}")
+            if self.debug:
+                self._check_plan_blocks(plan)
             kv.grow_to_cover(plan.running, self.computed, plan.running_blocks)
         decodes = None
         if plan.decode_all:
@@ -400,6 +403,17 @@ class Replica(DecodeSegments):
             # nothing runs and the head cannot be admitted: impossible after the arrival
             # check, but never spin forever
             self._reject_head("could not be scheduled on an empty replica")
+
+    def _check_plan_blocks(self, plan: StepPlan) -> None:
+        """Debug: the new blocks a plan counts for its running sequences are the ones they need
+        (the count CeilKVCache uses; -1: the plan did not count them)."""
+        kv = self.kv
+        if plan.running_blocks >= 0 and kv.derived_counts:
+            bs, computed = self.bs, self.computed
+            want = sum(max(-(-(computed[s] + q) // bs) - kv.blocks_of(s), 0) for s, q in plan.running)
+            if want != plan.running_blocks:
+                raise AssertionError(f"replica {self.index}: plan counts {plan.running_blocks} new blocks, "
+                                     f"its running sequences need {want}")
 
     def _reject_head(self, reason: str) -> None:
         r = self.waiting.popleft()
@@ -489,7 +503,8 @@ class Replica(DecodeSegments):
         # with the API server's stream, an inter-token gap runs between the starts of the bursts
         # that carry a request's chunks (`_stream_step`): t_chunk, this step's end unless the
         # loop is busy then. If the loop has not begun its latest burst, a request already in
-        # it gets this token in the same chunk, with no gap of its own (last_tok kept)
+        # it gets this token in the same chunk, with no gap of its own: exactly the requests
+        # whose last chunk starts at t_chunk (that burst's start; no chunk starts later)
         t_chunk, merge = self._chunk_start(t_end) if self.stream_s else (t_end, None)
         rid = self.rid
         register = self.prefix.register if self.prefix is not None else None
@@ -507,24 +522,24 @@ class Replica(DecodeSegments):
             else:
                 n_dec += 1
             g = gen[s]
-            merged = merge is not None and g > 0 and rid[s] in merge
             if g == 0:
                 first_token_s[rid[s]] = t_end
-            elif merged:
-                lg.loop_merged(1)
             elif last[s] == prev:
                 regular += 1
+            elif last[s] == t_chunk:  # merged into its chunk in the loop's waiting burst
+                lg.loop_merged(1)
             else:
                 lg.gap(t_chunk - last[s], 1)
             gen[s] = g + 1
-            last[s] = last[s] if merged else t_chunk
+            last[s] = t_chunk
             if g + 1 >= outl[s]:
                 done.append(s)
-        regular += self._emit_decodes(dec, prev, t_chunk, done, merge) if dec else 0
+        regular += self._emit_decodes(dec, prev, t_chunk, done) if dec else 0
         self.context_sum += added
         # every running slot was in this step (a slot in mid-prompt did not emit, but then no
-        # decode segment follows until its prompt is done), and none kept an earlier last token
-        self.in_step = batch == len(self.active) and t_chunk == t_end and merge is None
+        # decode segment follows until its prompt is done), and every chunk started at t_end
+        # (then none merged: a merge starts at the waiting burst, after t_end)
+        self.in_step = batch == len(self.active) and t_chunk == t_end
         self.clock = t_end
         lg.gap(t_chunk - prev, regular)
         kv = self.kv  # _record inline: once per step
@@ -630,48 +645,52 @@ class Replica(DecodeSegments):
         before, which ends at api_prev; when the latest follows it back to back (a loop behind
         the engine), the bursts before run back to back too, each taken as long as the latest
         (exact in a decode segment's chain, whose bursts are all B c), and the one in flight
-        at t ends at the first of their boundaries after t."""
+        at t ends at the first of their boundaries after t. A burst is in flight from its
+        start to its end, [start, end): a request that reaches the loop at a boundary (a
+        closed-loop client sends its next request when the last output of a burst reaches
+        it) waits for the burst that begins there. Boundaries are computed (a chain walked
+        back, or a segment's closed form), so t within 1e-9 of a burst of one counts as on it."""
         S, E, P = self.api_start, self.api_free, self.api_prev
         if t >= S:
             return t if t >= E else E
         if t >= P:
             return t
         L = E - S
-        if P < S or L <= 0:  # not back to back: the burst before ends at P
+        if L <= 0 or S - P > 1e-9 * L:  # not back to back: the burst before ends at P
             return P
-        return P - math.floor((P - t) / L) * L
+        # the bursts [P - n L, P - (n - 1) L) back from P: the one holding t has n = ceil((P - t) / L)
+        return P - (math.ceil((P - t) / L - 1e-9) - 1) * L
 
-    def _emit_decodes(self, dec: list[int], prev: float, t_end: float, done: list[int],
-                      merge: dict[int, float] | None = None) -> int:
+    def _emit_decodes(self, dec: list[int], prev: float, t_end: float, done: list[int]) -> int:
         """Each slot of `dec` decodes one token, its chunk starting at t_end (the step's end, or
         where the API server's loop takes it up: `_chunk_start`; appended to `done` when
         finished); returns how many of them emitted their previous token at `prev` (gap =
-        t_end - prev). `merge`: the requests in the loop's waiting burst, whose tokens join
-        their chunk there with no gap and their last chunk's time kept."""
+        t_end - prev). A slot whose last chunk already starts at t_end is in the loop's
+        waiting burst: its token joins that chunk, with no gap."""
         comp, gen, last, outl = self.computed, self.generated, self.last_tok, self.outlen
-        if self.in_step and merge is None:
+        if self.in_step:
             # every decoding slot emitted its last token at `prev` (`in_step`, checked in
-            # debug mode): each gap is this step, so no per-slot comparison
+            # debug mode): each gap is this step, so no per-slot comparison; and `dec` holds
+            # every running slot, so their new last token is marked once (`last_lazy_s`)
             for s in dec:
                 comp[s] += 1
                 g = gen[s] = gen[s] + 1
-                last[s] = t_end
                 if g >= outl[s]:
                     done.append(s)
+            self.last_lazy_s = t_end
             return len(dec)
-        lg, rid, merging = self.log, self.rid, merge or _NO_MERGE
+        lg = self.log
         regular = 0
         for s in dec:
             comp[s] += 1
             g = gen[s] = gen[s] + 1
-            if rid[s] in merging:
+            if last[s] == prev:
+                regular += 1
+            elif last[s] == t_end:
                 lg.loop_merged(1)
             else:
-                if last[s] == prev:
-                    regular += 1
-                else:
-                    lg.gap(t_end - last[s], 1)
-                last[s] = t_end
+                lg.gap(t_end - last[s], 1)
+            last[s] = t_end
             if g >= outl[s]:
                 done.append(s)
         return regular
@@ -779,8 +798,10 @@ class Replica(DecodeSegments):
             raise AssertionError(f"replica {self.index}: seat accounting broken")
         if self.n_prefilling != sum(1 for s in self.active if self.computed[s] < self.prompt[s]):
             raise AssertionError(f"replica {self.index}: prefilling count broken")
-        if self.in_step and any(self.last_tok[s] != self.clock for s in self.active
-                                if self.computed[s] >= self.prompt[s]):
+        if self.in_step and self.last_lazy_s not in (None, self.clock):
+            raise AssertionError(f"replica {self.index}: last tokens marked at {self.last_lazy_s}, not at the clock")
+        if self.in_step and self.last_lazy_s is None and any(self.last_tok[s] != self.clock for s in self.active
+                                                       if self.computed[s] >= self.prompt[s]):
             raise AssertionError(f"replica {self.index}: a decoding slot did not emit in the last step")
 
     # ---------------------------------------------------------------- multi-step rounds
@@ -799,7 +820,7 @@ class Replica(DecodeSegments):
             t_end = self.clock + float(np.sum(self._decode_step_times(batch, context_sum, n_steps)))  # checked there
         computed, generated, outlen, last, kv, lg = self.computed, self.generated, self.outlen, self.last_tok, self.kv, self.log
         # the gaps run from where the round's chunks start (`_chunk_start`); a request in the
-        # API server's waiting burst merges the round's tokens into its chunk there
+        # API server's waiting burst (its last chunk starts there) merges the round's tokens
         t_chunk, merge = self._chunk_start(t_end) if self.stream_s else (t_end, None)
         done = []
         for s in self.active:
@@ -808,7 +829,7 @@ class Replica(DecodeSegments):
             computed[s] += k
             self.context_sum += k
             generated[s] += k
-            if merge is not None and self.rid[s] in merge:
+            if last[s] == t_chunk:
                 lg.loop_merged(k)
             else:
                 lg.gap(t_chunk - last[s], 1)
@@ -819,12 +840,14 @@ class Replica(DecodeSegments):
         lg.steps += n_steps
         lg.batch_token_sum += batch * n_steps
         lg.busy_s += t_end - self.clock
-        clock = self.clock
         self.clock = t_end
-        self.in_step = t_chunk == t_end and merge is None
+        self.in_step = t_chunk == t_end
         self._record(batch)
-        # one burst at the round's end: each slot's k tokens are one output
-        self._segment_outputs(clock, t_end - clock, None, t_end, 1, batch, done)
+        if self.stream_s:  # one burst at the round's end, as a step's: each slot's k tokens one output
+            self._stream_step(t_end, [], list(self.active), done, merge)
+        else:
+            for s in done:
+                self._finish(s)
 
     # ---------------------------------------------------------------- static batching
     def _static_batch(self, batch: list[int]) -> None:

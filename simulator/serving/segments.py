@@ -38,6 +38,7 @@ class DecodeSegments:
 
     active: list[int]
     computed: list[int]
+    prompt: list[int]
     generated: list[int]
     outlen: list[int]
     last_tok: list[float]
@@ -54,6 +55,7 @@ class DecodeSegments:
     context_sum: int
     window: int | None
     in_step: bool
+    last_lazy_s: float | None
     segment_steps: int
     step_time: Any
     index: int
@@ -81,7 +83,11 @@ class DecodeSegments:
         or the last step that starts before t_limit); see the module docstring."""
         active = self.active
         batch = len(active)
-        if self.max_tokens < batch:
+        # one general step instead when the budget is short of the batch, or when the API
+        # server's loop is behind and waits to begin a burst that lacks a running request
+        # (`_joins_waiting_burst`: that step appends it, after which every step's outputs merge
+        # alike, as the closed form takes them)
+        if self.max_tokens < batch or (self.api_members is not None and self._joins_waiting_burst()):
             self.run_plan(self.policy.next_step(self, allow_segment=False))
             return
         generated, outlen = self.generated, self.outlen
@@ -146,7 +152,9 @@ class DecodeSegments:
         self.context_sum = context_sum + n_steps * batch
         # the cache's own way to grow every slot by n_steps (a derived count, or per-slot blocks)
         apply = self._apply_decode_steps_derived if type(kv) is CeilKVCache else self._apply_decode_steps
-        apply(n_steps, t_end)
+        apply(n_steps)
+        # every slot's last token is now at t_end: marked once, not slot by slot (`last_lazy_s`)
+        self.last_lazy_s = t_end
         done = finished_slots(active, left, n_steps) if n_steps == steps_to_first_finish else []
         lg = self.log
         lg.steps += n_steps
@@ -164,6 +172,29 @@ class DecodeSegments:
                 self._finish(s)
         else:
             self._segment_finish(stream, done, restore)
+
+    def _joins_waiting_burst(self) -> bool:
+        """True when the loop has not begun its latest burst (a step ending before it begins
+        merges into it) and a running request has no output in it: SGLang's prefill-only step,
+        say, opened it for the new requests alone while the loop was behind."""
+        members, rid = self.api_members, self.rid
+        assert members is not None
+        return self.clock < self.api_start and any(rid[s] not in members for s in self.active)
+
+    def sync_last_tok(self) -> None:
+        """Write `last_tok` of every running slot if a decode segment left it marked rather
+        than written (`last_lazy_s`: each is that time). A decode segment or an all-decode step
+        emits a token for every running slot, and one most often follows another, so they mark
+        the time once; any other reader or writer of `last_tok` calls this first. A slot still
+        in its prompt (one resumed after a preemption: it has a last token, from before) is
+        left as it is."""
+        t = self.last_lazy_s
+        if t is not None:
+            last, computed, prompt = self.last_tok, self.computed, self.prompt
+            for s in self.active:
+                if computed[s] >= prompt[s]:
+                    last[s] = t
+            self.last_lazy_s = None
 
     def _stream_and_gaps(self, clock: float, d0: float, line: tuple[float, float] | None, t_end: float, n: int,
                          batch: int, ends: np.ndarray | None, step_s: np.ndarray | None) -> tuple:
@@ -200,26 +231,14 @@ class DecodeSegments:
         if restore is not None:  # no step opened one: the slots keep their earlier tokens
             for s, t in zip(active, restore, strict=True):
                 last[s] = t
-            self.in_step = False
+            self.in_step, self.last_lazy_s = False, None
         elif float(opened_at[-1]) != t_end:
             t = float(opened_at[-1])
             for s in active:
                 last[s] = t
-            self.in_step = False
+            self.in_step, self.last_lazy_s = False, None
         else:
-            self.in_step = True
-
-    def _segment_outputs(self, clock: float, d0: float, line: tuple[float, float] | None, t_end: float, n: int,
-                         batch: int, done: list[int], ends: np.ndarray | None = None) -> None:
-        """The `done` slots finish; without the API server's streaming, at t_end; with it, at
-        their client times (`_segment_stream`, then `_segment_finish`; a multi-step round,
-        whose gaps its caller logs)."""
-        if not self.stream_s:
-            for s in done:
-                self._finish(s)
-            return
-        stream = self._segment_stream(clock, d0, line, t_end, n, batch, ends)
-        self._segment_finish((*stream[:4], None), done)
+            self.in_step = True  # and last_lazy_s is t_end: every last chunk is there
 
     def _segment_stream(self, clock: float, d0: float, line: tuple[float, float] | None, t_end: float, n: int,
                         batch: int, ends: np.ndarray | None) -> tuple[float, float, float, bool, np.ndarray | None]:
@@ -307,6 +326,7 @@ class DecodeSegments:
         lg = self.log
         k = len(opened_at)
         lg.loop_merged(batch * (n - k))
+        self.sync_last_tok()
         last = self.last_tok
         if k == 0:
             return [last[s] for s in self.active]
@@ -352,6 +372,7 @@ class DecodeSegments:
         """Inter-token gaps of a segment whose batch did not all emit at `clock` (a running
         decode was left out of the previous step, e.g. by a prefill-only step): the first
         step's gap for such a slot runs from its own last token."""
+        self.sync_last_tok()
         last, clock = self.last_tok, self.clock
         lagging = [s for s in self.active if last[s] != clock]
         lg = self.log
@@ -465,21 +486,21 @@ class DecodeSegments:
             Aw, Rw = Ad, R
         return check_step_times(self.cost.step_times(float(batch), float(batch), Ad, 0.0, R, Aw, Rw), batch, batch, R)
 
-    def _apply_decode_steps(self, n_steps: int, t_end: float) -> None:
-        """Every running slot emits n_steps tokens (the last at t_end) and takes the blocks
-        its longer context needs (explicit per-slot counts: prefix caching; CeilKVCache takes
+    def _apply_decode_steps(self, n_steps: int) -> None:
+        """Every running slot emits n_steps tokens and takes the blocks its longer context
+        needs (explicit per-slot counts: prefix caching; CeilKVCache takes
         `_apply_decode_steps_derived`). The caller has added the steps' tokens to
-        `context_sum` and finds the slots that are done (`finished_slots`)."""
+        `context_sum`, finds the slots that are done (`finished_slots`) and marks their last
+        tokens at the segment's end (`last_lazy_s`)."""
         kv = self.kv
         active = self.active
-        computed, generated, last = self.computed, self.generated, self.last_tok
+        computed, generated = self.computed, self.generated
         if kv.shared_of and not kv.ceil_blocks:
             # shared blocks: no ceil(c / bs) shortcut, each slot's cover is recomputed
             for s in active:
                 computed[s] += n_steps
                 kv.allocate(s, kv.blocks_to_grow(s, computed[s]))
                 generated[s] += n_steps
-                last[s] = t_end
             return
         held, bs = kv.held, self.bs
         # private blocks only: a slot holds ceil(c / bs) blocks, so n more tokens take
@@ -498,20 +519,18 @@ class DecodeSegments:
                     held[s] += full
                 computed[s] = c + n_steps
                 generated[s] += n_steps
-                last[s] = t_end
         else:
             for s in active:
                 held[s] += full
                 computed[s] += n_steps
                 generated[s] += n_steps
-                last[s] = t_end
         kv.free_blocks -= full * len(active) + crossing
 
-    def _apply_decode_steps_derived(self, n_steps: int, t_end: float) -> None:
+    def _apply_decode_steps_derived(self, n_steps: int) -> None:
         """`_apply_decode_steps` with block counts derived from `computed` (CeilKVCache): only
         the pool's free count moves, by B (n // bs) + #{slots crossing one more boundary}
         (threshold bs when n % bs == 0: never). One pass."""
-        computed, generated, last, bs = self.computed, self.generated, self.last_tok, self.bs
+        computed, generated, bs = self.computed, self.generated, self.bs
         active = self.active
         full, rem = divmod(n_steps, bs)
         threshold = bs - rem if rem else bs
@@ -522,7 +541,6 @@ class DecodeSegments:
                 crossing += 1
             computed[s] = c + n_steps
             generated[s] += n_steps
-            last[s] = t_end
         self.kv.free_blocks -= full * len(active) + crossing
 
 

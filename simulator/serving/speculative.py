@@ -222,8 +222,8 @@ class SpecReplica(Replica):
         lg.busy_s += dt
         # gaps between the starts of the API server's bursts, as `Replica._execute` does
         t_chunk, merge = self._chunk_start(t_end) if self.stream_s else (t_end, None)
-        done = self._emit(sched, covers, outcomes, prev, t_chunk, merge)
-        self.in_step = len(sched) == len(self.active) and t_chunk == t_end and merge is None
+        done = self._emit(sched, covers, outcomes, prev, t_chunk)
+        self.in_step = len(sched) == len(self.active) and t_chunk == t_end
         self.clock = t_end
         kv = self.kv
         n_verify_tokens = sum(q for (s, q), a in zip(sched, outcomes, strict=True) if a >= 0)
@@ -238,10 +238,11 @@ class SpecReplica(Replica):
                 self._finish(s)
 
     def _emit(self, sched: list[tuple[int, int]], covers: list[int], outcomes: list[int], prev: float,
-              t_end: float, merge: dict[int, float] | None = None) -> list[int]:
+              t_end: float) -> list[int]:
         """Apply the step: KV growth, block release, tokens and their gaps (each chunk's from
-        t_end, where the step's chunks start; a request in `merge`, the API server's waiting
-        burst, merges all its tokens into its chunk there); returns the slots that finished."""
+        t_end, where the step's chunks start; a request whose last chunk starts there is in
+        the API server's waiting burst and merges all its tokens into it); returns the slots
+        that finished."""
         comp, prompt, gen, last, outl, rid = (self.computed, self.prompt, self.generated, self.last_tok,
                                               self.outlen, self.rid)
         kv, bs, lg = self.kv, self.bs, self.log
@@ -280,7 +281,7 @@ class SpecReplica(Replica):
                 n = left
             if g == 0:
                 first_token_s[rid[s]] = t_end
-            elif merge is not None and rid[s] in merge:
+            elif last[s] == t_end:
                 lg.loop_merged(n)  # no chunk of its own: last_tok kept
                 gen[s] = g + n
                 if g + n >= outl[s]:

@@ -157,6 +157,11 @@ class StepLog:
             cnts.append(np.full(len(ch), w, dtype=np.int64))
         return np.concatenate(vals), np.concatenate(cnts)
 
+    def _line_runs(self) -> tuple[int, int]:
+        """(decode segments stored on a line, the gaps they hold): `segment_line`."""
+        n = np.frombuffer(bytes(self.lines), dtype=_LINE)["n"]
+        return len(n), int(n.sum())
+
     def _fold(self) -> None:
         """Move the exact store into the histogram (bounded memory from here on)."""
         v, c = self._exact()
@@ -185,8 +190,13 @@ class StepLog:
         if len(v) == 0:
             return v, c
         # sort once and sum the counts of equal values (np.unique's inverse pass and its
-        # stable sort cost 3x more; integer sums do not depend on the order of equal values)
-        order = np.argsort(v)
+        # stable sort cost 3x more; integer sums do not depend on the order of equal values).
+        # A decode segment's gaps come as an ascending run (its steps only lengthen), and
+        # numpy's stable float sort (timsort) merges runs: where long runs hold most of the
+        # gaps (a lightly loaded server: 1.8M gaps, 147 -> 65 ms) it beats quicksort 2x; on
+        # runs of a few gaps (segments cut short by arrivals) it is 10 % slower
+        n_runs, in_runs = self._line_runs()
+        order = np.argsort(v, kind="stable" if 2 * in_runs > len(v) and in_runs >= 16 * n_runs else "quicksort")
         v, c = v[order], c[order]
         starts = np.flatnonzero(np.concatenate(([True], v[1:] != v[:-1])))
         return v[starts], np.add.reduceat(c, starts)
