@@ -59,6 +59,26 @@ def test_three_requests_one_slot_by_hand():
     np.testing.assert_allclose(rec["client_queue_time_s"], res.client_queue_s)
 
 
+def test_a_closed_loop_request_freed_on_one_replica_meets_the_other_mid_step():
+    """Two replicas (round-robin), 3 clients, requests of 10 prompt tokens and 2, 20, 20, 5
+    outputs. Replica 0 runs r0 and r2: prefill ends at d(20) = 1.02, the next step at 2.022
+    ends r0, and its client sends r3 then, routed to replica 1. Replica 1 runs r1 alone: its
+    prefill ends at d(10) = 1.01, its decode steps at 2.011 and 3.012, so r3 joins the step that
+    starts at 3.012 (its prefill with r1's decode, d(11): first token 4.023), then four steps
+    of two decodes, d(2) = 1.002 each (r3 done at 8.031), and r1's last 12 alone (d(1) = 1.001:
+    20.043); r2 ends at 2.022 + 18 x 1.001 = 20.04. A decode segment on replica 1 must stop
+    where replica 0 may free a client: run to r1's first completion it would have passed 2.022
+    and r3 would have waited for r1's end (first token 21.039). Segments and single steps agree."""
+    w = wl([0.0] * 4, [10] * 4, [2, 20, 20, 5], concurrency=3)
+    for steps in (4096, 1):
+        res = simulate(COST, w, EngineConfig(kv_capacity_tokens=100_000, debug=True, max_segment_steps=steps),
+                       replicas=2, router="round-robin")
+        np.testing.assert_array_equal(res.replica, [0, 1, 0, 1])
+        np.testing.assert_allclose(res.arrival_s, [0, 0, 0, 2.022], rtol=1e-12)
+        np.testing.assert_allclose(res.first_token_s, [1.02, 1.01, 1.02, 4.023], rtol=1e-12)
+        np.testing.assert_allclose(res.finish_s, [2.022, 20.043, 20.04, 8.031], rtol=1e-12)
+
+
 def test_a_late_arrival_is_sent_at_its_own_time():
     """C scheduled at 5 s finds the slot free (B done at 4.022): no client wait."""
     res = simulate(COST, wl([0, 0.5, 5.0], [10, 10, 10], [2, 2, 2], max_concurrency=1), cfg())

@@ -90,14 +90,19 @@ class Pool:
 
     def step_earliest(self) -> bool:
         """One scheduling decision (a step or a decode segment) on the busy replica with the
-        earliest clock; False when no replica is busy or the earliest has reached the cap."""
+        earliest clock; False when no replica is busy or the earliest has reached the cap.
+        A decode segment stops at the last step that starts before the next busy replica's
+        clock: a closed loop's next request exists only once a request ends, and one that
+        ends on another replica after that clock may be routed here, where it must find the
+        step in progress then, not a segment run past it (at least one step: tied clocks)."""
         busy = self.busy()
         if not busy:
             return False
         first = min(busy, key=lambda p: p.clock)
         if first.clock >= self.limit:
             return False
-        first.advance_until(self.limit, max_actions=1)
+        until = min([p.clock for p in busy if p is not first], default=self.limit)
+        first.advance_until(max(min(until, self.limit), math.nextafter(first.clock, math.inf)), max_actions=1)
         return True
 
     def route(self, r: int, t: float) -> None:
