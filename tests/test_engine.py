@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from fake_costs import COST
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference_engine import reference_simulate
@@ -434,6 +435,27 @@ def test_multi_turn_starts_no_step_after_the_cap(cost):
     res2 = simulate(cost, w2, EngineConfig(max_duration_s=2.0, debug=True))
     assert res2.status.tolist() == [COMPLETED, REJECTED] and np.isnan(res2.arrival_s[1])
     assert res2.reasons[1].startswith("never sent: due at") and _steps_started_after(res2, 2.0) == 0
+
+
+def test_a_next_turn_meets_the_step_in_progress_not_a_later_event():
+    """Fake cost (a step is 1 s + 1 ms a token): A (10 prompt, 2 out) and B (10, 30) at 0, C
+    A's next turn 0.5 s after A ends, D a first turn at 10 s. A and B's prefill ends at 1.02,
+    their decode at 2.022 ends A; C is sent at 2.522, during B's step 2.022-3.023, so its
+    prefill joins the next with B's decode, d(11) = 1.011: first token 4.034, then two steps
+    of d(2) = 1.002 (done at 6.038). D arrives during B's step 9.041-10.042: first token
+    11.053, done 12.055. The pool ran to D's arrival replica by replica before, past C's
+    release, and C met the replica at 10.042 (first token 11.051). Segments and single
+    steps, one or two replicas (two: A and C on replica 0, C sent at 2.511)."""
+    w = Workload(np.array([0.0, 0.0, 0.0, 10.0]), np.array([10] * 4), np.array([2, 30, 3, 2]),
+                 extra={"parent": np.array([-1, -1, 0, -1]), "think_time_s": np.array([0.0, 0.0, 0.5, 0.0])})
+    for steps in (4096, 1):
+        one = simulate(COST, w, EngineConfig(kv_capacity_tokens=100_000, debug=True, max_segment_steps=steps))
+        np.testing.assert_allclose(one.arrival_s, [0, 0, 2.522, 10], rtol=1e-12)
+        np.testing.assert_allclose(one.first_token_s, [1.02, 1.02, 4.034, 11.053], rtol=1e-12)
+        np.testing.assert_allclose(one.finish_s, [2.022, 30.073, 6.038, 12.055], rtol=1e-12)
+        two = simulate(COST, w, EngineConfig(kv_capacity_tokens=100_000, debug=True, max_segment_steps=steps),
+                       replicas=2)
+        np.testing.assert_allclose(two.first_token_s, [1.01, 1.01, 3.521, 11.03], rtol=1e-12)
 
 
 def test_timeline_is_decimated_to_a_bound():

@@ -70,12 +70,13 @@ def run_capped(pool: Pool, events: EventQueue, scheduled_s: np.ndarray, slots: i
             return
         t = events.peek_time()
         if cap is not None and t > cap:
-            pool.advance_until(t)  # to the cap: a completion before it still frees its slot in time
+            while pool.step_earliest(t):  # to the cap, in clock order: a completion before it still frees its slot in time
+                pass
             if events.peek_time() <= cap:
                 continue
             _cut_unsent(out, sent, arrived, n, cap)
             return
-        pool.advance_until(t)
+        pool.advance_to_event(t, events)
         if events.peek_time() < t:
             continue  # a completion released a slot earlier
         t, kind, _ = events.pop()

@@ -69,7 +69,7 @@ def run_dependent(pool: Pool, events: EventQueue, roots: np.ndarray, deps: Deps,
                 progress(n, n)
             return
         t = events.peek_time()
-        pool.advance_until(t)
+        pool.advance_to_event(t, events)
         if events.peek_time() < t:
             continue  # a completion released an earlier child
         t, kind, payload = events.pop()

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from simulator.cost.roofline import CostModel
 from simulator.serving.client_view import TokenizerQueue
+from simulator.serving.events import EventQueue
 from simulator.serving.records import cut_reason
 from simulator.serving.replica import Replica
 from simulator.serving.sched.registry import EngineConfig
@@ -88,21 +89,33 @@ class Pool:
         for p in self.replicas:
             p.advance_until(t)
 
-    def step_earliest(self) -> bool:
+    def advance_to_event(self, t: float, events: EventQueue) -> None:
+        """Run the pool's steps that start before t, the earliest event's time, in clock order
+        (`step_earliest`), stopping as soon as one of them ends a request whose own event
+        (a closed-loop client's next request, a session's next turn) comes before t: the
+        caller takes that one first, and no replica has run past it. Replica by replica, one
+        would run to t past another's earlier completion and meet that request late."""
+        while events.peek_time() >= t and self.step_earliest(t):
+            pass
+
+    def step_earliest(self, before: float = math.inf) -> bool:
         """One scheduling decision (a step or a decode segment) on the busy replica with the
-        earliest clock; False when no replica is busy or the earliest has reached the cap.
-        A decode segment stops at the last step that starts before the next busy replica's
-        clock: a closed loop's next request exists only once a request ends, and one that
-        ends on another replica after that clock may be routed here, where it must find the
-        step in progress then, not a segment run past it (at least one step: tied clocks)."""
+        earliest clock; False when no replica is busy or the earliest has reached the cap or
+        `before` (a step then starts at or after it; with `before`, the pool's steps that
+        start before it run in clock order, so one whose request ends first is seen first).
+        A decode segment stops at the last step that starts before any other busy replica
+        can end a request (`Replica.done_lower_bound_s`): a closed loop's next request exists
+        only once one ends, and it may be routed here, where it must find the step in
+        progress then, not a segment run past it (at least one step: tied times)."""
         busy = self.busy()
         if not busy:
             return False
         first = min(busy, key=lambda p: p.clock)
-        if first.clock >= self.limit:
+        stop = min(before, self.limit)
+        if first.clock >= stop:
             return False
-        until = min([p.clock for p in busy if p is not first], default=self.limit)
-        first.advance_until(max(min(until, self.limit), math.nextafter(first.clock, math.inf)), max_actions=1)
+        until = min([p.done_lower_bound_s() for p in busy if p is not first], default=stop)
+        first.advance_until(max(min(until, stop), math.nextafter(first.clock, math.inf)), max_actions=1)
         return True
 
     def route(self, r: int, t: float) -> None:

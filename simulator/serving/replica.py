@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -61,6 +61,10 @@ def item_view(a: np.ndarray) -> Any:
 class Replica(DecodeSegments):
     """One model replica: a continuous-batching scheduler over paged KV memory."""
 
+    #: a step may emit several tokens of a sequence (speculative decoding): `done_lower_bound_s`
+    #: then cannot count a sequence's outputs left as steps
+    emits_several: ClassVar[bool] = False
+
     # slots, not a __dict__: the hot loops read these attributes millions of times, and past
     # 30 attributes CPython 3.11 stops sharing instance-dict keys (slower attribute loads)
     __slots__ = ("active", "arrived", "async_lag", "bs", "cfg", "checks_arrivals", "client_on", "clock", "computed",
@@ -70,7 +74,7 @@ class Replica(DecodeSegments):
                  "outstanding", "policy", "prefix", "prompt", "rid", "scheduled_s", "segment_steps",
                  "step_time", "waiting", "window", "wl_in", "wl_out", "in_len", "out_len",
                  "rec_first_token_s", "rec_finish_s", "rec_status", "rec_replica",
-                 "stream_s", "api_free", "api_start", "api_prev", "api_members", "last_lazy_s")
+                 "stream_s", "api_free", "api_start", "api_prev", "api_members", "last_lazy_s", "min_step_s", "lb_key", "lb_s")
 
     def __init__(self, index: int, cost: CostModel, cfg: EngineConfig, total_blocks: int,
                  max_model_len: int, wl: Workload, records: Records, log: StepLog,
@@ -78,6 +82,12 @@ class Replica(DecodeSegments):
         self.index = index
         self.cost = cost
         self.step_time = cost.step_time
+        # no step lasts less than one of a single token with no attention work (a step's time
+        # grows with every statistic): what `done_lower_bound_s` counts steps in (0: unknown)
+        one = cost.step_time(1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        self.min_step_s = float(one) if isinstance(one, (int, float)) and 0.0 < one < INF else 0.0
+        self.lb_key: tuple[float, int] | None = None  # (clock, outstanding) of the cached lb_s
+        self.lb_s = 0.0
         self.cfg = cfg
         # hot-path copies of cfg fields (one attribute load, not two, per step)
         self.max_tokens = cfg.max_num_batched_tokens
@@ -203,6 +213,27 @@ class Replica(DecodeSegments):
     @property
     def kv_load(self) -> float:
         return self.kv.utilization
+
+    def done_lower_bound_s(self) -> float:
+        """No request of this replica ends (nor is aborted by its client) before this time: its
+        running sequences need at least their outputs left in steps, each at least
+        `min_step_s` (one step when anything waits: it may finish in its first; speculative
+        steps emit several tokens). A closed loop's next request appears only when one ends,
+        so another replica may run a decode segment up to here (`Pool.step_earliest`). Kept
+        until the replica acts (its clock moves) or takes a request: meanwhile it can only
+        grow (a request admitted from the queue), so the kept value stays a bound."""
+        key = (self.clock, self.outstanding)
+        if key == self.lb_key:
+            return self.lb_s
+        self.lb_key = key
+        if self.waiting or self.arrived or self.held or self.emits_several or not self.active:
+            steps = 1
+        else:
+            outlen, generated = self.outlen, self.generated
+            steps = min([outlen[s] - generated[s] for s in self.active])
+        t = self.clock + max(steps, 1) * self.min_step_s
+        self.lb_s = min(t, self.deadlines[0][0]) if self.deadlines else t
+        return self.lb_s
 
     def has_work(self) -> bool:
         return bool(self.active) or bool(self.waiting) or bool(self.arrived) or bool(self.held)

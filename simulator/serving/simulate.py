@@ -100,7 +100,7 @@ def _next_release(pool: Pool, events: EventQueue) -> float:
     while True:
         if len(events):
             t = events.peek_time()
-            pool.advance_until(t)
+            pool.advance_to_event(t, events)
             if events.peek_time() < t:
                 continue  # an earlier completion appeared
             return events.pop()[0]

@@ -58,6 +58,7 @@ SPECULATIVE_SCHEDULERS = ("vllm", "vllm-v1")
 class SpecReplica(Replica):
     """A replica of vLLM V1 with speculative decoding (module docstring)."""
 
+    emits_several = True  # a verify emits up to k + 1 tokens of a sequence
     __slots__ = ("spec", "drafter", "draft_window", "thresholds", "seed", "draws", "draw_pos", "spec_policy",
                  "n_drafts", "n_draft_tokens", "n_accepted", "accepted_per_pos")
 
