@@ -12,6 +12,8 @@ Run: python benchmarks/bench_engine.py [--big]
        a batch of about 1, 8 a batch of about 120). --stream-us C: the same run with the API
        server's streaming on (C us an output, the `vllm` profile's 90; the revisions must have
        `ClientView.stream_output_s`); at --rate 8 and C 200 the loop falls behind (merging).
+       --replicas R --clients N: the same 10k requests from N closed-loop clients on R
+       replicas (least-kv), where every request's end on any replica makes the next one.
 """
 
 from __future__ import annotations
@@ -57,28 +59,34 @@ except ImportError:  # earlier revisions: one flat package
 cost = llmsim.make_cost_model("codellama-34b", "a100-sxm-80gb", tp=2)
 cfg = llmsim.EngineConfig(max_num_seqs=128, max_num_batched_tokens=4096)
 wl = scale_to_rate(take(llmsim.builtin("azure-conv"), 10_000), RATE)
+if CLIENTS:
+    import dataclasses
+    wl = dataclasses.replace(wl, concurrency=CLIENTS)
 t0, c0 = time.perf_counter(), time.process_time()
 if STREAM_US:
     from simulator.serving.client_view import ClientView
-    llmsim.simulate(cost, wl, cfg, client=ClientView(stream_output_s=STREAM_US * 1e-6))
+    llmsim.simulate(cost, wl, cfg, REPLICAS, "least-kv", client=ClientView(stream_output_s=STREAM_US * 1e-6))
 else:
-    llmsim.simulate(cost, wl, cfg)
+    llmsim.simulate(cost, wl, cfg, REPLICAS, "least-kv")
 print(time.perf_counter() - t0, time.process_time() - c0)
 """
 
 
-def _timed_run(root: Path, rate: float, stream_us: float = 0.0) -> tuple[float, float]:
+def _timed_run(root: Path, rate: float, stream_us: float = 0.0, replicas: int = 1,
+               clients: int = 0) -> tuple[float, float]:
     """(wall s, cpu s) of one 10k run of root's simulator at `rate` req/s (streaming at
-    `stream_us` us an output; 0: off), in a fresh process."""
+    `stream_us` us an output; 0: off) on `replicas` (`clients` > 0: a closed loop of that many
+    instead of the rate), in a fresh process."""
     env = {**os.environ, "PYTHONPATH": str(root)}
-    head = f"RATE = {rate!r}\nSTREAM_US = {stream_us!r}\n"
+    head = f"RATE = {rate!r}\nSTREAM_US = {stream_us!r}\nREPLICAS = {replicas!r}\nCLIENTS = {clients!r}\n"
     text = subprocess.run([sys.executable, "-c", head + _TIMED], cwd=root, env=env,
                           check=True, capture_output=True, text=True).stdout
     wall, cpu = text.split()
     return float(wall), float(cpu)
 
 
-def compare(ref: str, runs: int, rate: float = 2.0, stream_us: float = 0.0) -> None:
+def compare(ref: str, runs: int, rate: float = 2.0, stream_us: float = 0.0, replicas: int = 1,
+            clients: int = 0) -> None:
     """This tree against git revision `ref`, runs alternating (shared machines drift)."""
     here = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory() as tmp:
@@ -87,13 +95,14 @@ def compare(ref: str, runs: int, rate: float = 2.0, stream_us: float = 0.0) -> N
         try:
             times: dict[str, list[tuple[float, float]]] = {ref: [], "this tree": []}
             for _ in range(runs):
-                times[ref].append(_timed_run(other, rate, stream_us))
-                times["this tree"].append(_timed_run(here, rate, stream_us))
+                times[ref].append(_timed_run(other, rate, stream_us, replicas, clients))
+                times["this tree"].append(_timed_run(here, rate, stream_us, replicas, clients))
         finally:
             subprocess.run(["git", "-C", str(here), "worktree", "remove", "--force", str(other)], check=False)
     stream = f", streaming {stream_us:g} us an output" if stream_us else ""
-    print(f"azure-conv 10k at {rate:g} req/s{stream}, {runs} runs each, alternating, one fresh process a run "
-          "(seconds)")
+    load = f"{clients} closed-loop clients" if clients else f"{rate:g} req/s"
+    print(f"azure-conv 10k at {load} on {replicas} replica(s){stream}, {runs} runs each, alternating, "
+          "one fresh process a run (seconds)")
     print(f"{'':>12} {'wall min':>9} {'wall med':>9} {'cpu min':>8} {'cpu med':>8}")
     for name, t in times.items():
         wall, cpu = [w for w, _ in t], [c for _, c in t]
@@ -107,7 +116,9 @@ def main() -> None:
         runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 3
         rate = float(sys.argv[sys.argv.index("--rate") + 1]) if "--rate" in sys.argv else 2.0
         stream_us = float(sys.argv[sys.argv.index("--stream-us") + 1]) if "--stream-us" in sys.argv else 0.0
-        compare(sys.argv[i + 1], runs, rate, stream_us)
+        replicas = int(sys.argv[sys.argv.index("--replicas") + 1]) if "--replicas" in sys.argv else 1
+        clients = int(sys.argv[sys.argv.index("--clients") + 1]) if "--clients" in sys.argv else 0
+        compare(sys.argv[i + 1], runs, rate, stream_us, replicas, clients)
         return
     cost = make_cost_model("codellama-34b", "a100-sxm-80gb", tp=2)
     cfg = EngineConfig(max_num_seqs=128, max_num_batched_tokens=4096)
