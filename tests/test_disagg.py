@@ -328,5 +328,75 @@ def test_scenario_yaml_and_cli_errors(tmp_path):
     assert (s["completed"], s["disagg"], s["num_gpus"]) == (20, "1:2", 3)
     # 1000 tokens x 131072 B on NVLink (3 GPUs in one node) plus the 2 ms overhead
     assert s["mean_kv_transfer_ms"] >= 2.0 + 1000 * 131072 / 450e9 * 1e3
-    r = CliRunner().invoke(main, ["simulate", "--disagg", "1:1", "--concurrency", "4", "-n", "10", "-w", "random"])
-    assert r.exit_code == 2 and "open-loop" in r.output and "Traceback" not in r.output
+    # a closed loop runs (it was refused before 2026-12-05); a cap at a finite rate is refused
+    r = CliRunner().invoke(main, ["simulate", "--disagg", "1:1", "--concurrency", "4", "-n", "10", "-w", "random",
+                                  "--input-len", "200", "--output-len", "10", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["completed"] == 10
+    r = CliRunner().invoke(main, ["simulate", "--disagg", "1:1", "--max-concurrency", "4", "-r", "5", "-n", "10",
+                                  "-w", "random"])
+    assert r.exit_code == 2 and "max_concurrency" in r.output and "Traceback" not in r.output
+
+
+# --------------------------------------------------------------------------- closed loops
+
+
+def test_closed_loop_one_client_by_hand():
+    """One client, three requests of 1,000 prompt tokens: request i + 1 is sent when request i
+    ends, so each runs alone and its schedule is the one-request oracle shifted to its send:
+    first token after the prefill step, last after the transfer and Lo - 1 decode steps.
+    With one output, a request ends at the prefill pool (no transfer) and frees its client
+    there; a request too long for the model is refused at once and its client sends the next
+    at the same time."""
+    L = 1000
+    cfg = EngineConfig(debug=True)
+    prefill_s = COST.step_time(L, 1, 0.0, L * L / 2, L)
+    xfer_s = L * KV_TOK / (450e9 * 0.8) + 5e-6 + 1e-4
+    e2e = prefill_s + xfer_s + _decode_s(L, 4)
+    w = Workload(np.zeros(3), np.array([L, L, L]), np.array([5, 5, 5]), concurrency=1)
+    res = simulate_disagg(COST, COST, w, LINK, cfg, cfg)
+    _assert_conserved(res, 3)
+    np.testing.assert_allclose(res.arrival_s, [0.0, e2e, 2 * e2e], rtol=1e-12)
+    np.testing.assert_allclose(res.first_token_s - res.arrival_s, prefill_s, rtol=1e-9)
+    np.testing.assert_allclose(res.finish_s - res.arrival_s, e2e, rtol=1e-9)
+    assert res.meta["concurrency"] == 1
+    one = simulate_disagg(COST, COST, Workload(np.zeros(3), np.array([L] * 3), np.array([1] * 3), concurrency=1),
+                          LINK, cfg, cfg)
+    np.testing.assert_allclose(one.arrival_s, [0.0, prefill_s, 2 * prefill_s], rtol=1e-12)
+    np.testing.assert_allclose(one.finish_s, [prefill_s, 2 * prefill_s, 3 * prefill_s], rtol=1e-12)
+    assert np.isnan(one.meta["kv_transfer_s"]).all()
+    refused = simulate_disagg(COST, COST, Workload(np.zeros(3), np.array([L, 10**6, L]), np.array([5, 5, 5]),
+                                                   concurrency=1), LINK, cfg, cfg)
+    assert refused.status.tolist() == [COMPLETED, REJECTED, COMPLETED]
+    assert "exceeds max_model_len" in refused.reasons[1]
+    np.testing.assert_allclose(refused.arrival_s, [0.0, e2e, e2e], rtol=1e-12)
+    np.testing.assert_allclose(refused.finish_s[2], 2 * e2e, rtol=1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(P=st.integers(1, 3), D=st.integers(1, 3), n=st.integers(1, 40), clients=st.integers(1, 12),
+       seed=st.integers(0, 10**6), dcap=st.sampled_from([None, 3000]))
+def test_closed_loop_property(P, D, n, clients, seed, dcap):
+    """Any closed loop over P prefill and D decode replicas: every request ends (the debug
+    ledger of both pools holds), sends follow the ends (no more than N requests in flight at
+    any time, each send at the end of an earlier one after the first N) and decode segments
+    give the same records as single steps."""
+    import dataclasses
+
+    rng = np.random.default_rng(seed)
+    w = Workload(np.zeros(n), rng.integers(10, 2000, n), rng.integers(1, 60, n), concurrency=clients)
+    pc = EngineConfig(debug=True, max_num_batched_tokens=1024)
+    dc = EngineConfig(debug=True, kv_capacity_tokens=dcap)
+    res = simulate_disagg(COST, COST, w, LINK, pc, dc, P, D)
+    _assert_conserved(res, n)
+    ends = np.where(res.status == COMPLETED, res.finish_s, res.arrival_s)
+    first = min(clients, n)
+    assert (res.arrival_s[:first] == 0).all()
+    # each later send is one of the earlier ends, in order: the k-th send after the first N
+    # is the k-th earliest end
+    later = np.sort(ends)[: n - first]
+    np.testing.assert_allclose(res.arrival_s[first:], later, rtol=1e-12, atol=1e-12)
+    one = simulate_disagg(COST, COST, w, LINK, dataclasses.replace(pc, max_segment_steps=1),
+                          dataclasses.replace(dc, max_segment_steps=1), P, D)
+    np.testing.assert_allclose(one.finish_s, res.finish_s, rtol=1e-9)
+    np.testing.assert_allclose(one.first_token_s, res.first_token_s, rtol=1e-9)

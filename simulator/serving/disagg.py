@@ -28,8 +28,14 @@ Requests with one output token finish at the prefill pool (no transfer). Left ou
 contention of transfers at the receiving decode replica (only the sender's link queues),
 layer-wise streaming of KV during prefill (Mooncake / DistServe overlap), prefix caching
 across pools and in the decode pool (with `enable_prefix_caching` each prefill replica caches
-prefixes as an aggregated replica does; the whole prompt's KV still crosses the link),
-closed-loop clients (open-loop arrivals only).
+prefixes as an aggregated replica does; the whole prompt's KV still crosses the link).
+
+A closed loop of N clients (`Workload.concurrency`, a concurrency sweep's point) sends request
+r + 1 when the client of one request sees it end: its last token from the decode pool, its only
+token from the prefill pool (one output), or its refusal. Both pools then run in clock order
+(`Pool.advance_to_event` over all their replicas): a decode replica's request end makes the
+prefill pool's next arrival, and a prefill replica's completion the decode pool's next hand-off,
+so neither may run past what the other has not yet simulated.
 
 The client view (`serving.client_view.ClientView`, the engine profile's) acts where the
 request enters: the API-server latency F delays every arrival at the prefill pool (TTFT and
@@ -49,7 +55,14 @@ import numpy as np
 
 from simulator.cost.roofline import CostModel
 from simulator.serving.client_view import ClientView, tokenizer_for
-from simulator.serving.events import HANDOFF, PREFILL_DONE, EventQueue
+from simulator.serving.events import (
+    ARRIVAL,
+    HANDOFF,
+    PREFILL_DONE,
+    RELEASE,
+    EventQueue,
+    engine_time,
+)
 from simulator.serving.pool import ROUTERS, Pool, kv_blocks
 from simulator.serving.records import (
     COMPLETED,
@@ -157,6 +170,28 @@ class DecodeReplica(Replica):
 
 
 @dataclass
+class _ClientLoop:
+    """A closed loop's clients in front of the prefill pool: who sends next, when each request
+    was sent, the API-server latency, the tokenizer and the release of a client."""
+
+    sends: np.ndarray
+    front: float
+    tok: Any
+    release: Callable[[int, float], None]
+    next_r: int = 0
+
+    def send(self, t: float, events: EventQueue) -> None:
+        """A client freed at engine time t sends the next request (if any): it reaches the
+        prefill pool after the tokenizer."""
+        r = self.next_r
+        if r >= len(self.sends):
+            return
+        self.next_r = r + 1
+        self.sends[r] = t - self.front
+        events.push(self.tok.admit(r, t, t) if self.tok is not None else t, ARRIVAL, r)
+
+
+@dataclass
 class _Pools:
     prefill: Pool
     decode: Pool
@@ -200,9 +235,7 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
     if workload.max_concurrency is not None:
         raise SpecError(f"max_concurrency: {workload.max_concurrency} (a cap on requests in flight at a finite "
                         "rate) is not modelled for a disaggregated deployment; drop --max-concurrency")
-    if workload.concurrency is not None:
-        raise SpecError("concurrency: a disaggregated deployment is simulated with open-loop "
-                        "arrivals only; give --rate instead of --concurrency")
+    closed = workload.concurrency
     n = workload.num_requests
     p_blocks, p_mml = kv_blocks(prefill_cost, pcfg)
     d_blocks, d_mml = kv_blocks(decode_cost, dcfg)
@@ -213,7 +246,9 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
     front = float(view.frontend_s)
     # the API servers' tokenizers (client.api_servers per prefill replica), then the prefill pool
     tok = tokenizer_for(view, workload.input_len, min(prefill_replicas * view.api_servers, n))
-    events = EventQueue(_stream(np.array(workload.arrival_s, dtype=float), front, tok, None, None))
+    events = EventQueue(_stream(np.array(workload.arrival_s, dtype=float), front, tok, closed, None))
+    # a closed loop: every client's end releases it (its next request reaches the engine F later)
+    release = (lambda r, t: events.push(engine_time(t, front), RELEASE)) if closed is not None else None
     # the prefill pool emits one token per request: its copy of the workload has outputs of 1
     wl_p = replace(workload, output_len=np.ones(n, dtype=workload.output_len.dtype))
     prefill = Pool([Replica(i, prefill_cost, pcfg, p_blocks, p_mml, wl_p, out_p, plog,
@@ -225,13 +260,22 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
         for p in prefill.replicas:
             p.set_client(True)
     decode = Pool([DecodeReplica(i, decode_cost, dcfg, d_blocks, d_mml, workload, out, dlog,
-                                 None)
+                                 release)
                    for i in range(min(decode_replicas, n))], ROUTERS[decode_router](dcfg))
     kv_tok = decode_cost.model.kv_bytes_per_token(decode_cost.dtypes.kv)
     pools = _Pools(prefill, decode, [0.0] * len(prefill.replicas), link, kv_tok)
     xfer = {"start": np.full(n, np.nan), "end": np.full(n, np.nan), "ready": np.full(n, np.nan),
             "bytes": np.zeros(n)}
-    _run(pools, events, workload, out, out_p, xfer, mml, pcfg.max_duration_s, progress)
+    if closed is None:
+        _run(pools, events, workload, out, out_p, xfer, mml, pcfg.max_duration_s, progress)
+        sends = None
+    else:
+        assert release is not None
+        sends = np.full(n, np.nan)  # a closed loop's send times (NaN: never sent)
+        for _ in range(min(closed, n)):
+            events.push(front, RELEASE)  # every client sends at 0
+        _run_closed(pools, events, workload, out, out_p, xfer, mml, pcfg.max_duration_s, progress,
+                    _ClientLoop(sends, front, tok, release))
     _finish_pools(pools, out, out_p, pcfg.max_duration_s)
     done = out.completed()
     if not all(math.isfinite(p.clock) for p in pools.prefill.replicas + pools.decode.replicas) or not (
@@ -242,6 +286,10 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
         _check_run(pools, out, plog, dlog, workload)
     res = _result(workload, out, out_p, xfer, pools, plog, dlog, (p_blocks * pcfg.block_size, d_blocks * dcfg.block_size),
                   (int(prefill_replicas), int(decode_replicas)), f"{prefill_router}/{decode_router}", mml)
+    if sends is not None:  # a closed loop: the records keep each request's send time
+        res.arrival_s = sends
+        res.meta["offered_rate"] = float("nan")
+        res.meta["concurrency"] = closed
     res.meta.update(_api_server_meta(front, tok, done))  # what the API server adds to TTFT and E2E
     return res
 
@@ -285,6 +333,61 @@ def _run(pools: _Pools, events: EventQueue, wl: Workload, out: Records, out_p: R
             seen += 1
             if progress is not None and (seen % report_every == 0 or seen == n):
                 progress(seen, n)
+
+
+def _run_closed(pools: _Pools, events: EventQueue, wl: Workload, out: Records, out_p: Records,
+                xfer: dict[str, np.ndarray], mml: int, cap: float | None,
+                progress: Callable[[int, int], None] | None, clients: _ClientLoop) -> None:
+    """`_run` for a closed loop (module docstring): releases send the next requests, and both
+    pools advance together in clock order, every replica of either stopping where another could
+    make an event (a hand-off, a client's next request) before the one it runs to."""
+    prefill, decode = pools.prefill, pools.decode
+    both = Pool(prefill.replicas + decode.replicas, prefill.router, cap)
+    n = wl.num_requests
+    seen = 0
+    report_every = max(1, n // 100)
+    while True:
+        if not len(events):
+            if both.step_earliest():
+                continue
+            break
+        t = events.peek_time()
+        both.advance_to_event(t, events)
+        if events.peek_time() < t:
+            continue  # a step ended a request (or a prefill) whose event comes first
+        t, kind, r = events.pop()
+        if kind == RELEASE:
+            if cap is None or t <= cap:
+                clients.send(t, events)
+        elif cap is not None and t > cap:
+            _cut(r, out, cap)
+        elif kind == PREFILL_DONE:
+            _start_transfer(pools, r, t, wl, out, out_p, xfer, events)
+            if int(wl.output_len[r]) <= 1:
+                clients.release(r, t)  # its only token came from the prefill pool
+        elif kind == HANDOFF:
+            decode.route(r, t)
+            if out.status[r] == REJECTED:
+                clients.release(r, t)
+        else:  # an arrival
+            _closed_arrival(prefill, r, t, wl, out, out_p, mml, clients)
+            seen += 1
+            if progress is not None and (seen % report_every == 0 or seen == n):
+                progress(seen, n)
+    for r in range(clients.next_r, n):  # only a time cap leaves requests unsent
+        out.reject(r, f"never sent: the simulated-time cap of {cap} s came first (max_duration_s)")
+
+
+def _closed_arrival(prefill: Pool, r: int, t: float, wl: Workload, out: Records, out_p: Records, mml: int,
+                    clients: _ClientLoop) -> None:
+    """A closed loop's request r reaches the prefill pool at t; a refusal frees its client at once."""
+    need = int(wl.input_len[r]) + int(wl.output_len[r])
+    if need > mml:
+        out.reject(r, f"prompt+output = {need} tokens exceeds max_model_len {mml}")
+    else:
+        prefill.route(r, t)
+    if need > mml or out_p.status[r] == REJECTED:
+        clients.release(r, t)
 
 
 def _check_run(pools: _Pools, out: Records, plog: StepLog, dlog: StepLog, wl: Workload) -> None:
