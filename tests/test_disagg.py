@@ -400,3 +400,12 @@ def test_closed_loop_property(P, D, n, clients, seed, dcap):
                           dataclasses.replace(dc, max_segment_steps=1), P, D)
     np.testing.assert_allclose(one.finish_s, res.finish_s, rtol=1e-9)
     np.testing.assert_allclose(one.first_token_s, res.first_token_s, rtol=1e-9)
+
+
+def test_closed_loop_debug_checks_use_the_send_times():
+    """A closed loop sends its first N requests at 0 whatever the workload's arrival times say
+    (a trace's): the debug ledger checks first tokens against the sends."""
+    w = Workload(np.array([0.0, 5.0, 10.0]), np.array([100] * 3), np.array([5] * 3), concurrency=3)
+    res = simulate_disagg(COST, COST, w, LINK, EngineConfig(debug=True), EngineConfig(debug=True))
+    np.testing.assert_array_equal(res.arrival_s, [0.0, 0.0, 0.0])
+    _assert_conserved(res, 3)

@@ -8,6 +8,7 @@ tests/test_schedulers.py), so every time below is a sum of such steps."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -207,3 +208,79 @@ def test_cli_line_runs():
     assert s["mean_client_queue_time_ms"] > 0
     assert s["mean_e2el_including_client_queue_ms"] == pytest.approx(
         s["mean_e2el_ms"] + s["mean_client_queue_time_ms"], rel=1e-9)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mode=st.sampled_from(["closed", "capped", "sessions"]), replicas=st.integers(1, 3),
+       router=st.sampled_from(["round-robin", "least-outstanding", "least-kv"]), clients=st.integers(1, 6),
+       timeout=st.sampled_from([None, 1.0173, 5.0313]), front=st.sampled_from([0.0, 0.00317]),
+       ins=st.lists(st.integers(1, 3000), min_size=20, max_size=20),
+       outs=st.lists(st.integers(1, 30), min_size=20, max_size=20), seed=st.integers(0, 1000))
+def test_events_are_handled_in_time_order(mode, replicas, router, clients, timeout, front, ins, outs, seed):
+    """Wherever a request's end makes the next request (closed loops, capped clients, sessions'
+    next turns, client timeouts), no event is created earlier than one already handled: the
+    pool never runs a replica past a request end that another replica, or a client's deadline,
+    had still to produce (the bugs behind 3f681ef and 47beac4, and a timeout on a replica
+    ahead of the others). Segments give the same records as single steps."""
+    from simulator.serving import events as ev
+    from simulator.serving.client_view import ClientView
+
+    handled = [-math.inf]
+    late: list[tuple[float, float]] = []
+    push, pop = ev.EventQueue.push, ev.EventQueue.pop
+
+    def checked_push(self, time_s, kind, payload=-1):
+        if time_s < handled[0] - 1e-9:
+            late.append((time_s, handled[0]))
+        push(self, time_s, kind, payload)
+
+    def checked_pop(self):
+        out = pop(self)
+        handled[0] = max(handled[0], out[0])
+        return out
+
+    rng = np.random.default_rng(seed)
+    n = 20
+    extra = {}
+    if mode == "sessions":
+        parent = np.array([-1 if i < clients else int(rng.integers(0, i)) for i in range(n)])
+        extra = {"parent": parent, "think_time_s": rng.uniform(0.0, 2.0, n) * (parent >= 0)}
+    arrivals = np.zeros(n) if mode == "closed" else np.sort(rng.uniform(0.0, 5.0, n))
+    kw = {"concurrency": clients} if mode == "closed" else {"max_concurrency": clients} if mode == "capped" else {}
+    w = Workload(arrivals, np.asarray(ins, dtype=np.int64), np.asarray(outs, dtype=np.int64), extra=extra, **kw)
+    view = ClientView(front, 0, timeout)
+    runs = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ev.EventQueue, "push", checked_push)
+        mp.setattr(ev.EventQueue, "pop", checked_pop)
+        for steps in (4096, 1):
+            handled[0] = -math.inf
+            cfg = EngineConfig(kv_capacity_tokens=6000, debug=True, max_num_seqs=4, max_num_batched_tokens=1024,
+                               max_segment_steps=steps)
+            runs.append(simulate(COST, w, cfg, replicas, router, client=view))
+            assert not late, late[:3]
+    a, b = runs
+    np.testing.assert_array_equal(a.status, b.status)
+    np.testing.assert_allclose(a.finish_s, b.finish_s, rtol=1e-9, equal_nan=True)
+
+
+def test_a_slot_freed_before_the_time_cap_is_used_in_time():
+    """2 slots, cap 20 s: A (10 prompt, 2 out) and B (10, 30) at 0, C (10, 2) scheduled at 0.1,
+    D at 100. A ends at 2.022 (prefill 1.02, one decode step), so C is sent then; it joins B's
+    step starting at 2.022 (its prefill and B's decode, d(11): first token 3.033) and ends at
+    3.033 + d(2) = 4.035, well before the cap. Run to the cap replica by replica first, the
+    slot was freed too late and C was cut off. B (done at 30.061) and D are cut off."""
+    w = wl([0, 0, 0.1, 100.0], [10] * 4, [2, 30, 2, 2], max_concurrency=2)
+    for steps in (4096, 1):
+        res = simulate(COST, w, EngineConfig(kv_capacity_tokens=100_000, max_segment_steps=steps, max_duration_s=20.0))
+        assert res.status.tolist() == [COMPLETED, REJECTED, COMPLETED, REJECTED]
+        np.testing.assert_allclose(res.arrival_s[:3], [0, 0, 2.022], rtol=1e-12)
+        np.testing.assert_allclose(res.finish_s[[0, 2]], [2.022, 4.035], rtol=1e-12)
+
+
+def test_an_idle_replica_under_a_time_cap_passes_the_debug_checks():
+    """Arrivals at 0 and 10 with a 10 s cap in debug mode: the replica idles until the second
+    arrival moves its clock, and no step follows (the cap); the run ends cleanly."""
+    res = simulate(COST, wl([0.0, 10.0], [10, 10], [3, 3]),
+                   EngineConfig(kv_capacity_tokens=100_000, debug=True, max_duration_s=10.0))
+    assert res.status.tolist() == [COMPLETED, REJECTED]

@@ -70,8 +70,8 @@ def run_capped(pool: Pool, events: EventQueue, scheduled_s: np.ndarray, slots: i
             return
         t = events.peek_time()
         if cap is not None and t > cap:
-            while pool.step_earliest(t):  # to the cap, in clock order: a completion before it still frees its slot in time
-                pass
+            # to the cap, in clock order, stopping at a slot freed before it (then used in time)
+            pool.advance_to_event(cap, events)
             if events.peek_time() <= cap:
                 continue
             _cut_unsent(out, sent, arrived, n, cap)

@@ -127,6 +127,7 @@ class DecodeReplica(Replica):
             self.arrived.append(r)
         if idle and self.clock < t:
             self.clock = t
+            self.last_lazy_s = None  # nothing runs: no last token to mark
 
     def before_decision(self) -> bool:
         """Admit the arrived requests that fit; False when nothing can run (the head cannot be
@@ -283,7 +284,8 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
         raise SpecError("simulated time overflowed (step times or arrival gaps beyond float range); "
                         "check the efficiency overheads and the rate")
     if pcfg.debug or dcfg.debug:
-        _check_run(pools, out, plog, dlog, workload)
+        # a closed loop's requests arrive when sent, not at the workload's times
+        _check_run(pools, out, plog, dlog, workload, sends)
     res = _result(workload, out, out_p, xfer, pools, plog, dlog, (p_blocks * pcfg.block_size, d_blocks * dcfg.block_size),
                   (int(prefill_replicas), int(decode_replicas)), f"{prefill_router}/{decode_router}", mml)
     if sends is not None:  # a closed loop: the records keep each request's send time
@@ -390,13 +392,15 @@ def _closed_arrival(prefill: Pool, r: int, t: float, wl: Workload, out: Records,
         clients.release(r, t)
 
 
-def _check_run(pools: _Pools, out: Records, plog: StepLog, dlog: StepLog, wl: Workload) -> None:
-    """Debug mode, the ledger of both pools at the end (as `simulate._check_run` for one):
+def _check_run(pools: _Pools, out: Records, plog: StepLog, dlog: StepLog, wl: Workload,
+               sends: np.ndarray | None = None) -> None:
+    """Debug mode (`sends`: a closed loop's send times, else the workload's arrivals), the ledger of both pools at the end (as `simulate._check_run` for one):
     no replica of either pool holds work, blocks or preempted state; every request ended
     completed or rejected with a reason, arrival < first token <= finish; the prefill pool
     emitted first tokens only (no inter-token gap) and the decode pool one gap per later
     token of each completed request, plus the gaps of requests cut off by the time cap."""
-    out.check_conservation(pools.prefill.replicas + pools.decode.replicas, np.asarray(wl.arrival_s, dtype=float))
+    out.check_conservation(pools.prefill.replicas + pools.decode.replicas,
+                           np.asarray(wl.arrival_s if sends is None else sends, dtype=float))
     p_gaps = int(plog.itl()[1].sum())
     if p_gaps or plog.cut_gaps or plog.merged_tokens:
         raise AssertionError(f"prefill pool: {p_gaps} inter-token gaps (+ {plog.cut_gaps} cut off); "

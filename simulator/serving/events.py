@@ -26,16 +26,18 @@ def engine_time(t: float, front: float) -> float:
 class EventQueue:
     """Timed events in time order: a pre-sorted stream of arrivals merged with a heap of the
     events the run creates (closed-loop releases; later, hand-offs between pools). On equal
-    times the stream comes first, then heap events in push order."""
+    times the stream comes first, then heap events by kind and payload (the request), then in
+    push order: two requests that end at the same time on different replicas release their
+    next requests in the same order whichever replica the pool happened to advance first."""
 
     def __init__(self, arrival_s: np.ndarray | None = None) -> None:
-        self._heap: list[tuple[float, int, int, int]] = []
+        self._heap: list[tuple[float, int, int, int]] = []  # (time, kind, payload, push order)
         self._seq = 0
         self._arrivals = arrival_s if arrival_s is not None else np.zeros(0)
         self._next = 0  # index of the next arrival in the stream
 
     def push(self, time_s: float, kind: int, payload: int = -1) -> None:
-        heapq.heappush(self._heap, (time_s, self._seq, kind, payload))
+        heapq.heappush(self._heap, (time_s, kind, payload, self._seq))
         self._seq += 1
 
     def peek_time(self) -> float:
@@ -53,7 +55,7 @@ class EventQueue:
             if not heap or t <= heap[0][0]:
                 self._next = i + 1
                 return t, ARRIVAL, i
-        time_s, _, kind, payload = heapq.heappop(heap)
+        time_s, kind, payload, _ = heapq.heappop(heap)
         return time_s, kind, payload
 
     def __len__(self) -> int:

@@ -110,6 +110,11 @@ class Pool:
         busy = self.busy()
         if not busy:
             return False
+        # a replica ahead of the others may hold a request past its client's deadline (it
+        # joined inside a step that ends later): abort it now, and let the caller take the
+        # client's next request before any replica runs on
+        if sum(p.expire_due() for p in busy):
+            return True
         first = min(busy, key=lambda p: p.clock)
         stop = min(before, self.limit)
         if first.clock >= stop:

@@ -267,6 +267,7 @@ class Replica(DecodeSegments):
             return
         if not (self.active or self.waiting) and self.clock < t:
             self.clock = t
+            self.last_lazy_s = None  # nothing runs: no last token to mark
         if self.client_on:
             self._enqueue_client(r, t)
         else:
@@ -363,6 +364,16 @@ class Replica(DecodeSegments):
         self.held.clear()
 
     # ---------------------------------------------------------------- client timeouts
+    def expire_due(self) -> bool:
+        """Abort the requests whose client deadline this replica's clock has passed (a request
+        that joined while the replica was ahead, inside a step that ends after its deadline,
+        is due at once); True when one was due. The pool calls it on every busy replica before
+        its next decision (`Pool.step_earliest`), so the abort frees its client then."""
+        if self.deadlines and self.deadlines[0][0] <= self.clock:
+            self._expire()
+            return True
+        return False
+
     def _expire(self) -> None:
         """Abort every request whose client deadline has passed by now (a step boundary)."""
         deadlines, status, clock = self.deadlines, self.rec_status, self.clock
@@ -829,7 +840,8 @@ class Replica(DecodeSegments):
             raise AssertionError(f"replica {self.index}: seat accounting broken")
         if self.n_prefilling != sum(1 for s in self.active if self.computed[s] < self.prompt[s]):
             raise AssertionError(f"replica {self.index}: prefilling count broken")
-        if self.in_step and self.last_lazy_s not in (None, self.clock):
+        # (with nothing running a mark is void: the next admission syncs, writing nothing)
+        if self.in_step and self.active and self.last_lazy_s not in (None, self.clock):
             raise AssertionError(f"replica {self.index}: last tokens marked at {self.last_lazy_s}, not at the clock")
         if self.in_step and self.last_lazy_s is None and any(self.last_tok[s] != self.clock for s in self.active
                                                        if self.computed[s] >= self.prompt[s]):
