@@ -76,8 +76,7 @@ def run_capped(pool: Pool, events: EventQueue, scheduled_s: np.ndarray, slots: i
                 continue
             _cut_unsent(out, sent, arrived, n, cap)
             return
-        pool.advance_to_event(t, events)
-        if events.peek_time() < t:
+        if not pool.advance_to_event(t, events):
             continue  # a completion released a slot earlier
         t, kind, _ = events.pop()
         if kind == ARRIVAL:

@@ -127,7 +127,6 @@ class DecodeReplica(Replica):
             self.arrived.append(r)
         if idle and self.clock < t:
             self.clock = t
-            self.last_lazy_s = None  # nothing runs: no last token to mark
 
     def before_decision(self) -> bool:
         """Admit the arrived requests that fit; False when nothing can run (the head cannot be
@@ -275,8 +274,8 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
         sends = np.full(n, np.nan)  # a closed loop's send times (NaN: never sent)
         for _ in range(min(closed, n)):
             events.push(front, RELEASE)  # every client sends at 0
-        _run_closed(pools, events, workload, out, out_p, xfer, mml, pcfg.max_duration_s, progress,
-                    _ClientLoop(sends, front, tok, release))
+        _run(pools, events, workload, out, out_p, xfer, mml, pcfg.max_duration_s, progress,
+             _ClientLoop(sends, front, tok, release))
     _finish_pools(pools, out, out_p, pcfg.max_duration_s)
     done = out.completed()
     if not all(math.isfinite(p.clock) for p in pools.prefill.replicas + pools.decode.replicas) or not (
@@ -298,98 +297,91 @@ def simulate_disagg(prefill_cost: CostModel, decode_cost: CostModel, workload: W
 
 def _run(pools: _Pools, events: EventQueue, wl: Workload, out: Records, out_p: Records,
          xfer: dict[str, np.ndarray], mml: int, cap: float | None,
-         progress: Callable[[int, int], None] | None) -> None:
+         progress: Callable[[int, int], None] | None, clients: _ClientLoop | None = None) -> None:
     """The event loop: arrivals -> prefill pool; prefill completions -> the link (FIFO per
-    prefill replica, in completion-time order); transfer ends -> decode pool."""
+    prefill replica, in completion-time order); transfer ends -> decode pool. With `clients`
+    (a closed loop, module docstring) releases send the next requests, every end or refusal
+    frees its client, and both pools advance together in clock order, every replica of either
+    stopping where another could make an event (a hand-off, a client's next request) before
+    the one it runs to; an open loop's events before t come from the prefill pool alone."""
     prefill, decode = pools.prefill, pools.decode
+    both = Pool(prefill.replicas + decode.replicas, prefill.router, cap) if clients is not None else None
+    free = clients.release if clients is not None else _no_client
     n = wl.num_requests
     seen = 0
     report_every = max(1, n // 100)
     while True:
         if not len(events):
-            busy = prefill.busy()
-            if not busy:
-                return
-            min(busy, key=lambda p: p.clock).advance_until(math.inf if cap is None else cap, max_actions=1)
-            if not len(events) and all(p.clock >= (math.inf if cap is None else cap) for p in busy):
-                return
-            continue
-        t = events.peek_time()
-        prefill.advance_until(t)  # may complete prefills (events) before t
-        if events.peek_time() < t:
-            continue
-        t, kind, r = events.pop()
-        if cap is not None and t > cap:
-            _cut(r, out, cap)
-        elif kind == PREFILL_DONE:
-            _start_transfer(pools, r, t, wl, out, out_p, xfer, events)
-        elif kind == HANDOFF:
-            decode.advance_until(t)
-            decode.route(r, t)
-        else:  # an arrival
-            need = int(wl.input_len[r]) + int(wl.output_len[r])
-            if need > mml:
-                out.reject(r, f"prompt+output = {need} tokens exceeds max_model_len {mml}")
-            else:
-                prefill.route(r, t)
-            seen += 1
-            if progress is not None and (seen % report_every == 0 or seen == n):
-                progress(seen, n)
-
-
-def _run_closed(pools: _Pools, events: EventQueue, wl: Workload, out: Records, out_p: Records,
-                xfer: dict[str, np.ndarray], mml: int, cap: float | None,
-                progress: Callable[[int, int], None] | None, clients: _ClientLoop) -> None:
-    """`_run` for a closed loop (module docstring): releases send the next requests, and both
-    pools advance together in clock order, every replica of either stopping where another could
-    make an event (a hand-off, a client's next request) before the one it runs to."""
-    prefill, decode = pools.prefill, pools.decode
-    both = Pool(prefill.replicas + decode.replicas, prefill.router, cap)
-    n = wl.num_requests
-    seen = 0
-    report_every = max(1, n // 100)
-    while True:
-        if not len(events):
-            if both.step_earliest():
+            if _step_idle(prefill, both, cap):
                 continue
             break
         t = events.peek_time()
-        both.advance_to_event(t, events)
-        if events.peek_time() < t:
+        if not _advance(prefill, both, t, events):
             continue  # a step ended a request (or a prefill) whose event comes first
         t, kind, r = events.pop()
         if kind == RELEASE:
             if cap is None or t <= cap:
+                assert clients is not None  # only a closed loop's clients are released
                 clients.send(t, events)
         elif cap is not None and t > cap:
             _cut(r, out, cap)
         elif kind == PREFILL_DONE:
             _start_transfer(pools, r, t, wl, out, out_p, xfer, events)
             if int(wl.output_len[r]) <= 1:
-                clients.release(r, t)  # its only token came from the prefill pool
+                free(r, t)  # its only token came from the prefill pool
         elif kind == HANDOFF:
+            decode.advance_until(t)  # (a closed loop's pools are there already)
             decode.route(r, t)
             if out.status[r] == REJECTED:
-                clients.release(r, t)
+                free(r, t)
         else:  # an arrival
-            _closed_arrival(prefill, r, t, wl, out, out_p, mml, clients)
+            _arrive(prefill, r, t, wl, out, out_p, mml, free)
             seen += 1
             if progress is not None and (seen % report_every == 0 or seen == n):
                 progress(seen, n)
-    for r in range(clients.next_r, n):  # only a time cap leaves requests unsent
+    for r in range(clients.next_r if clients is not None else n, n):  # only a time cap leaves requests unsent
         out.reject(r, f"never sent: the simulated-time cap of {cap} s came first (max_duration_s)")
 
 
-def _closed_arrival(prefill: Pool, r: int, t: float, wl: Workload, out: Records, out_p: Records, mml: int,
-                    clients: _ClientLoop) -> None:
-    """A closed loop's request r reaches the prefill pool at t; a refusal frees its client at once."""
+def _no_client(r: int, t: float) -> None:
+    """An open loop's request ends: no client waits to send another."""
+
+
+def _step_idle(prefill: Pool, both: Pool | None, cap: float | None) -> bool:
+    """No event is pending: one decision of the pool(s) that can make one; False when none can
+    (the run is over). An open loop's earliest busy prefill replica, a closed loop's earliest
+    busy replica of either pool (`Pool.step_earliest`)."""
+    if both is not None:
+        return both.step_earliest()
+    busy = prefill.busy()
+    limit = math.inf if cap is None else cap
+    first = min(busy, key=lambda p: p.clock) if busy else None
+    if first is None or first.clock >= limit:
+        return False
+    first.advance_until(limit, max_actions=1)
+    return True
+
+
+def _advance(prefill: Pool, both: Pool | None, t: float, events: EventQueue) -> bool:
+    """Run what can make an event before t, the earliest one's time: an open loop's prefill
+    pool (its completions), a closed loop's both pools in clock order; True when the event at
+    t is still the earliest."""
+    if both is not None:
+        return both.advance_to_event(t, events)
+    prefill.advance_until(t)
+    return events.peek_time() >= t
+
+
+def _arrive(prefill: Pool, r: int, t: float, wl: Workload, out: Records, out_p: Records, mml: int,
+            free: Callable[[int, float], None]) -> None:
+    """Request r reaches the prefill pool at t; a refusal frees its client at once (`free`)."""
     need = int(wl.input_len[r]) + int(wl.output_len[r])
     if need > mml:
         out.reject(r, f"prompt+output = {need} tokens exceeds max_model_len {mml}")
     else:
         prefill.route(r, t)
     if need > mml or out_p.status[r] == REJECTED:
-        clients.release(r, t)
+        free(r, t)
 
 
 def _check_run(pools: _Pools, out: Records, plog: StepLog, dlog: StepLog, wl: Workload,

@@ -68,9 +68,7 @@ def run_dependent(pool: Pool, events: EventQueue, roots: np.ndarray, deps: Deps,
             if progress is not None:
                 progress(n, n)
             return
-        t = events.peek_time()
-        pool.advance_to_event(t, events)
-        if events.peek_time() < t:
+        if not pool.advance_to_event(events.peek_time(), events):
             continue  # a completion released an earlier child
         t, kind, payload = events.pop()
         r = payload if kind == CHILD else int(roots[payload])

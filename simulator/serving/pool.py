@@ -89,14 +89,16 @@ class Pool:
         for p in self.replicas:
             p.advance_until(t)
 
-    def advance_to_event(self, t: float, events: EventQueue) -> None:
+    def advance_to_event(self, t: float, events: EventQueue) -> bool:
         """Run the pool's steps that start before t, the earliest event's time, in clock order
         (`step_earliest`), stopping as soon as one of them ends a request whose own event
         (a closed-loop client's next request, a session's next turn) comes before t: the
-        caller takes that one first, and no replica has run past it. Replica by replica, one
-        would run to t past another's earlier completion and meet that request late."""
+        caller takes that one first (False), and no replica has run past it; True when the
+        event at t is still the earliest. Replica by replica, one would run to t past
+        another's earlier completion and meet that request late."""
         while events.peek_time() >= t and self.step_earliest(t):
             pass
+        return events.peek_time() >= t
 
     def step_earliest(self, before: float = math.inf) -> bool:
         """One scheduling decision (a step or a decode segment) on the busy replica with the

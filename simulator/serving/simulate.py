@@ -99,9 +99,7 @@ def _next_release(pool: Pool, events: EventQueue) -> float:
     cap (the caller cuts the run off there)."""
     while True:
         if len(events):
-            t = events.peek_time()
-            pool.advance_to_event(t, events)
-            if events.peek_time() < t:
+            if not pool.advance_to_event(events.peek_time(), events):
                 continue  # an earlier completion appeared
             return events.pop()[0]
         if not pool.step_earliest():
