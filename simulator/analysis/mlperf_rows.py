@@ -1,4 +1,5 @@
-"""An MLPerf Inference v5.1 Offline row as the LoadGen run that reproduces it.
+"""An MLPerf Inference v5.1 Offline row as the LoadGen run that reproduces it (a Server row:
+`predict_server`).
 
 A row of `dev_mlperf51_offline.csv` names its dataset (`workloads.mlperf.DATASETS`) and gives
 the system's `Tokens per second` or `Samples per second`. The run is rebuilt as LoadGen ran it
@@ -91,6 +92,20 @@ LOADGEN_CONFIGS: dict[tuple[str, ...], LoadgenConfig] = {
 MIN_PILOT_SAMPLES = 1000
 #: seed of every synthetic MLPerf dataset and query permutation in validation
 SEED = 0
+#: what an Offline run reports (LoadGen's summary: tokens and samples per second)
+THROUGHPUT_METRICS = ("output_tokens_per_s", "request_throughput", "output_tokens_per_s_per_gpu")
+#: what a Server run reports: its completed rates and its latency statistics (LoadGen's summary
+#: gives mean and percentiles of the first-token latency, TPOT and the query latency)
+SERVER_METRICS = (*THROUGHPUT_METRICS, "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+                  "median_tpot_ms", "p99_tpot_ms", "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms")
+#: a simulated Server run: two minutes of one scheduler's arrivals, between these sample counts
+SERVER_SPAN_S = 120.0
+SERVER_MIN_SAMPLES = 3000
+SERVER_MAX_SAMPLES = 40000
+#: the share of a Server run's first arrivals left out of its steady state (warm-up)
+SERVER_WARMUP = 0.1
+#: below this share of the offered rate completed, a simulated Server run did not keep up
+SERVER_KEEP_UP = 0.97
 
 
 def is_mlperf_row(row: Mapping[str, Any]) -> bool:
@@ -167,10 +182,10 @@ def _dp_cost(cost: Any, ranks: int) -> Any:
     return CostModel(cost.model, cost.hardware, dp, cost.dtypes, link_dtype=cost.link_dtype)
 
 
-def _run(cost: Any, profile: EngineProfile, row: Mapping[str, Any], ds: MlperfDataset, limits: dict[str, Any],
-         n: int, mean_out: float | None) -> tuple[float, int, int]:
-    """(makespan s, completed samples, their output tokens) of one scheduler (an instance, or
-    one attention-DP rank of it) serving n samples."""
+def _serve(cost: Any, profile: EngineProfile, row: Mapping[str, Any], ds: MlperfDataset, limits: dict[str, Any],
+           n: int, mean_out: float | None, rate: float | None = None) -> Any:
+    """The simulated records of one scheduler (an instance, or one attention-DP rank of it)
+    serving n samples: all at t = 0 (Offline), or Poisson at `rate` samples/s (Server)."""
     from simulator.scenario import Scenario
     from simulator.serving.simulate import simulate
 
@@ -179,7 +194,7 @@ def _run(cost: Any, profile: EngineProfile, row: Mapping[str, Any], ds: MlperfDa
                   weight_dtype=row["weight_dtype"], activation_dtype=row["activation_dtype"],
                   kv_dtype=row["kv_dtype"], replicas=1, workload="random", rate=math.inf,
                   num_requests=n, **lim)
-    w = offline_query(ds.name, n, seed=SEED, output_mean=mean_out)
+    w = offline_query(ds.name, n, seed=SEED, output_mean=mean_out, rate=rate)
     ranks = limits.get("dp_ranks", 1)
     # an attention-DP rank's steps: the instance's cost model with data-parallel attention (each
     # rank's attention on its own sequences, MoE over all ranks: Parallelism.dp_attention), fed
@@ -193,14 +208,25 @@ def _run(cost: Any, profile: EngineProfile, row: Mapping[str, Any], ds: MlperfDa
     if not done.all():
         reason = next(iter(res.reasons.values()), "not completed")
         raise SkipRow(f"{int((~done).sum())} of {n} samples not served: {reason}")
-    makespan = float(np.max(res.finish_s))
-    return makespan, int(done.sum()), int(res.output_len[done].sum())
+    return res
+
+
+def _run(cost: Any, profile: EngineProfile, row: Mapping[str, Any], ds: MlperfDataset, limits: dict[str, Any],
+         n: int, mean_out: float | None) -> tuple[float, int, int]:
+    """(makespan s, completed samples, their output tokens) of one scheduler serving an
+    Offline query of n samples."""
+    res = _serve(cost, profile, row, ds, limits, n, mean_out)
+    return float(np.max(res.finish_s)), n, int(res.output_len.sum())
 
 
 def predict(validator: Any, row: Mapping[str, Any]) -> tuple[float, str]:
-    """(the row's metric as the simulated LoadGen run gives it, a note of what was assumed)."""
+    """(the row's metric as the simulated LoadGen run gives it, a note of what was assumed).
+    An `online_poisson` row is a Server (or Interactive) run (`predict_server`), any other an
+    Offline one."""
+    if row["scenario"] == "online_poisson":
+        return predict_server(validator, row)
     metric = row["metric"]
-    if metric not in ("output_tokens_per_s", "request_throughput", "output_tokens_per_s_per_gpu"):
+    if metric not in THROUGHPUT_METRICS:
         raise SkipRow(f"metric {metric} is not reported by an MLPerf Offline run")
     ds = DATASETS[str(row["dataset"]).strip().lower()]
     facts = note_facts(row)
@@ -265,5 +291,98 @@ def predict(validator: Any, row: Mapping[str, Any]) -> tuple[float, str]:
     return tokens_s, note
 
 
-__all__ = ["DEFAULT_MIN_DURATION_S", "LOADGEN_CONFIGS", "LoadgenConfig", "MIN_PILOT_SAMPLES", "SEED", "loadgen_config", "is_mlperf_row",
-           "predict", "settings"]
+def server_sample_count(rate: float, cap: int | None) -> int:
+    """Samples one scheduler serves in a simulated Server run at `rate` samples/s: two minutes
+    of arrivals, at least SERVER_MIN_SAMPLES and at most SERVER_MAX_SAMPLES (`cap`, a
+    validator's max_requests, lowers both)."""
+    n = min(max(SERVER_MIN_SAMPLES, math.ceil(rate * SERVER_SPAN_S)), SERVER_MAX_SAMPLES)
+    return max(min(n, cap), 2) if cap else n
+
+
+def server_numbers(res: Any, instances: int) -> tuple[dict[str, float], float]:
+    """(the Server metrics of one scheduler's run, scaled to `instances` schedulers; the
+    completed share of the offered rate) in LoadGen's steady state: arrivals after the first
+    SERVER_WARMUP of them (an empty system at t = 0 is not the run's state) up to the last;
+    throughputs are the completions inside that window over its length, latencies those of
+    the samples that arrived in it. TPOT is LoadGen's and vLLM's: (latency - TTFT) /
+    (tokens - 1), over samples of two or more tokens."""
+    arr, first, fin, out = res.arrival_s, res.first_token_s, res.finish_s, res.output_len
+    n = len(arr)
+    k0 = int(n * SERVER_WARMUP)
+    t_a, t_b = float(arr[k0]), float(arr[-1])
+    span = t_b - t_a
+    inside = (fin >= t_a) & (fin <= t_b)
+    samples_s = float(np.count_nonzero(inside)) / span
+    tokens_s = float(out[inside].sum()) / span
+    offered = (n - 1 - k0) / span
+    ttft = (first - arr)[k0:] * 1e3
+    e2e = (fin - arr)[k0:] * 1e3
+    o = out[k0:]
+    many = o > 1
+    tpot = (fin[k0:] - first[k0:])[many] / (o[many] - 1) * 1e3
+    vals = {"output_tokens_per_s": tokens_s * instances, "request_throughput": samples_s * instances}
+    for name, x in (("ttft_ms", ttft), ("tpot_ms", tpot), ("e2el_ms", e2e)):
+        if x.size:
+            vals[f"mean_{name}"] = float(np.mean(x))
+            vals[f"median_{name}"] = float(np.median(x))
+            vals[f"p99_{name}"] = float(np.percentile(x, 99))
+    return vals, samples_s / offered
+
+
+def predict_server(validator: Any, row: Mapping[str, Any]) -> tuple[float, str]:
+    """An MLPerf Server (or Interactive) row: LoadGen issues single-sample queries at the
+    row's `request_rate` (the scheduled samples per second, Poisson) for the whole system.
+    The engine instances (and attention-DP ranks) serve disjoint shares, so one scheduler is
+    simulated at its share of the rate, with the Offline run's limits and cost
+    (`settings`, `LockstepRanks`), for `server_sample_count` samples, and the steady-state
+    numbers are read off it (`server_numbers`): completed tokens or samples per second (the
+    system's: x the schedulers), and TTFT / TPOT / latency. A published Server result is a
+    valid run, one that kept up; where the simulated system does not, the note says so."""
+    metric = row["metric"]
+    if metric not in SERVER_METRICS:
+        raise SkipRow(f"metric {metric} is not reported by an MLPerf Server run (allowed: {', '.join(SERVER_METRICS)})")
+    rate = row.get("request_rate")
+    if rate is None or not (isinstance(rate, (int, float)) and 0 < rate < math.inf):
+        raise SkipRow(f"request_rate: {rate!r}; an MLPerf Server row needs LoadGen's scheduled samples per second")
+    ds = DATASETS[str(row["dataset"]).strip().lower()]
+    mean_out = note_facts(row).get("run_mean_output")
+    profile = validator.profile_of(row)
+    cost = validator.cost_model(row)
+    key = ("mlperf-server", id(cost), ds.name, row.get("max_batch_size"), row.get("max_num_tokens"), row["replicas"],
+           float(rate), mean_out, validator.pilot_cap)
+
+    def compute() -> tuple[dict[str, float], str]:
+        try:
+            lim = settings(profile, cost, row, ds)
+            instances = int(row["replicas"]) * lim["dp_ranks"]
+            per = float(rate) / instances
+            n = server_sample_count(per, validator.pilot_cap)
+            res = _serve(cost, profile, row, ds, lim, n, mean_out, rate=per)
+        except SpecError as e:
+            raise SkipRow(str(e)) from None
+        vals, kept = server_numbers(res, instances)
+        notes = [*lim["notes"], f"Server: {n} samples a scheduler at {per:.4g} samples/s (Poisson) x {instances}"]
+        if kept < SERVER_KEEP_UP:
+            # its queue grows without bound: what it completes is its Offline capacity (a run
+            # too short for its latencies completes nothing in the window at all)
+            off = {**row, "scenario": "offline_max_throughput"}
+            vals["request_throughput"], _ = predict(validator, {**off, "metric": "request_throughput"})
+            vals["output_tokens_per_s"], _ = predict(validator, {**off, "metric": "output_tokens_per_s"})
+            notes.append(f"the simulated system does not keep up (it completes {kept:.0%} of the offered rate in the "
+                         "run; a published Server run did): throughput is its Offline capacity, latencies grow with "
+                         "the run")
+        return vals, "; ".join(notes)
+
+    vals, note = validator.cached(key, compute)
+    if mean_out is None:
+        note += f"; reference mean output {ds.output.mean:g} (the row states no run mean)"
+    if metric == "output_tokens_per_s_per_gpu":
+        return vals["output_tokens_per_s"] / row["num_gpus"], note
+    if metric not in vals:
+        raise SkipRow(f"no sample of two or more tokens for {metric}")
+    return vals[metric], note
+
+
+__all__ = ["DEFAULT_MIN_DURATION_S", "LOADGEN_CONFIGS", "LoadgenConfig", "MIN_PILOT_SAMPLES", "SEED", "SERVER_METRICS",
+           "THROUGHPUT_METRICS", "loadgen_config", "is_mlperf_row", "predict", "predict_server", "server_numbers",
+           "server_sample_count", "settings"]
