@@ -263,6 +263,56 @@ def system_parts(row: Mapping[str, Any]) -> list[tuple[str, int]]:
     return parts
 
 
+#: a disaggregated run's notes: each pool's layout after the word "prefill" or "decode", up to
+#: the other pool, a ";" or the end (InferenceX records prefill_tp/ep/dp_attention/num_workers
+#: and the decode_ ones; the notes spell them "TP4 EP4 dp-attention true" as for one server)
+_DISAGG_WORD = re.compile(r"\bdisagg", re.I)
+_DISAGG_OFF = re.compile(r"\bdisagg\w*\s*[=:]?\s*(?:false|no|off)\b", re.I)
+_POOL_TEXT = re.compile(r"\b(prefill|decode)(.*?)(?=\b(?:prefill|decode)|;|$)", re.I | re.S)
+_POOL_TP = re.compile(r"(?<![a-z])tp(?:_size)?\s*[=:]?\s*(\d+)", re.I)
+_POOL_EP = re.compile(r"(?<![a-z])ep(?:_size)?\s*[=:]?\s*(\d+)", re.I)
+_POOL_DPA = re.compile(r"dp[-_ ]?att(?:ention|n)?\s*[=:]?\s*(true|false)", re.I)
+_POOL_WORKERS = (re.compile(r"(\d+)\s*(?:x|\u00d7)\s*(?=tp)", re.I),
+                 re.compile(r"(\d+)\s+(?:workers?|worker\(s\)|replicas?|instances?|servers?)\b", re.I),
+                 re.compile(r"(?:num_workers|workers?|replicas?|instances?)\s*[=:]?\s*(\d+)", re.I))
+
+
+def disagg_layout(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The two pools of a disaggregated run its notes describe ("disaggregated ... prefill 2
+    workers TP4 EP4 dp-attention false, decode 1 worker TP8 EP8 dp-attention true"): {"prefill":
+    {"workers", "tp", "ep", "dp_attention"}, "decode": {...}, "assumed": [what was not stated]};
+    None when the notes do not say the run is disaggregated, or say it is not. A pool without a
+    stated worker count has one (ASSUMED, listed); EP defaults to 1 and dp-attention to false.
+    ValueError when they say it is but a pool's TP is missing."""
+    text = str(row.get("notes") or "")
+    if not _DISAGG_WORD.search(text) or _DISAGG_OFF.search(text):
+        return None
+    texts: dict[str, str] = {}
+    for m in _POOL_TEXT.finditer(text):  # a pool's pieces together ("prefill_tp 4, prefill_ep 4")
+        name = m.group(1).lower()
+        texts[name] = texts.get(name, "") + " " + m.group(2)
+    pools: dict[str, Any] = {}
+    assumed: list[str] = []
+    for name, seg in texts.items():
+        tp = _POOL_TP.search(seg)
+        if not tp:
+            continue
+        ep, dpa = _POOL_EP.search(seg), _POOL_DPA.search(seg)
+        workers = next((int(w.group(1)) for pat in _POOL_WORKERS if (w := pat.search(seg))), None)
+        if workers is None:
+            workers = 1
+            assumed.append(f"{name} workers 1")
+        pools[name] = {"workers": workers, "tp": int(tp.group(1)), "ep": int(ep.group(1)) if ep else 1,
+                       "dp_attention": bool(dpa and dpa.group(1).lower() == "true")}
+    missing = [p for p in ("prefill", "decode") if p not in pools]
+    if missing:
+        raise ValueError(f"notes: a disaggregated run without the {' and '.join(missing)} pool's TP "
+                         "(e.g. 'prefill 1 worker TP4 EP4 dp-attention false, decode 1 worker TP8 ...')")
+    if min(p["workers"] for p in pools.values()) < 1:
+        raise ValueError("notes: a disaggregated pool with 0 workers")
+    return {**pools, "assumed": assumed}
+
+
 #: engine families for grouping errors (the text before any parenthesis names the engine)
 _FAMILIES = (("tensorrt-llm", "trtllm"), ("trtllm", "trtllm"), ("sglang", "sglang"), ("vllm", "vllm"),
              ("llama.cpp", "llama.cpp"), ("deepspeed", "deepspeed"), ("sambaflow", "sambaflow"),

@@ -47,6 +47,7 @@ from simulator.analysis.measurements import (
     STATIC_METRICS,
     SkipRow,
     check_rows,
+    disagg_layout,
     engine_family,
     metric_percentile,
     metric_unit,
@@ -355,6 +356,18 @@ class Validator:
             v = float(pred["output_tokens_per_s"]) * row["replicas"] / row["num_gpus"]
         return v, note
 
+    @staticmethod
+    def _pools(model: Any, layout: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+        """A disaggregated row's `deployment:` pools (`disagg_layout`): each pool's TP, and for
+        an MoE model its EP and data-parallel attention (one group per GPU, as for one server)."""
+        out = {}
+        for name in ("prefill", "decode"):
+            p = layout[name]
+            moe = model.moe is not None
+            out[name] = {"tp": p["tp"], "ep": p["ep"] if moe else 1,
+                         "dp_attention": p["tp"] if moe and p["dp_attention"] else 1}
+        return out
+
     def _workload_of(self, row: Mapping[str, Any], ds: str) -> str:
         """The workload a serving row is simulated on: its dataset's trace (--workload), ShareGPT
         sampled as `vllm bench serve` samples it (sharegpt.py), else the row's random lengths."""
@@ -395,11 +408,17 @@ class Validator:
             rate = math.inf
         conc = row["concurrency"] if sc_name == "closed_loop" else None
         n = int(row["num_requests"] or self.num_requests or DEFAULT_NUM_REQUESTS)  # before --max-requests
+        try:
+            layout = disagg_layout(row)
+        except ValueError as e:
+            raise SkipRow(str(e)) from None
+        if layout is not None:  # the limits of one decode replica; each pool's KV is its own
+            row = {**row, "tp": layout["decode"]["tp"], "replicas": 1}
         cost = self.cost_model(row)
         f = note_facts(row)
         key = ("serve", id(cost), workload, row["input_len"], row["output_len"], rate, conc, n,
                row["max_batch_size"], row["max_num_tokens"], row["replicas"],
-               f.get("range_ratio"), f.get("nominal_input_len"), f.get("nominal_output_len"))
+               f.get("range_ratio"), f.get("nominal_input_len"), f.get("nominal_output_len"), repr(layout))
         if key not in self._pred:
             try:
                 # the row's limits, else its benchmark tool's, else the engine profile's
@@ -412,13 +431,24 @@ class Validator:
                                       offline=sc_name == "offline_max_throughput")
                 own = bool(row["num_requests"]) or limits["num_requests"] != n
                 limits["num_requests"], note = self.cut(limits["num_requests"], own)
-                sc = Scenario(model=cost.model, hardware=cost.hardware, tp=row["tp"], pp=row["pp"],
-                              weight_dtype=row["weight_dtype"], activation_dtype=row["activation_dtype"],
-                              kv_dtype=row["kv_dtype"], replicas=row["replicas"], workload=workload,
-                              rate=rate, concurrency=conc, **lengths, **limits)
-                w = _bench_lengths(row, limits["num_requests"], conc) or sc.make_workload()
-                res = simulate(cost, w, sc.engine_config(cost), sc.replicas, sc.router,
-                               client=client_view_for(self.profile_of(row)))
+                if layout is not None:
+                    limits = {k: v for k, v in limits.items() if k != "kv_capacity_tokens"}
+                    sc = Scenario(model=cost.model, hardware=cost.hardware, tp=row["tp"], pp=row["pp"],
+                                  weight_dtype=row["weight_dtype"], activation_dtype=row["activation_dtype"],
+                                  kv_dtype=row["kv_dtype"], workload=workload, rate=rate, concurrency=conc,
+                                  disagg=f"{layout['prefill']['workers']}:{layout['decode']['workers']}",
+                                  deployment=self._pools(cost.model, layout), **lengths, **limits)
+                    w = _bench_lengths(row, limits["num_requests"], conc) or sc.make_workload()
+                    res, _ = sc.run(workload=w)
+                    note = "; ".join(x for x in (note, _layout_note(layout)) if x)
+                else:
+                    sc = Scenario(model=cost.model, hardware=cost.hardware, tp=row["tp"], pp=row["pp"],
+                                  weight_dtype=row["weight_dtype"], activation_dtype=row["activation_dtype"],
+                                  kv_dtype=row["kv_dtype"], replicas=row["replicas"], workload=workload,
+                                  rate=rate, concurrency=conc, **lengths, **limits)
+                    w = _bench_lengths(row, limits["num_requests"], conc) or sc.make_workload()
+                    res = simulate(cost, w, sc.engine_config(cost), sc.replicas, sc.router,
+                                   client=client_view_for(self.profile_of(row)))
                 self._pred[key] = (summarize(res, {}), res, note)
             except SpecError as e:
                 raise SkipRow(str(e)) from None
@@ -430,6 +460,14 @@ class Validator:
         if v is None or not math.isfinite(float(v)):
             raise SkipRow(f"simulation gave no {metric} (completed {s.get('completed')} of {s.get('num_requests')})")
         return float(v), count_note
+
+
+def _layout_note(layout: Mapping[str, Any]) -> str:
+    """What a disaggregated row was priced as, with what its notes did not state."""
+    pools = ", ".join(f"{name} {p['workers']} x TP{p['tp']} EP{p['ep']} dp-attention {str(p['dp_attention']).lower()}"
+                      for name, p in ((n, layout[n]) for n in ("prefill", "decode")))
+    assumed = f" (ASSUMED: {', '.join(layout['assumed'])})" if layout["assumed"] else ""
+    return f"disaggregated: {pools}{assumed}"
 
 
 def _bench_lengths(row: Mapping[str, Any], n: int, concurrency: int | None) -> Any:
