@@ -313,6 +313,51 @@ def disagg_layout(row: Mapping[str, Any]) -> dict[str, Any] | None:
     return {**pools, "assumed": assumed}
 
 
+#: speculative decoding a row's notes state (InferenceX records spec_method / MTP_MODE; TRT-LLM
+#: spells it decoding_type MTP with num_nextn_predict_layers, vLLM method / num_speculative_tokens)
+_SPEC_METHOD = re.compile(r"\b(?:spec(?:ulative)?[_ -]?(?:method|decoding|decode)|decoding_type|method)\s*[=:]?\s*"
+                          r"['\"]?([a-z_0-9]+)", re.I)
+_SPEC_BARE = re.compile(r"\b(mtp|eagle3?)\b", re.I)
+_SPEC_OFF = ("none", "off", "false", "no", "disabled")
+_SPEC_NEG = re.compile(r"\b(?:no|without|not)\s+(?:mtp|eagle3?|speculative)|\b(?:mtp|eagle3?|speculative decoding)"
+                       r"\s*[=:]?\s*(?:off|disabled|false|none)\b", re.I)
+_SPEC_K = (re.compile(r"(?:num_speculative_tokens|num_nextn_predict_layers|speculative tokens|draft tokens)"
+                      r"\s*[=:]?\s*(\d+)", re.I),
+           re.compile(r"\bmtp[\s=:_-]*(\d+)\b", re.I))
+_SPEC_LENGTH = re.compile(r"acceptance[_ ]length\s*[=:]?\s*(\d+(?:\.\d+)?)", re.I)
+_SPEC_RATE = re.compile(r"acceptance[_ ]rate\s*[=:]?\s*(\d*\.\d+|[01])\b", re.I)
+
+
+def speculative_stated(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The speculative decoding a row's notes state, as `--speculative-config` would give it
+    ({"method", "num_speculative_tokens", and mean_acceptance_length or acceptance_rate where
+    stated}); None when the notes state none (or "spec_method none"). A method llmsim does not
+    know is returned under its own name (the config's check refuses it by name)."""
+    text = str(row.get("notes") or "")
+    if _SPEC_NEG.search(text):
+        return None
+    m = _SPEC_METHOD.search(text)
+    word = m.group(1).lower() if m else None
+    if word in _SPEC_OFF:
+        return None
+    if word is None or not any(k in word for k in ("mtp", "eagle", "draft", "ngram", "medusa")):
+        bare = _SPEC_BARE.search(text)
+        if bare is None:
+            return None
+        word = bare.group(1).lower()
+    method = ("mtp" if "mtp" in word else "eagle3" if "eagle3" in word else "eagle" if "eagle" in word
+              else "draft_model" if "draft" in word else "ngram" if "ngram" in word else word)
+    out: dict[str, Any] = {"method": method}
+    k = next((int(x.group(1)) for pat in _SPEC_K if (x := pat.search(text))), None)
+    if k is not None:
+        out["num_speculative_tokens"] = k
+    if (length := _SPEC_LENGTH.search(text)) is not None:
+        out["mean_acceptance_length"] = float(length.group(1))
+    elif (rate := _SPEC_RATE.search(text)) is not None:
+        out["acceptance_rate"] = float(rate.group(1))
+    return out
+
+
 #: engine families for grouping errors (the text before any parenthesis names the engine)
 _FAMILIES = (("tensorrt-llm", "trtllm"), ("trtllm", "trtllm"), ("sglang", "sglang"), ("vllm", "vllm"),
              ("llama.cpp", "llama.cpp"), ("deepspeed", "deepspeed"), ("sambaflow", "sambaflow"),

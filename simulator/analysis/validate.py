@@ -52,6 +52,7 @@ from simulator.analysis.measurements import (
     metric_percentile,
     metric_unit,
     note_facts,
+    speculative_stated,
     system_parts,
 )
 from simulator.profiles.apply import (
@@ -277,6 +278,10 @@ class Validator:
             return self._heterogeneous(row, parts)
         row = self.resolve_row(row)
         pre = row.get("layout_note", "")
+        spec = speculative_stated(row)
+        if spec is not None and (row["scenario"] not in ("closed_loop", "online_poisson") or mlperf_rows.is_mlperf_row(row)):
+            raise SkipRow(f"notes state speculative decoding ({spec['method']}): priced for serving runs "
+                          "(closed loop, online) only")
         if row["scenario"] == "static_batch":
             v, note = self._static(row)
         elif mlperf_rows.is_mlperf_row(row) and str(row.get("dataset")).lower() not in self.workloads:
@@ -356,6 +361,34 @@ class Validator:
             v = float(pred["output_tokens_per_s"]) * row["replicas"] / row["num_gpus"]
         return v, note
 
+    def _run_row(self, row: Mapping[str, Any], cost: Any, base: dict[str, Any], limits: dict[str, Any],
+                 layout: Mapping[str, Any] | None, spec: dict[str, Any] | None) -> tuple[Any, str]:
+        """(records, note) of a serving row's simulation: `base` (the scenario's model, layout,
+        formats, workload and load) with the engine `limits`, as one aggregated deployment, as
+        the two pools its notes give (`layout`), or with the speculative decoding they state."""
+        from simulator.scenario import Scenario
+        from simulator.serving.simulate import simulate
+
+        conc = base["concurrency"]
+        if layout is not None:
+            limits = {k: v for k, v in limits.items() if k != "kv_capacity_tokens"}
+            sc = Scenario(**base, disagg=f"{layout['prefill']['workers']}:{layout['decode']['workers']}",
+                          deployment=self._pools(cost.model, layout), speculative_config=spec, **limits)
+            w = _bench_lengths(row, limits["num_requests"], conc) or sc.make_workload()
+            res, _ = sc.run(workload=w)
+            return res, _layout_note(layout)
+        try:
+            sc = Scenario(**base, replicas=row["replicas"], speculative_config=spec, **limits)
+            draft = sc.speculative(cost)
+        except SpecError as e:
+            if spec is None:
+                raise
+            raise SkipRow(f"notes state speculative decoding {spec}: {e}") from None
+        w = _bench_lengths(row, limits["num_requests"], conc) or sc.make_workload()
+        res = simulate(cost, w, sc.engine_config(cost), sc.replicas, sc.router,
+                       client=client_view_for(self.profile_of(row)), speculative=draft)
+        return res, "; ".join(draft.notes) if draft is not None else ""
+
     @staticmethod
     def _pools(model: Any, layout: Mapping[str, Any]) -> dict[str, dict[str, int]]:
         """A disaggregated row's `deployment:` pools (`disagg_layout`): each pool's TP, and for
@@ -383,8 +416,6 @@ class Validator:
 
     def _serving(self, row: Mapping[str, Any]) -> tuple[float, str]:
         from simulator.metrics.summary import summarize
-        from simulator.scenario import Scenario
-        from simulator.serving.simulate import simulate
 
         metric = row["metric"]
         pct = metric_percentile(metric)
@@ -416,9 +447,10 @@ class Validator:
             row = {**row, "tp": layout["decode"]["tp"], "replicas": 1}
         cost = self.cost_model(row)
         f = note_facts(row)
+        spec = speculative_stated(row)
         key = ("serve", id(cost), workload, row["input_len"], row["output_len"], rate, conc, n,
                row["max_batch_size"], row["max_num_tokens"], row["replicas"],
-               f.get("range_ratio"), f.get("nominal_input_len"), f.get("nominal_output_len"), repr(layout))
+               f.get("range_ratio"), f.get("nominal_input_len"), f.get("nominal_output_len"), repr(layout), repr(spec))
         if key not in self._pred:
             try:
                 # the row's limits, else its benchmark tool's, else the engine profile's
@@ -431,24 +463,11 @@ class Validator:
                                       offline=sc_name == "offline_max_throughput")
                 own = bool(row["num_requests"]) or limits["num_requests"] != n
                 limits["num_requests"], note = self.cut(limits["num_requests"], own)
-                if layout is not None:
-                    limits = {k: v for k, v in limits.items() if k != "kv_capacity_tokens"}
-                    sc = Scenario(model=cost.model, hardware=cost.hardware, tp=row["tp"], pp=row["pp"],
-                                  weight_dtype=row["weight_dtype"], activation_dtype=row["activation_dtype"],
-                                  kv_dtype=row["kv_dtype"], workload=workload, rate=rate, concurrency=conc,
-                                  disagg=f"{layout['prefill']['workers']}:{layout['decode']['workers']}",
-                                  deployment=self._pools(cost.model, layout), **lengths, **limits)
-                    w = _bench_lengths(row, limits["num_requests"], conc) or sc.make_workload()
-                    res, _ = sc.run(workload=w)
-                    note = "; ".join(x for x in (note, _layout_note(layout)) if x)
-                else:
-                    sc = Scenario(model=cost.model, hardware=cost.hardware, tp=row["tp"], pp=row["pp"],
-                                  weight_dtype=row["weight_dtype"], activation_dtype=row["activation_dtype"],
-                                  kv_dtype=row["kv_dtype"], replicas=row["replicas"], workload=workload,
-                                  rate=rate, concurrency=conc, **lengths, **limits)
-                    w = _bench_lengths(row, limits["num_requests"], conc) or sc.make_workload()
-                    res = simulate(cost, w, sc.engine_config(cost), sc.replicas, sc.router,
-                                   client=client_view_for(self.profile_of(row)))
+                base = dict(model=cost.model, hardware=cost.hardware, tp=row["tp"], pp=row["pp"],
+                            weight_dtype=row["weight_dtype"], activation_dtype=row["activation_dtype"],
+                            kv_dtype=row["kv_dtype"], workload=workload, rate=rate, concurrency=conc, **lengths)
+                res, more = self._run_row(row, cost, base, limits, layout, spec)
+                note = "; ".join(x for x in (note, more) if x)
                 self._pred[key] = (summarize(res, {}), res, note)
             except SpecError as e:
                 raise SkipRow(str(e)) from None

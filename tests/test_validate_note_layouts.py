@@ -1,7 +1,11 @@
-"""A measurement row of a disaggregated deployment (its notes give each pool's layout, as
-InferenceX records prefill_tp / prefill_ep / prefill_dp_attention / prefill_num_workers and the
-decode ones) is priced as that deployment (`Scenario` with `disagg` and per-pool
-`deployment:`), not as one aggregated server."""
+"""What a measurement row's notes say about how the run was served, and no column holds:
+
+* a disaggregated deployment (InferenceX records prefill_tp / prefill_ep / prefill_dp_attention /
+  prefill_num_workers and the decode ones) is priced as that deployment (`Scenario` with
+  `disagg` and per-pool `deployment:`), not as one aggregated server;
+* speculative decoding (spec_method / MTP / num_speculative_tokens, with its acceptance) is
+  priced with it, and a row that states it without its acceptance is skipped with the reason.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import math
 import pytest
 
 from simulator.analysis import validate as V
-from simulator.analysis.measurements import disagg_layout
+from simulator.analysis.measurements import disagg_layout, speculative_stated
 
 
 @pytest.mark.parametrize("notes,want", [
@@ -79,3 +83,47 @@ def test_a_disaggregated_row_without_a_pool_is_skipped_with_the_reason() -> None
     res = V.validate([_row("median_ttft_ms", "disaggregated run, prefill TP1", 2)], validator=V.Validator())
     (s,) = res["skipped"]
     assert "without the decode pool's TP" in s["reason"]
+
+
+# ------------------------------------------------------------------ speculative decoding in the notes
+
+@pytest.mark.parametrize("notes,want", [
+    ("single server, TP4 EP1 dp-attention false", None),
+    ("spec_method mtp; MTP 3; mean acceptance length 2.6",
+     {"method": "mtp", "num_speculative_tokens": 3, "mean_acceptance_length": 2.6}),
+    ("speculative decoding: EAGLE3, num_speculative_tokens 3, acceptance rate 0.7",
+     {"method": "eagle3", "num_speculative_tokens": 3, "acceptance_rate": 0.7}),
+    ("decoding_type: MTP, num_nextn_predict_layers: 1", {"method": "mtp", "num_speculative_tokens": 1}),
+    ("spec_method none", None),
+    ("no MTP, TP8", None),
+])
+def test_speculative_decoding_read_from_the_notes(notes: str, want: dict | None) -> None:
+    assert speculative_stated({"notes": notes}) == want
+
+
+def test_a_speculative_row_is_priced_with_its_stated_acceptance_or_skipped() -> None:
+    """Llama-3.1-8B on H100, 4 clients of 512/256 under vLLM: with an EAGLE-3 head, 3 drafts and
+    a stated mean acceptance length of 2.5 the median TPOT falls (2.5 tokens a verify step for
+    a step a little longer than one token's), and the note says what was priced; without the
+    acceptance, or under an engine whose scheduler llmsim does not speculate under, the row is
+    skipped with the reason, never priced as if the drafts were not there."""
+    def row(i: int, notes: str, engine: str = "vLLM 0.11.2") -> dict:
+        return {**_ROW, "id": f"s{i}", "metric": "median_tpot_ms", "unit": "ms", "notes": notes, "num_gpus": 1,
+                "replicas": 1, "input_len": 512, "output_len": 256, "concurrency": 4, "num_requests": 40,
+                "engine": engine}
+    spec = "spec_method eagle3, num_speculative_tokens 3, mean acceptance length 2.5"
+    res = V.validate([row(0, "single server"), row(1, spec), row(2, "spec_method eagle3, num_speculative_tokens 3"),
+                      row(3, spec, "SGLang 0.5.5")], validator=V.Validator())
+    got = {p["id"]: p for p in res["points"]}
+    assert 1.5 < got["s0"]["predicted"] / got["s1"]["predicted"] < 2.5
+    assert "speculative decoding: eagle3, k=3" in got["s1"]["note"]
+    skipped = {s["id"]: s["reason"] for s in res["skipped"]}
+    assert "give exactly one acceptance" in skipped["s2"]
+    assert "modelled under vLLM V1's scheduler" in skipped["s3"]
+
+
+def test_a_speculative_static_row_is_skipped() -> None:
+    row = {**_ROW, "id": "st", "scenario": "static_batch", "batch_size": 1, "concurrency": None, "metric": "tpot_ms",
+           "unit": "ms", "notes": "spec_method mtp, MTP 1, acceptance rate 0.8", "num_gpus": 1, "replicas": 1}
+    (s,) = V.validate([row], validator=V.Validator())["skipped"]
+    assert s["reason"].startswith("notes state speculative decoding (mtp): priced for serving runs")
