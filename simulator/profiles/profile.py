@@ -177,7 +177,7 @@ CHIP_CLASSES: dict[str, tuple[str, ...]] = {
     "hopper": ("h100-sxm", "h100-pcie", "h200-sxm", "h200-nvl", "gh200"),
     "ada": ("l40s", "l4"),
     "ampere": ("a100-sxm-80gb", "a100-sxm-40gb", "a100-pcie-80gb", "a10g"),
-    "blackwell": ("b200", "gb200", "gb300"),
+    "blackwell": ("b200", "b300", "gb200", "gb300"),
     "blackwell-rtx": ("rtx-pro-6000",),
     "cdna2": ("mi250",),
     "cdna3": ("mi300x", "mi325x"),
