@@ -159,14 +159,17 @@ def parse_row(raw: Mapping[str, Any]) -> dict[str, Any]:
     for col in ("tp", "pp"):
         if row[col] is None and row["layout_stated"]:
             raise ValueError(f"{col}: empty (give both tp and pp, or neither when the source does not state them)")
-    if row["layout_stated"] and row["num_gpus"] % (row["tp"] * row["pp"]):
+    # a disaggregated run's GPUs are its two pools' (`disagg_layout` checks them), not a multiple
+    # of one tp (prefill TP4 + decode TP8: 12 GPUs)
+    split = row["layout_stated"] and _says_disagg(str(row.get("notes") or ""))
+    if row["layout_stated"] and not split and row["num_gpus"] % (row["tp"] * row["pp"]):
         raise ValueError(f"num_gpus: {row['num_gpus']} is not a multiple of tp*pp = {row['tp'] * row['pp']}")
     row["request_rate"] = _parse_float(row["request_rate"], "request_rate", allow_inf=True) if row["request_rate"] else None
     row["value"] = _parse_float(row["value"], "value") if row["value"] else None
     if row["value"] is None:
         raise ValueError("value: empty")
     _check_categories(row)
-    row["replicas"] = row["num_gpus"] // (row["tp"] * row["pp"]) if row["layout_stated"] else None
+    row["replicas"] = max(row["num_gpus"] // (row["tp"] * row["pp"]), 1) if row["layout_stated"] else None
     return row
 
 
@@ -267,84 +270,136 @@ def system_parts(row: Mapping[str, Any]) -> list[tuple[str, int]]:
 #: the other pool, a ";" or the end (InferenceX records prefill_tp/ep/dp_attention/num_workers
 #: and the decode_ ones; the notes spell them "TP4 EP4 dp-attention true" as for one server)
 _DISAGG_WORD = re.compile(r"\bdisagg", re.I)
-_DISAGG_OFF = re.compile(r"\bdisagg\w*\s*[=:]?\s*(?:false|no|off)\b", re.I)
+_DISAGG_NOT = re.compile(r"(?:\bnon-?|\bnot\s+|\bno\s+)disagg", re.I)
+_DISAGG_OFF = re.compile(r"\bdisagg\w*\s*[=:]?\s*(?:false|no|off|0)\s*(?:[;,)]|$)", re.I)
 _POOL_TEXT = re.compile(r"\b(prefill|decode)(.*?)(?=\b(?:prefill|decode)|;|$)", re.I | re.S)
 _POOL_TP = re.compile(r"(?<![a-z])tp(?:_size)?\s*[=:]?\s*(\d+)", re.I)
 _POOL_EP = re.compile(r"(?<![a-z])ep(?:_size)?\s*[=:]?\s*(\d+)", re.I)
 _POOL_DPA = re.compile(r"dp[-_ ]?att(?:ention|n)?\s*[=:]?\s*(true|false)", re.I)
+#: a pool's worker count inside its own text: "2 x TP4", "TP4 x 2", "2 workers", "num_workers 2"
 _POOL_WORKERS = (re.compile(r"(\d+)\s*(?:x|\u00d7)\s*(?=tp)", re.I),
+                 re.compile(r"(?<![a-z])tp\s*[=:]?\s*\d+\s*(?:x|\u00d7)\s*(\d+)\b", re.I),
                  re.compile(r"(\d+)\s+(?:workers?|worker\(s\)|replicas?|instances?|servers?)\b", re.I),
                  re.compile(r"(?:num_workers|workers?|replicas?|instances?)\s*[=:]?\s*(\d+)", re.I))
+#: ... or before the pool's word: "2 prefill workers", and the "2P1D" shorthand
+_POOL_COUNT_BEFORE = re.compile(r"\b(\d+)\s*(?:x\s*)?(prefill|decode)\b", re.I)
+_P_D = re.compile(r"\b(\d+)\s*P\s*(\d+)\s*D\b")
+
+
+def _says_disagg(text: str) -> bool:
+    return bool(_DISAGG_WORD.search(text)) and not _DISAGG_NOT.search(text) and not _DISAGG_OFF.search(text)
 
 
 def disagg_layout(row: Mapping[str, Any]) -> dict[str, Any] | None:
     """The two pools of a disaggregated run its notes describe ("disaggregated ... prefill 2
-    workers TP4 EP4 dp-attention false, decode 1 worker TP8 EP8 dp-attention true"): {"prefill":
-    {"workers", "tp", "ep", "dp_attention"}, "decode": {...}, "assumed": [what was not stated]};
-    None when the notes do not say the run is disaggregated, or say it is not. A pool without a
-    stated worker count has one (ASSUMED, listed); EP defaults to 1 and dp-attention to false.
-    ValueError when they say it is but a pool's TP is missing."""
+    workers TP4 EP4 dp-attention false, decode 1 worker TP8 EP8 dp-attention true", InferenceX's
+    prefill_tp / prefill_num_workers names, "2P1D"): {"prefill": {"workers", "tp", "ep",
+    "dp_attention"}, "decode": {...}, "assumed": [what was not stated]}; None when the notes do
+    not say the run is disaggregated, or say it is not ("non-disaggregated", "disagg: false").
+    Worker counts the notes leave out are taken from the row's num_gpus and pp where that is
+    one answer (P tp_p pp + D tp_d pp = num_gpus; both unstated: 1 each if that adds up); EP
+    defaults to 1 and dp-attention to false. ValueError (the row is skipped with it) when a
+    pool's TP is missing or the pools do not add up to num_gpus."""
     text = str(row.get("notes") or "")
-    if not _DISAGG_WORD.search(text) or _DISAGG_OFF.search(text):
+    if not _says_disagg(text):
         return None
     texts: dict[str, str] = {}
     for m in _POOL_TEXT.finditer(text):  # a pool's pieces together ("prefill_tp 4, prefill_ep 4")
         name = m.group(1).lower()
         texts[name] = texts.get(name, "") + " " + m.group(2)
+    before = {m.group(2).lower(): int(m.group(1)) for m in _POOL_COUNT_BEFORE.finditer(text)}
+    if (pd := _P_D.search(text)) is not None:
+        before = {"prefill": int(pd.group(1)), "decode": int(pd.group(2)), **before}
     pools: dict[str, Any] = {}
-    assumed: list[str] = []
     for name, seg in texts.items():
         tp = _POOL_TP.search(seg)
         if not tp:
             continue
         ep, dpa = _POOL_EP.search(seg), _POOL_DPA.search(seg)
-        workers = next((int(w.group(1)) for pat in _POOL_WORKERS if (w := pat.search(seg))), None)
-        if workers is None:
-            workers = 1
-            assumed.append(f"{name} workers 1")
+        workers = next((int(w.group(1)) for pat in _POOL_WORKERS if (w := pat.search(seg))), before.get(name))
         pools[name] = {"workers": workers, "tp": int(tp.group(1)), "ep": int(ep.group(1)) if ep else 1,
                        "dp_attention": bool(dpa and dpa.group(1).lower() == "true")}
     missing = [p for p in ("prefill", "decode") if p not in pools]
     if missing:
         raise ValueError(f"notes: a disaggregated run without the {' and '.join(missing)} pool's TP "
                          "(e.g. 'prefill 1 worker TP4 EP4 dp-attention false, decode 1 worker TP8 ...')")
-    if min(p["workers"] for p in pools.values()) < 1:
+    return {**pools, "assumed": _pool_counts(pools, row)}
+
+
+def _pool_counts(pools: dict[str, Any], row: Mapping[str, Any]) -> list[str]:
+    """Fill the worker counts the notes leave out from num_gpus (in place) and check that the
+    pools add up to it; what was inferred, for the point's note."""
+    pp = int(row.get("pp") or 1)
+    gpus = row.get("num_gpus")
+    p, d = pools["prefill"], pools["decode"]
+    per_p, per_d = p["tp"] * pp, d["tp"] * pp
+    assumed: list[str] = []
+    if gpus is not None:
+        gpus = int(gpus)
+        if p["workers"] is None and d["workers"] is None:
+            if per_p + per_d == gpus:
+                p["workers"] = d["workers"] = 1
+                assumed.append("1 worker a pool (num_gpus = one of each)")
+        else:
+            for mine, other, per_m, per_o in ((p, d, per_p, per_d), (d, p, per_d, per_p)):
+                if mine["workers"] is None and other["workers"] is not None:
+                    rest = gpus - other["workers"] * per_o
+                    if rest > 0 and rest % per_m == 0:
+                        mine["workers"] = rest // per_m
+                        assumed.append(f"{'prefill' if mine is p else 'decode'} workers {mine['workers']} "
+                                       "(from num_gpus)")
+    if p["workers"] is None or d["workers"] is None:
+        raise ValueError(f"notes: a disaggregated run whose worker counts neither the notes nor num_gpus "
+                         f"({gpus}) give (prefill TP{p['tp']}, decode TP{d['tp']}, pp {pp})")
+    if min(p["workers"], d["workers"]) < 1:
         raise ValueError("notes: a disaggregated pool with 0 workers")
-    return {**pools, "assumed": assumed}
+    total = p["workers"] * per_p + d["workers"] * per_d
+    if gpus is not None and total != gpus:
+        raise ValueError(f"num_gpus: {gpus} but the notes' pools hold {total} GPUs ({p['workers']} x TP{p['tp']} "
+                         f"prefill + {d['workers']} x TP{d['tp']} decode, pp {pp})")
+    return assumed
 
 
 #: speculative decoding a row's notes state (InferenceX records spec_method / MTP_MODE; TRT-LLM
-#: spells it decoding_type MTP with num_nextn_predict_layers, vLLM method / num_speculative_tokens)
-_SPEC_METHOD = re.compile(r"\b(?:spec(?:ulative)?[_ -]?(?:method|decoding|decode)|decoding_type|method)\s*[=:]?\s*"
+#: spells it decoding_type MTP with num_nextn_predict_layers or max_draft_len, vLLM method /
+#: num_speculative_tokens)
+_SPEC_METHOD = re.compile(r"\b(?:spec(?:ulative)?[_ -]?(?:method|decoding|decode|config)|decoding_type)\s*[=:]?\s*"
                           r"['\"]?([a-z_0-9]+)", re.I)
+_SPEC_KNOWN = re.compile(r"\bmethod['\"]?\s*[=:]\s*['\"]?(mtp|eagle3?|ngram|draft_model|[a-z_]*_mtp)\b", re.I)
 _SPEC_BARE = re.compile(r"\b(mtp|eagle3?)\b", re.I)
-_SPEC_OFF = ("none", "off", "false", "no", "disabled")
-_SPEC_NEG = re.compile(r"\b(?:no|without|not)\s+(?:mtp|eagle3?|speculative)|\b(?:mtp|eagle3?|speculative decoding)"
-                       r"\s*[=:]?\s*(?:off|disabled|false|none)\b", re.I)
-_SPEC_K = (re.compile(r"(?:num_speculative_tokens|num_nextn_predict_layers|speculative tokens|draft tokens)"
-                      r"\s*[=:]?\s*(\d+)", re.I),
-           re.compile(r"\bmtp[\s=:_-]*(\d+)\b", re.I))
+_SPEC_OFF = ("none", "off", "false", "no", "disabled", "0")
+_SPEC_NEG = re.compile(r"\b(?:no|without|not)\s+(?:mtp|eagle3?|speculative)|\b(?:mtp|eagle3?|speculative(?: decoding)?)\b"
+                       r"[^;,.]{0,24}?\b(?:off|disabled|false|none|unused|not loaded|not used)\b", re.I)
+_SPEC_K = (re.compile(r"(?:num_speculative_tokens|num_nextn_predict_layers|max_draft_len|speculative tokens|"
+                      r"draft tokens|mtp layers)\s*[=:]?\s*(\d+)", re.I),
+           re.compile(r"\bmtp[\s=:_-]*(?:x\s*)?(\d+)\b", re.I))
 _SPEC_LENGTH = re.compile(r"acceptance[_ ]length\s*[=:]?\s*(\d+(?:\.\d+)?)", re.I)
-_SPEC_RATE = re.compile(r"acceptance[_ ]rate\s*[=:]?\s*(\d*\.\d+|[01])\b", re.I)
+_SPEC_RATE = re.compile(r"acceptance[_ ]rate\s*[=:]?\s*(\d*\.\d+|\d+(?:\.\d+)?\s*%|[01])(?![\d.])", re.I)
+_SPEC_METHODS = ("mtp", "eagle", "draft", "ngram", "medusa")
 
 
 def speculative_stated(row: Mapping[str, Any]) -> dict[str, Any] | None:
     """The speculative decoding a row's notes state, as `--speculative-config` would give it
     ({"method", "num_speculative_tokens", and mean_acceptance_length or acceptance_rate where
-    stated}); None when the notes state none (or "spec_method none"). A method llmsim does not
-    know is returned under its own name (the config's check refuses it by name)."""
+    stated}); None when the notes state none, or say it is off ("spec_method none", "no MTP",
+    "MTP mode: off", "MTP head unused"). A method llmsim does not know is returned under its own
+    name (the config's check refuses it by name)."""
     text = str(row.get("notes") or "")
     if _SPEC_NEG.search(text):
         return None
-    m = _SPEC_METHOD.search(text)
-    word = m.group(1).lower() if m else None
-    if word in _SPEC_OFF:
-        return None
-    if word is None or not any(k in word for k in ("mtp", "eagle", "draft", "ngram", "medusa")):
-        bare = _SPEC_BARE.search(text)
-        if bare is None:
+    word = None
+    for m in _SPEC_METHOD.finditer(text):  # the first value that names a method or says off
+        w = m.group(1).lower()
+        if w in _SPEC_OFF:
             return None
-        word = bare.group(1).lower()
+        if any(k in w for k in _SPEC_METHODS):
+            word = w
+            break
+    if word is None:
+        known = _SPEC_KNOWN.search(text) or _SPEC_BARE.search(text)
+        if known is None:
+            return None
+        word = known.group(1).lower()
     method = ("mtp" if "mtp" in word else "eagle3" if "eagle3" in word else "eagle" if "eagle" in word
               else "draft_model" if "draft" in word else "ngram" if "ngram" in word else word)
     out: dict[str, Any] = {"method": method}
@@ -354,7 +409,8 @@ def speculative_stated(row: Mapping[str, Any]) -> dict[str, Any] | None:
     if (length := _SPEC_LENGTH.search(text)) is not None:
         out["mean_acceptance_length"] = float(length.group(1))
     elif (rate := _SPEC_RATE.search(text)) is not None:
-        out["acceptance_rate"] = float(rate.group(1))
+        v = rate.group(1).replace(" ", "")
+        out["acceptance_rate"] = float(v[:-1]) / 100 if v.endswith("%") else float(v)
     return out
 
 

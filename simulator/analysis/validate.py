@@ -278,10 +278,7 @@ class Validator:
             return self._heterogeneous(row, parts)
         row = self.resolve_row(row)
         pre = row.get("layout_note", "")
-        spec = speculative_stated(row)
-        if spec is not None and (row["scenario"] not in ("closed_loop", "online_poisson") or mlperf_rows.is_mlperf_row(row)):
-            raise SkipRow(f"notes state speculative decoding ({spec['method']}): priced for serving runs "
-                          "(closed loop, online) only")
+        self._check_note_layouts(row)
         if row["scenario"] == "static_batch":
             v, note = self._static(row)
         elif mlperf_rows.is_mlperf_row(row) and str(row.get("dataset")).lower() not in self.workloads:
@@ -289,6 +286,30 @@ class Validator:
         else:
             v, note = self._serving(row)
         return v, "; ".join(n for n in (pre, note) if n)
+
+    def _check_note_layouts(self, row: Mapping[str, Any]) -> None:
+        """A disaggregated deployment or speculative decoding the notes state is priced only by
+        the serving simulation of a row's own workload (`_serving`, `_run_row`): a static,
+        MLPerf, result-file or inference-perf row that states either is skipped with that
+        reason, never priced as the aggregated, draft-free run it was not."""
+        try:
+            layout = disagg_layout(row)
+        except ValueError as e:
+            raise SkipRow(str(e)) from None
+        spec = speculative_stated(row)
+        if layout is None and spec is None:
+            return
+        ds = str(row.get("dataset") or "").strip().lower()
+        other = ("a static batch" if row["scenario"] == "static_batch"
+                 else "an MLPerf run" if mlperf_rows.is_mlperf_row(row) and ds not in self.workloads
+                 else "a rebuilt result file" if row.get("run") is not None
+                 else "an inference-perf run" if serving_rows.is_serving_run_row(row) and ds not in self.workloads
+                 else None)
+        if other is not None:
+            what = ("a disaggregated deployment" if layout is not None
+                    else f"speculative decoding ({(spec or {}).get('method')})")
+            raise SkipRow(f"notes state {what}: not modelled for {other} (only for a serving run of the row's own "
+                          "workload)")
 
     def _heterogeneous(self, row: Mapping[str, Any], parts: list[tuple[str, int]]) -> tuple[float, str]:
         """An MLPerf Offline row of a system built from several chips (MangoBoost's MI300X +
@@ -372,6 +393,9 @@ class Validator:
         conc = base["concurrency"]
         if layout is not None:
             limits = {k: v for k, v in limits.items() if k != "kv_capacity_tokens"}
+            # the catalog's chip and model: each pool's scenario applies the engine profile itself
+            # (`cost` carries it already; applying a profile twice compounds its factors)
+            base = {**base, "model": self.model(row["model"]), "hardware": self.hardware(row["hardware"])}
             sc = Scenario(**base, disagg=f"{layout['prefill']['workers']}:{layout['decode']['workers']}",
                           deployment=self._pools(cost.model, layout), speculative_config=spec, **limits)
             w = _bench_lengths(row, limits["num_requests"], conc) or sc.make_workload()
@@ -443,8 +467,13 @@ class Validator:
             layout = disagg_layout(row)
         except ValueError as e:
             raise SkipRow(str(e)) from None
-        if layout is not None:  # the limits of one decode replica; each pool's KV is its own
-            row = {**row, "tp": layout["decode"]["tp"], "replicas": 1}
+        if layout is not None:
+            # the limits of one decode replica (its TP, EP and data-parallel attention, said first
+            # so the notes' facts read them); each pool's KV is its own
+            dec = layout["decode"]
+            row = {**row, "tp": dec["tp"], "replicas": 1,
+                   "notes": f"TP{dec['tp']} EP{dec['ep']} dp-attention {str(dec['dp_attention']).lower()}; "
+                            f"{row.get('notes') or ''}"}
         cost = self.cost_model(row)
         f = note_facts(row)
         spec = speculative_stated(row)
