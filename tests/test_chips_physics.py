@@ -248,11 +248,34 @@ def test_dp_attention_step_overhead_only_under_dp_attention() -> None:
     assert CostModel(m, ideal_hw(dp_attention_step_overhead_s=0.04), tp, dt).time(b) == pytest.approx(
         CostModel(m, ideal_hw(), tp, dt).time(b), rel=1e-12)
     trt = load_engine("trtllm-pytorch")
-    assert apply_profile(load_hardware("b200"), trt).efficiency.dp_attention_step_overhead_s == pytest.approx(0.04)
+    assert apply_profile(load_hardware("b200"), trt).efficiency.dp_attention_step_overhead_s == pytest.approx(0.065)
+    assert apply_profile(load_hardware("b200"), trt).efficiency.dp_attention_full_seqs == 512
     assert apply_profile(load_hardware("h200-sxm"), trt).efficiency.dp_attention_step_overhead_s == 0.0
     assert apply_profile(load_hardware("b200"), load_engine("vllm")).efficiency.dp_attention_step_overhead_s == 0.0
     with pytest.raises(SpecError, match=r"dp_attention_step_overhead_s"):
         Efficiency(dp_attention_step_overhead_s=-1.0)
+
+
+def test_dp_attention_step_cost_in_proportion_below_a_full_batch() -> None:
+    """With `dp_attention_full_seqs` F the cost is min(c, c S / (d F)) for S sequences over d
+    ranks: c = 0.065 s, F = 512, d = 8. A decode step of 64 sequences (8 a rank) pays
+    0.065 x 64 / 4096 = 1.015625 ms; one of 8,192 (1,024 a rank) pays the full 65 ms; the
+    compiled, vectorised and breakdown paths agree; F = 0 keeps the constant."""
+    m = load_model("deepseek-v3")
+    dt = DTypes("fp8", "fp8", "fp8")
+    par = Parallelism(8, ep=8, dp_attention=8)
+    base = CostModel(m, ideal_hw(), par, dt)
+    scaled = CostModel(m, ideal_hw(dp_attention_step_overhead_s=0.065, dp_attention_full_seqs=512.0), par, dt)
+    const = CostModel(m, ideal_hw(dp_attention_step_overhead_s=0.065), par, dt)
+    for S, extra in ((64, 0.065 * 64 / 4096), (8192, 0.065)):
+        b = decode_step(m, S, 2000)
+        assert scaled.time(b) - base.time(b) == pytest.approx(extra, abs=1e-12)
+        assert const.time(b) - base.time(b) == pytest.approx(0.065, abs=1e-12)
+        vec = scaled.step_times(np.array([b.T]), np.array([b.S]), np.array([b.Ad]), np.array([b.Ap]), np.array([b.R]))
+        assert float(vec[0]) == pytest.approx(scaled.time(b), rel=1e-12)
+        assert (scaled.breakdown(b)["time_by_bound_ms"]["overhead"] - base.breakdown(b)["time_by_bound_ms"]["overhead"]
+                == pytest.approx(extra * 1e3, abs=1e-9))
+    assert any("in proportion below 512 sequences a rank" in n for n in scaled.notes)
 
 
 def test_sliding_window_kv_shrinks() -> None:

@@ -492,7 +492,11 @@ class CostModel:
         self._prices_blocks = bool(np.any(self._C[:, _I["Rb"]]))  # the paged kernel's floor (Rb)
         self._M = np.array([op.memory_s for op in self.ops])
         self._P = np.sum([op.extra_s for op in self.ops], axis=0)
-        self._P[_I["one"]] += hw.efficiency.step_overhead_s + self._dp_step_overhead_s()
+        # the attention-DP step cost: c a step, or min(c, k S) where it scales below a full batch
+        c_dp = self._dp_step_overhead_s()
+        full = hw.efficiency.dp_attention_full_seqs
+        self._dp_c, self._dp_k = (c_dp, c_dp / (full * self.par.dp_attention)) if c_dp > 0 and full > 0 else (0.0, 0.0)
+        self._P[_I["one"]] += hw.efficiency.step_overhead_s + (0.0 if self._dp_k else c_dp)
         self._P[_I["S"]] += hw.efficiency.sequence_overhead_s
         self._P[_I["one"]] += self._moe_layers_dequant() * hw.efficiency.moe_layer_overhead_s
         if not (np.isfinite(self._C).all() and np.isfinite(self._M).all() and np.isfinite(self._P).all()):
@@ -533,8 +537,10 @@ class CostModel:
         if self._dp_step_overhead_s() > 0:
             # fitted at 512-1280 sequences a rank (DeepSeek-R1 MLPerf rows): a report at small
             # batches must say that it carries a number measured far from it
-            notes.append(f"attention-DP steps carry {self._dp_step_overhead_s() * 1e3:g} ms each beyond their kernels "
-                         f"(dp_attention_step_overhead_s; fitted at 512-1280 sequences a rank, unmeasured below)")
+            full = self.hardware.efficiency.dp_attention_full_seqs
+            scaled = f", in proportion below {full:g} sequences a rank (ASSUMED)" if full > 0 else ""
+            notes.append(f"attention-DP steps carry {self._dp_step_overhead_s() * 1e3:g} ms each beyond their kernels"
+                         f"{scaled} (dp_attention_step_overhead_s; fitted at 512-1280 sequences a rank, unmeasured below)")
         # an engine's kernel numbers copied from another chip family: the weight-only kernels'
         # numbers, or the grouped-GEMM factor of native-format experts
         fields, what = ((_DEQUANT_FIELDS, "weight-only GEMM numbers") if self._weight_only() else
@@ -793,13 +799,17 @@ class CostModel:
         X = self.features(T, S, Ad, Ap, R, Aw, Rw, Pc, blocks=self._prices_blocks)
         flat = X.reshape(_NF, -1)
         t = np.maximum(self._C @ flat, self._M @ flat).sum(axis=0) + self._P @ flat
+        if self._dp_k:
+            t += np.minimum(self._dp_c, self._dp_k * flat[_I["S"]])
         return t.reshape(X.shape[1:])
 
     def time_of(self, x: np.ndarray) -> float:
         """The step-time formula at one feature vector `x` (FEATURES): sum over ops of
         max(compute, memory) plus the extras. At the sum of several steps' features it is at
         most their total time (a max of sums never exceeds the sum of maxes), which
-        `analysis.capacity.analytic_bound` uses for a throughput bound."""
+        `analysis.capacity.analytic_bound` uses for a throughput bound. An attention-DP cost that
+        scales with the batch (`dp_attention_full_seqs`) is left out here: a min of sums is not
+        at most the sum of the steps' mins, and leaving it out keeps the bound a bound."""
         x = np.asarray(x, dtype=float)
         return float(np.maximum(self._C @ x, self._M @ x).sum() + self._P @ x)
 
@@ -896,6 +906,8 @@ class CostModel:
         if self._prices_blocks:  # the paged kernel's longest block
             lines.append(f"    Rb = _block_tokens(S, Ad, {self.model.num_heads / self.par.attention_tp!r})")
         lines.append(f"    t = {form(self._P)}")
+        if self._dp_k:
+            lines.append(f"    t += min({self._dp_c!r}, {self._dp_k!r} * S)")
         for c, mvec in zip(self._C, self._M, strict=True):
             lines.append(f"    a = {form(c)}")
             lines.append(f"    b = {form(mvec)}")
@@ -940,7 +952,8 @@ class CostModel:
                 "bound": bound,
             })
         eff = self.hardware.efficiency
-        tot["overhead"] += (eff.step_overhead_s + self._dp_step_overhead_s() + eff.sequence_overhead_s * float(batch.S)
+        dp = min(self._dp_c, self._dp_k * float(batch.S)) if self._dp_k else self._dp_step_overhead_s()
+        tot["overhead"] += (eff.step_overhead_s + dp + eff.sequence_overhead_s * float(batch.S)
                             + self._moe_layers_dequant() * eff.moe_layer_overhead_s)
         total = sum(tot.values())
         bound = max(("compute", "memory", "communication"), key=lambda k: tot[k])

@@ -200,6 +200,7 @@ CLASS_FACTORS = {
     "dequant_ramp_relative": "replaces the ramp factor of weight-only GEMMs (their small-M floor)",
     "step_overhead_s": "replaces the step overhead on this family",
     "dp_attention_step_overhead_s": "per step of a replica whose attention runs data-parallel (ranks in lockstep)",
+    "dp_attention_full_seqs": "sequences a rank from which that step cost is paid in full (fewer: in proportion; 0: always)",
     "kernel_overhead_s": "replaces the chip's per-kernel launch overhead (graph launch, tail effects)",
     "moe_layer_overhead_s": "per MoE layer per step with weight-only (dequantising) experts: that path's fixed kernels",
     "allreduce_latency_s": "replaces the per all-reduce latency on this family (the collective library's)",
@@ -211,7 +212,8 @@ CLASS_FACTORS = {
 #: factors with a range of their own: (low, high, unit); the fractions take the hardware field's
 #: own range (Efficiency, _EFF_RANGE), refused here where the profile file and family can be
 #: named, not at the run
-_FACTOR_RANGES = {"kv_dequant_rate_fp8": (1e6, 1e16, "elements/s"),
+_FACTOR_RANGES = {"dp_attention_full_seqs": (0.0, 1e6, "sequences a rank"),
+                  "kv_dequant_rate_fp8": (1e6, 1e16, "elements/s"),
                   "kv_dequant_block_rate_fp8": (1e6, 1e16, "elements/s"),
                   "expert_width_ramp": (0.0, 1e5, "elements (the experts' width ramp W0)"),
                   "gqa_kv_sharing": (0.0, 1.0, "(the share of a GQA group's KV read once)"),
@@ -810,7 +812,8 @@ def _class_changes(eff: Any, f: dict[str, float]) -> dict[str, Any]:
                                                    for k, v in eff.attention_efficiency_by_kv_dtype.items()}
     for name in ("gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative", "step_overhead_s",
                  "kernel_overhead_s", "moe_layer_overhead_s", "expert_width_ramp", "moe_gemm_relative",
-                 "expert_tile_rows", "dequant_int8_compute", "dp_attention_step_overhead_s"):
+                 "expert_tile_rows", "dequant_int8_compute", "dp_attention_step_overhead_s",
+                 "dp_attention_full_seqs"):
         if name in f:
             out[name] = f[name]
     if "kv_dequant_rate_fp8" in f:

@@ -46,7 +46,9 @@ class Efficiency:
     `dp_attention_step_overhead_s` is paid once per engine step when attention runs data-parallel
     (`Parallelism.dp_attention` > 1, every rank in lockstep): the per-iteration time of such a step
     beyond its priced kernels and `step_overhead_s`, fitted where measured (engine profiles'
-    `kernels.by_chip_class`); 0 elsewhere.
+    `kernels.by_chip_class`); 0 elsewhere. `dp_attention_full_seqs` (sequences a rank, 0: none)
+    is the batch from which that cost is paid in full: a step with fewer sequences a rank pays
+    it in proportion, min(c, c S / (d x full)) for S sequences over d ranks (0: always c).
     `sequence_overhead_s` is paid once per sequence in a step (host work that grows with the
     batch: per-sequence scheduling, sampling and detokenisation in a Python engine loop).
     `gqa_kv_sharing` (s in [0, 1]) says how much of a GQA group's KV the decode attention kernel
@@ -104,6 +106,7 @@ class Efficiency:
     kernel_overhead_s: float = _nonneg(0.0, max=1.0, unit="s")
     step_overhead_s: float = _nonneg(0.0, max=10.0, unit="s")
     dp_attention_step_overhead_s: float = _nonneg(0.0, max=10.0, unit="s")
+    dp_attention_full_seqs: float = _nonneg(0.0, max=1e6)
     link_efficiency: float = _pos(1.0, **_EFF_RANGE)
     sequence_overhead_s: float = _nonneg(0.0, max=0.1, unit="s")
     gqa_kv_sharing: float = _nonneg(1.0, max=1.0)
@@ -192,7 +195,7 @@ SCALAR_EFFICIENCY_FIELDS = ("compute_efficiency", "memory_efficiency", "attentio
                             "kernel_overhead_s", "step_overhead_s", "link_efficiency", "sequence_overhead_s",
                             "gqa_kv_sharing", "dequant_gemm_efficiency", "dequant_ramp_relative",
                             "moe_layer_overhead_s", "expert_width_ramp", "moe_gemm_relative", "expert_tile_rows",
-                            "dequant_int8_compute", "dp_attention_step_overhead_s")
+                            "dequant_int8_compute", "dp_attention_step_overhead_s", "dp_attention_full_seqs")
 
 
 def parse_efficiency_overrides(items: list[str] | tuple[str, ...]) -> dict[str, float]:
