@@ -297,29 +297,20 @@ def server_sample_count(rate: float, cap: int | None) -> int:
     return max(min(n, cap), 2) if cap else n
 
 
-def server_numbers(res: Any, instances: int) -> dict[str, float]:
-    """The Server metrics of one scheduler's run, scaled to `instances` schedulers, in
-    LoadGen's steady state: arrivals after the first
-    SERVER_WARMUP of them (an empty system at t = 0 is not the run's state) up to the last;
-    throughputs are the completions inside that window over its length, latencies those of
-    the samples that arrived in it (and `mean_output_tokens` their mean output). TPOT is
-    LoadGen's and vLLM's: (latency - TTFT) / (tokens - 1), over samples of two or more tokens."""
+def server_numbers(res: Any) -> dict[str, float]:
+    """The latencies of one scheduler's Server run in LoadGen's steady state: the samples that
+    arrived after the first SERVER_WARMUP of them (an empty system at t = 0 is not the run's
+    state), and `mean_output_tokens` their mean output. TPOT is LoadGen's and vLLM's:
+    (latency - TTFT) / (tokens - 1), over samples of two or more tokens. (Throughput is not read
+    off the run: `predict_server`.)"""
     arr, first, fin, out = res.arrival_s, res.first_token_s, res.finish_s, res.output_len
-    n = len(arr)
-    k0 = int(n * SERVER_WARMUP)
-    t_a, t_b = float(arr[k0]), float(arr[-1])
-    span = t_b - t_a
-    inside = (fin >= t_a) & (fin <= t_b)
-    samples_s = float(np.count_nonzero(inside)) / span
-    tokens_s = float(out[inside].sum()) / span
-    ttft = (first - arr)[k0:] * 1e3
-    e2e = (fin - arr)[k0:] * 1e3
+    k0 = int(len(arr) * SERVER_WARMUP)
     o = out[k0:]
     many = o > 1
-    tpot = (fin[k0:] - first[k0:])[many] / (o[many] - 1) * 1e3
-    vals = {"output_tokens_per_s": tokens_s * instances, "request_throughput": samples_s * instances,
-            "mean_output_tokens": float(out[k0:].mean())}
-    for name, x in (("ttft_ms", ttft), ("tpot_ms", tpot), ("e2el_ms", e2e)):
+    vals = {"mean_output_tokens": float(o.mean())}
+    for name, x in (("ttft_ms", (first - arr)[k0:] * 1e3),
+                    ("tpot_ms", (fin[k0:] - first[k0:])[many] / (o[many] - 1) * 1e3),
+                    ("e2el_ms", (fin - arr)[k0:] * 1e3)):
         if x.size:
             vals[f"mean_{name}"] = float(np.mean(x))
             vals[f"median_{name}"] = float(np.median(x))
@@ -359,7 +350,7 @@ def predict_server(validator: Any, row: Mapping[str, Any]) -> tuple[float, str]:
             res = _serve(cost, profile, row, ds, lim, n, mean_out, rate=per)
         except SpecError as e:
             raise SkipRow(str(e)) from None
-        vals = server_numbers(res, instances)
+        vals = server_numbers(res)
         notes = [*lim["notes"], f"Server: {n} samples a scheduler at {per:.4g} samples/s (Poisson) x {instances}"]
         # the most it can complete: the same row priced as Offline (its queue full all the time)
         off = {**row, "scenario": "offline_max_throughput"}
