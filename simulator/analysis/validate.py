@@ -232,7 +232,9 @@ class Validator:
     def engine_of(self, row: Mapping[str, Any]) -> str:
         return self.profile_of(row).id
 
-    def cost_model(self, row: Mapping[str, Any]) -> Any:
+    def cost_model(self, row: Mapping[str, Any], pool: Mapping[str, Any] | None = None) -> Any:
+        """The row's cost model; `pool`: one pool of a disaggregated row (`disagg_layout`), whose
+        EP and data-parallel attention replace the notes' single-server ones."""
         from simulator.cost.roofline import CostModel
         from simulator.specs.dtypes import DTypes
         from simulator.specs.parallelism import Parallelism
@@ -240,7 +242,7 @@ class Validator:
         profile = self.profile_of(row)
         # the layout's expert parallelism and data-parallel attention where the notes state them
         # (InferenceMAX: "TP8 EP8 dp-attention true"); MoE models only, else 1 and none
-        facts = note_facts(row)
+        facts = note_facts(row) if pool is None else {"expert_parallel": pool["ep"], "dp_attention": pool["dp_attention"]}
         moe = self.model(row["model"]).moe is not None
         ep = int(facts.get("expert_parallel", 1)) if moe else 1
         dpa = int(row["tp"]) if moe and facts.get("dp_attention") else 1
@@ -278,27 +280,28 @@ class Validator:
             return self._heterogeneous(row, parts)
         row = self.resolve_row(row)
         pre = row.get("layout_note", "")
-        self._check_note_layouts(row)
+        layout, spec = self._note_layouts(row)
         if row["scenario"] == "static_batch":
             v, note = self._static(row)
         elif mlperf_rows.is_mlperf_row(row) and str(row.get("dataset")).lower() not in self.workloads:
             v, note = mlperf_rows.predict(self, row)
         else:
-            v, note = self._serving(row)
+            v, note = self._serving(row, layout, spec)
         return v, "; ".join(n for n in (pre, note) if n)
 
-    def _check_note_layouts(self, row: Mapping[str, Any]) -> None:
-        """A disaggregated deployment or speculative decoding the notes state is priced only by
-        the serving simulation of a row's own workload (`_serving`, `_run_row`): a static,
-        MLPerf, result-file or inference-perf row that states either is skipped with that
-        reason, never priced as the aggregated, draft-free run it was not."""
+    def _note_layouts(self, row: Mapping[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """(the disaggregated pools, the speculative decoding) the notes state (`disagg_layout`,
+        `speculative_stated`; None: none). They are priced only by the serving simulation of a
+        row's own workload (`_serving`, `_run_row`): a static, MLPerf, result-file or
+        inference-perf row that states either is skipped with that reason, never priced as the
+        aggregated, draft-free run it was not."""
         try:
             layout = disagg_layout(row)
         except ValueError as e:
             raise SkipRow(str(e)) from None
         spec = speculative_stated(row)
         if layout is None and spec is None:
-            return
+            return None, None
         ds = str(row.get("dataset") or "").strip().lower()
         other = ("a static batch" if row["scenario"] == "static_batch"
                  else "an MLPerf run" if mlperf_rows.is_mlperf_row(row) and ds not in self.workloads
@@ -310,6 +313,7 @@ class Validator:
                     else f"speculative decoding ({(spec or {}).get('method')})")
             raise SkipRow(f"notes state {what}: not modelled for {other} (only for a serving run of the row's own "
                           "workload)")
+        return layout, spec
 
     def _heterogeneous(self, row: Mapping[str, Any], parts: list[tuple[str, int]]) -> tuple[float, str]:
         """An MLPerf Offline row of a system built from several chips (MangoBoost's MI300X +
@@ -417,13 +421,10 @@ class Validator:
     def _pools(model: Any, layout: Mapping[str, Any]) -> dict[str, dict[str, int]]:
         """A disaggregated row's `deployment:` pools (`disagg_layout`): each pool's TP, and for
         an MoE model its EP and data-parallel attention (one group per GPU, as for one server)."""
-        out = {}
-        for name in ("prefill", "decode"):
-            p = layout[name]
-            moe = model.moe is not None
-            out[name] = {"tp": p["tp"], "ep": p["ep"] if moe else 1,
-                         "dp_attention": p["tp"] if moe and p["dp_attention"] else 1}
-        return out
+        moe = model.moe is not None
+        return {n: {"tp": layout[n]["tp"], "ep": layout[n]["ep"] if moe else 1,
+                    "dp_attention": layout[n]["tp"] if moe and layout[n]["dp_attention"] else 1}
+                for n in ("prefill", "decode")}
 
     def _workload_of(self, row: Mapping[str, Any], ds: str) -> str:
         """The workload a serving row is simulated on: its dataset's trace (--workload), ShareGPT
@@ -438,7 +439,8 @@ class Validator:
             raise SkipRow("input_len/output_len not stated and no dataset named")
         return "random"
 
-    def _serving(self, row: Mapping[str, Any]) -> tuple[float, str]:
+    def _serving(self, row: Mapping[str, Any], layout: Mapping[str, Any] | None = None,
+                 spec: dict[str, Any] | None = None) -> tuple[float, str]:
         from simulator.metrics.summary import summarize
 
         metric = row["metric"]
@@ -463,20 +465,10 @@ class Validator:
             rate = math.inf
         conc = row["concurrency"] if sc_name == "closed_loop" else None
         n = int(row["num_requests"] or self.num_requests or DEFAULT_NUM_REQUESTS)  # before --max-requests
-        try:
-            layout = disagg_layout(row)
-        except ValueError as e:
-            raise SkipRow(str(e)) from None
-        if layout is not None:
-            # the limits of one decode replica (its TP, EP and data-parallel attention, said first
-            # so the notes' facts read them); each pool's KV is its own
-            dec = layout["decode"]
-            row = {**row, "tp": dec["tp"], "replicas": 1,
-                   "notes": f"TP{dec['tp']} EP{dec['ep']} dp-attention {str(dec['dp_attention']).lower()}; "
-                            f"{row.get('notes') or ''}"}
-        cost = self.cost_model(row)
+        if layout is not None:  # the limits of one decode replica; each pool's KV is its own
+            row = {**row, "tp": layout["decode"]["tp"], "replicas": 1}
+        cost = self.cost_model(row, None if layout is None else layout["decode"])
         f = note_facts(row)
-        spec = speculative_stated(row)
         key = ("serve", id(cost), workload, row["input_len"], row["output_len"], rate, conc, n,
                row["max_batch_size"], row["max_num_tokens"], row["replicas"],
                f.get("range_ratio"), f.get("nominal_input_len"), f.get("nominal_output_len"), repr(layout), repr(spec))
@@ -512,8 +504,8 @@ class Validator:
 
 def _layout_note(layout: Mapping[str, Any]) -> str:
     """What a disaggregated row was priced as, with what its notes did not state."""
-    pools = ", ".join(f"{name} {p['workers']} x TP{p['tp']} EP{p['ep']} dp-attention {str(p['dp_attention']).lower()}"
-                      for name, p in ((n, layout[n]) for n in ("prefill", "decode")))
+    pools = ", ".join(f"{n} {layout[n]['workers']} x TP{layout[n]['tp']} EP{layout[n]['ep']} "
+                      f"dp-attention {str(layout[n]['dp_attention']).lower()}" for n in ("prefill", "decode"))
     assumed = f" (ASSUMED: {', '.join(layout['assumed'])})" if layout["assumed"] else ""
     return f"disaggregated: {pools}{assumed}"
 

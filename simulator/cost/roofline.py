@@ -495,7 +495,8 @@ class CostModel:
         # the attention-DP step cost: c a step, or min(c, k S) where it scales below a full batch
         c_dp = self._dp_step_overhead_s()
         full = hw.efficiency.dp_attention_full_seqs
-        self._dp_c, self._dp_k = (c_dp, c_dp / (full * self.par.dp_attention)) if c_dp > 0 and full > 0 else (0.0, 0.0)
+        self._dp_c = c_dp
+        self._dp_k = c_dp / (full * self.par.dp_attention) if full > 0 else 0.0  # 0: the constant c
         self._P[_I["one"]] += hw.efficiency.step_overhead_s + (0.0 if self._dp_k else c_dp)
         self._P[_I["S"]] += hw.efficiency.sequence_overhead_s
         self._P[_I["one"]] += self._moe_layers_dequant() * hw.efficiency.moe_layer_overhead_s
@@ -952,7 +953,7 @@ class CostModel:
                 "bound": bound,
             })
         eff = self.hardware.efficiency
-        dp = min(self._dp_c, self._dp_k * float(batch.S)) if self._dp_k else self._dp_step_overhead_s()
+        dp = min(self._dp_c, self._dp_k * float(batch.S)) if self._dp_k else self._dp_c
         tot["overhead"] += (eff.step_overhead_s + dp + eff.sequence_overhead_s * float(batch.S)
                             + self._moe_layers_dequant() * eff.moe_layer_overhead_s)
         total = sum(tot.values())
